@@ -1,0 +1,148 @@
+//! `flashraid bench ...`: command-line front of the benchmark lab.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use flashraid_bench::parity::{self, Config, Op, Regime};
+use flashraid_parity::Kernel;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Parity kernels vs ISA-L and memory bandwidth, one core (GB/s of data).
+    Parity(ParityArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ParityArgs {
+    /// Fewer, shorter repetitions and a 1 GiB cold pool: a first look, not a result.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Parity kernel to measure (scalar, avx2, avx2-gfni, avx512-gfni); default: the best.
+    #[arg(long)]
+    kernel: Option<Kernel>,
+    /// An ISA-L library to compare with (repeatable). Default: the system's libisal.so.2 and
+    /// the newer one scripts/fetch-isal.sh unpacks, whichever exist.
+    #[arg(long = "isal", value_name = "PATH")]
+    isal: Vec<PathBuf>,
+    /// Chunk sizes in KiB, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,16,64,256")]
+    chunk_kib: Vec<usize>,
+    /// Data chunks per stripe.
+    #[arg(long, default_value_t = 10)]
+    data_chunks: usize,
+    /// Only these cases: hot, cold, or both.
+    #[arg(long, value_delimiter = ',', default_value = "hot,cold")]
+    regime: Vec<String>,
+    /// Repetitions per figure (the median is reported); default 5 (3 with --quick).
+    #[arg(long)]
+    repetitions: Option<usize>,
+    /// Size of the cold pool in MiB; must exceed the last-level cache. Default 2048 (1024 with
+    /// --quick).
+    #[arg(long)]
+    pool_mib: Option<usize>,
+    /// Pin the measuring thread to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+/// ISA-L libraries to try when none are named.
+fn default_isal_paths() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = flashraid_isal_system_paths();
+    let cache = std::env::var_os("FLASHRAID_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/flashraid")));
+    if let Some(cache) = cache {
+        let newer = cache.join("isal-2.31/usr/lib/x86_64-linux-gnu/libisal.so.2");
+        if newer.exists() {
+            paths.push(newer);
+        }
+    }
+    paths
+}
+
+fn flashraid_isal_system_paths() -> Vec<PathBuf> {
+    ["/usr/lib/x86_64-linux-gnu/libisal.so.2", "/usr/lib64/libisal.so.2"]
+        .into_iter()
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .take(1)
+        .collect()
+}
+
+pub fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Parity(args) => run_parity(args),
+    }
+}
+
+fn run_parity(args: ParityArgs) -> Result<()> {
+    let isal = if args.isal.is_empty() { default_isal_paths() } else { args.isal.clone() };
+    let mut config = if args.quick { Config::quick(isal) } else { Config::full(isal) };
+    config.data_chunks = args.data_chunks;
+    config.chunk_sizes_bytes = args.chunk_kib.iter().map(|kib| kib << 10).collect();
+    config.regimes = args
+        .regime
+        .iter()
+        .map(|r| match r.as_str() {
+            "hot" => Ok(Regime::Hot),
+            "cold" => Ok(Regime::Cold),
+            other => bail!("unknown regime {other:?}: use hot, cold or hot,cold"),
+        })
+        .collect::<Result<_>>()?;
+    config.ops = Op::ALL.to_vec();
+    if let Some(kernel) = args.kernel {
+        if !kernel.is_supported() {
+            bail!(
+                "this CPU cannot run the {kernel} kernel; `flashraid kernels` lists the ones it can"
+            );
+        }
+        config.kernel = kernel;
+    }
+    if let Some(repetitions) = args.repetitions {
+        if repetitions == 0 {
+            bail!("--repetitions must be at least 1");
+        }
+        config.repetitions = repetitions;
+    }
+    if let Some(mib) = args.pool_mib {
+        config.cold_pool_bytes = mib << 20;
+    }
+    config.cpu = args.cpu;
+    if args.quick {
+        config.repetition_cpu = Duration::from_millis(40);
+    }
+
+    println!(
+        "flashraid parity benchmark: k = {} data chunks, kernel {}, one core{}, median of {} x {} ms CPU time{}",
+        config.data_chunks,
+        config.kernel,
+        config.cpu.map_or(String::new(), |c| format!(" (CPU {c})")),
+        config.repetitions,
+        config.repetition_cpu.as_millis(),
+        if args.quick { " (quick: a first look, not a result)" } else { "" },
+    );
+    println!(
+        "GB/s of data (10^9 B/s); 'traffic' = bytes moved by flashraid's better store mode / one core's read bandwidth"
+    );
+    println!("{}", parity::table_header());
+    let report = parity::run(&config, |line| println!("{line}"))?;
+    for (version, path) in &report.isal_libraries {
+        println!("ISA-L {version}: {path}");
+    }
+    for error in &report.isal_load_errors {
+        println!("ISA-L not used: {error}");
+    }
+    if report.isal_libraries.is_empty() {
+        println!("No ISA-L loaded: install libisal-dev, or run scripts/fetch-isal.sh for 2.31.");
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON written to {}", path.display());
+    }
+    Ok(())
+}
