@@ -284,6 +284,8 @@ struct Case {
     isal_tables: Vec<Vec<u8>>,
     /// Chunks per stripe slot group: k data, 3 parity, 1 new-data.
     slots: usize,
+    /// What each slot is to this case's calls.
+    roles: [Role; STRIPE_SLOTS_MAX],
     stripes: usize,
     next_stripe: usize,
 }
@@ -392,7 +394,9 @@ fn prepare_case(
             }
         })
         .collect();
+    let roles = roles_of(op, plan.as_ref(), k);
     Ok(Case {
+        roles,
         op,
         chunk_bytes,
         regime,
@@ -495,65 +499,68 @@ fn traffic_per_data_byte(case: &Case, nontemporal: bool) -> f64 {
     }
 }
 
-/// The chunks of one stripe: `0..k` data, `k..k + 3` parity, `k + 3` an update's new data.
-type StripeView<'a> = [&'a mut [u8]; STRIPE_SLOTS_MAX];
-
-fn stripe_view<'a>(pool: &'a mut [u8], case: &mut Case) -> StripeView<'a> {
-    let stripe_bytes = case.slots * case.chunk_bytes;
-    let index = case.next_stripe;
-    case.next_stripe = (case.next_stripe + 1) % case.stripes;
-    let stripe = &mut pool[index * stripe_bytes..(index + 1) * stripe_bytes];
-    let mut chunks = stripe.chunks_exact_mut(case.chunk_bytes);
-    std::array::from_fn(|_| chunks.next().unwrap_or(&mut []))
+/// A stripe split for one case into the arguments its calls take: `sources` (encode: the data
+/// chunks; update: old and new data; rebuild: the plan's sources in plan order) and `outputs`
+/// (the parity chunks, or the plan's targets). Hot cases build it once, cold cases once per
+/// call, so the harness adds as little as possible to any contender's time.
+struct Prepared<'a> {
+    sources: [&'a [u8]; STRIPE_SLOTS_MAX],
+    outputs: [&'a mut [u8]; 3],
 }
 
-/// Split a stripe into a plan's sources and targets, in plan order, without allocating.
-/// Erased data slots receive the rebuilt chunks; surviving parity slots stand in for parity
-/// (throughput does not depend on the values).
-fn split_for_plan<'a>(
-    roles: &[Role; STRIPE_SLOTS_MAX],
-    view: &'a mut StripeView<'_>,
-) -> ([&'a [u8]; STRIPE_SLOTS_MAX], [&'a mut [u8]; 3]) {
-    let mut sources: [&[u8]; STRIPE_SLOTS_MAX] = [&[]; STRIPE_SLOTS_MAX];
-    let mut targets: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
-    for (chunk, role) in view.iter_mut().zip(roles) {
-        match *role {
-            Role::Source(s) => sources[s] = &**chunk,
-            Role::Target(t) => targets[t] = &mut **chunk,
-            Role::Unused => {}
-        }
-    }
-    (sources, targets)
-}
-
-/// A stripe slot's part in a rebuild, looked up once per case rather than per call.
+/// A stripe slot's part in a case, decided once per case rather than per call.
 #[derive(Clone, Copy, Debug)]
 enum Role {
     Source(usize),
-    Target(usize),
+    Output(usize),
     Unused,
 }
 
-fn roles_of(plan: Option<&ReconstructPlan>) -> [Role; STRIPE_SLOTS_MAX] {
+/// Slot layout of a benchmark stripe: `0..k` data, `k..k + 3` parity, `k + 3` new data.
+fn roles_of(op: Op, plan: Option<&ReconstructPlan>, k: usize) -> [Role; STRIPE_SLOTS_MAX] {
     let mut roles = [Role::Unused; STRIPE_SLOTS_MAX];
-    if let Some(plan) = plan {
-        for (s, &chunk) in plan.sources().iter().enumerate() {
-            roles[chunk] = Role::Source(s);
+    match plan {
+        Some(plan) => {
+            for (s, &chunk) in plan.sources().iter().enumerate() {
+                roles[chunk] = Role::Source(s);
+            }
+            for (t, &chunk) in plan.targets().iter().enumerate() {
+                roles[chunk] = Role::Output(t);
+            }
         }
-        for (t, &chunk) in plan.targets().iter().enumerate() {
-            roles[chunk] = Role::Target(t);
+        None if op.is_update() => {
+            roles[middle_index(k)] = Role::Source(0);
+            roles[k + 3] = Role::Source(1);
+        }
+        None => {
+            for (j, role) in roles.iter_mut().enumerate().take(k) {
+                *role = Role::Source(j);
+            }
+        }
+    }
+    if plan.is_none() {
+        for r in 0..op.parity_chunks() {
+            roles[k + r] = Role::Output(r);
         }
     }
     roles
 }
 
-/// The first `k` chunks as shared slices, for an encode's sources.
-fn data_sources<'a>(data: &'a [&mut [u8]]) -> [&'a [u8]; STRIPE_SLOTS_MAX] {
-    let mut sources: [&[u8]; STRIPE_SLOTS_MAX] = [&[]; STRIPE_SLOTS_MAX];
-    for (slot, chunk) in sources.iter_mut().zip(data.iter()) {
-        *slot = chunk;
+fn prepare<'a>(pool: &'a mut [u8], case: &mut Case) -> Prepared<'a> {
+    let stripe_bytes = case.slots * case.chunk_bytes;
+    let index = case.next_stripe;
+    case.next_stripe = (case.next_stripe + 1) % case.stripes;
+    let stripe = &mut pool[index * stripe_bytes..(index + 1) * stripe_bytes];
+    let mut prepared =
+        Prepared { sources: [&[]; STRIPE_SLOTS_MAX], outputs: [&mut [], &mut [], &mut []] };
+    for (chunk, role) in stripe.chunks_exact_mut(case.chunk_bytes).zip(&case.roles) {
+        match *role {
+            Role::Source(s) => prepared.sources[s] = chunk,
+            Role::Output(o) => prepared.outputs[o] = chunk,
+            Role::Unused => {}
+        }
     }
-    sources
+    prepared
 }
 
 fn measure_contender(
@@ -567,17 +574,17 @@ fn measure_contender(
     let k = config.data_chunks;
     let cpu = config.repetition_cpu;
     let chunk = case.chunk_bytes;
-    let m = case.op.parity_chunks();
     let data_bytes = if case.op.is_update() { chunk } else { k * chunk } as u64;
+    let hot = case.regime == Regime::Hot;
     let pool_bytes = pool.bytes();
     match contender {
+        Contender::MemoryRead if hot => {
+            let working = &pool_bytes[..k * chunk];
+            Ok(measure(cpu, working.len() as u64, || {
+                std::hint::black_box(flashraid_parity::read_probe(working));
+            }))
+        }
         Contender::MemoryRead => {
-            if case.regime == Regime::Hot {
-                let working = &pool_bytes[..k * chunk];
-                return Ok(measure(cpu, working.len() as u64, || {
-                    std::hint::black_box(flashraid_parity::read_probe(working));
-                }));
-            }
             // Cold: windows of the pool in turn.
             let window_bytes = PROBE_WINDOW_BYTES.min(pool_bytes.len());
             let windows = pool_bytes.len() / window_bytes;
@@ -590,16 +597,23 @@ fn measure_contender(
             }))
         }
         Contender::Flashraid(stores) => {
-            let codec = case.codec;
-            let op = case.op;
-            let plan = case.plan.clone();
+            let call =
+                FlashraidCall { codec: case.codec, op: case.op, plan: case.plan.clone(), stores };
             let mut failure = None;
-            let measurement = measure(cpu, data_bytes, || {
-                let view = stripe_view(pool_bytes, case);
-                if let Err(e) = run_flashraid(&codec, op, plan.as_ref(), view, stores) {
+            let mut record = |result: Result<(), flashraid_parity::ParityError>| {
+                if let Err(e) = result {
                     failure.get_or_insert(e);
                 }
-            });
+            };
+            let measurement = if hot {
+                let mut prepared = prepare(pool_bytes, case);
+                measure(cpu, data_bytes, || record(run_flashraid(&call, &mut prepared)))
+            } else {
+                measure(cpu, data_bytes, || {
+                    let mut prepared = prepare(pool_bytes, case);
+                    record(run_flashraid(&call, &mut prepared));
+                })
+            };
             match failure {
                 Some(e) => Err(e.into()),
                 None => Ok(measurement),
@@ -607,85 +621,92 @@ fn measure_contender(
         }
         Contender::Isal { library, function } => {
             let tables = case.isal_tables[library].clone();
-            let plan = case.plan.clone();
             let call = IsalCall {
                 isal: &libraries[library],
                 function,
                 tables: &tables,
-                plan: plan.as_ref(),
-                roles: roles_of(plan.as_ref()),
+                update_index: middle_index(k),
                 data_chunks: k,
-                parity_chunks: m,
+                source_count: case.plan.as_ref().map_or(k, |p| p.sources().len()),
+                output_count: case
+                    .plan
+                    .as_ref()
+                    .map_or(case.op.parity_chunks(), |p| p.targets().len()),
             };
             let scratch = &mut delta.bytes()[..chunk];
-            Ok(measure(cpu, data_bytes, || {
-                let view = stripe_view(pool_bytes, case);
-                run_isal(&call, view, scratch);
-            }))
+            Ok(if hot {
+                let mut prepared = prepare(pool_bytes, case);
+                measure(cpu, data_bytes, || run_isal(&call, &mut prepared, scratch))
+            } else {
+                measure(cpu, data_bytes, || {
+                    let mut prepared = prepare(pool_bytes, case);
+                    run_isal(&call, &mut prepared, scratch);
+                })
+            })
         }
     }
+}
+
+/// What a flashraid call needs besides the stripe.
+struct FlashraidCall {
+    codec: Codec,
+    op: Op,
+    plan: Option<ReconstructPlan>,
+    stores: Stores,
 }
 
 fn run_flashraid(
-    codec: &Codec,
-    op: Op,
-    plan: Option<&ReconstructPlan>,
-    mut view: StripeView<'_>,
-    stores: Stores,
+    call: &FlashraidCall,
+    prepared: &mut Prepared<'_>,
 ) -> Result<(), flashraid_parity::ParityError> {
+    let codec = &call.codec;
     let k = codec.data_chunks();
     let m = codec.parity_chunks();
-    match (op.is_update(), plan) {
-        (true, _) => {
-            let (data, rest) = view.split_at_mut(k);
-            let (parity, extra) = rest.split_at_mut(3);
-            let x = middle_index(k);
-            codec.update(x, data[x], extra[0], &mut parity[..m])
+    let Prepared { sources, outputs } = prepared;
+    match &call.plan {
+        Some(plan) => {
+            let (s, t) = (plan.sources().len(), plan.targets().len());
+            codec.reconstruct_from(plan, &sources[..s], &mut outputs[..t], call.stores)
         }
-        (false, None) => {
-            let (data, rest) = view.split_at_mut(k);
-            codec.encode(&data_sources(data)[..k], &mut rest[..m], stores)
+        None if call.op.is_update() => {
+            codec.update(middle_index(k), sources[0], sources[1], &mut outputs[..m])
         }
-        (false, Some(plan)) => codec.reconstruct(plan, &mut view[..k + m], stores),
+        None => codec.encode(&sources[..k], &mut outputs[..m], call.stores),
     }
 }
 
-/// What an ISA-L call needs besides the stripe, prepared per case.
+/// What an ISA-L call needs besides the stripe.
 struct IsalCall<'a> {
     isal: &'a Isal,
     function: IsalFunction,
     tables: &'a [u8],
-    plan: Option<&'a ReconstructPlan>,
-    roles: [Role; STRIPE_SLOTS_MAX],
+    update_index: usize,
     data_chunks: usize,
-    parity_chunks: usize,
+    source_count: usize,
+    output_count: usize,
 }
 
-fn run_isal(call: &IsalCall<'_>, mut view: StripeView<'_>, scratch: &mut [u8]) {
-    let IsalCall { isal, function, tables, plan, ref roles, data_chunks: k, parity_chunks: m } =
-        *call;
-    if let (IsalFunction::EncodeData, Some(plan)) = (function, plan) {
-        let (sources, mut targets) = split_for_plan(roles, &mut view);
-        let count = plan.targets().len();
-        isal.encode(tables, &sources[..plan.sources().len()], &mut targets[..count]);
-        return;
-    }
-    let (data, rest) = view.split_at_mut(k);
-    let (parity, extra) = rest.split_at_mut(3);
-    let sources = data_sources(data);
-    match function {
+fn run_isal(call: &IsalCall<'_>, prepared: &mut Prepared<'_>, scratch: &mut [u8]) {
+    let Prepared { sources, outputs } = prepared;
+    let (sources, outputs) = (&sources[..call.source_count], &mut outputs[..call.output_count]);
+    match call.function {
         IsalFunction::XorGen => {
-            isal.xor_gen(&sources[..k], parity[0]);
+            call.isal.xor_gen(sources, outputs[0]);
         }
         IsalFunction::PqGen => {
-            let (p, q) = parity.split_at_mut(1);
-            isal.pq_gen(&sources[..k], p[0], q[0]);
+            let (p, q) = outputs.split_at_mut(1);
+            call.isal.pq_gen(sources, p[0], q[0]);
         }
-        IsalFunction::EncodeData => isal.encode(tables, &sources[..k], &mut parity[..m]),
+        IsalFunction::EncodeData => call.isal.encode(call.tables, sources, outputs),
         IsalFunction::XorThenUpdate => {
-            let x = middle_index(k);
-            isal.xor_gen(&[sources[x], &*extra[0]], scratch);
-            isal.encode_update(tables, k, x, scratch, &mut parity[..m]);
+            call.isal.xor_gen(&sources[..2], scratch);
+            call.isal.encode_update(
+                call.tables,
+                call.data_chunks,
+                call.update_index,
+                scratch,
+                outputs,
+            );
         }
     }
 }
