@@ -1,0 +1,134 @@
+//! The superblocks of a new array: one per member and spare, all at event 1, dirty until the
+//! engine has initialised parity (issue 5 makes that a background process; until then the
+//! caller initialises before marking the array clean).
+
+use crate::Uuid;
+use crate::bitmap::{SHARDS_MAX, default_region_bytes};
+use crate::layout::{BITMAP_OFFSET_BYTES, DATA_OFFSET_BYTES, member_data_capacity};
+use crate::superblock::{
+    ArrayState, CURSOR_NONE, MemberEntry, MemberState, NAME_BYTES_MAX, ROLE_NONE, Superblock,
+};
+use flashraid_layout::{Geometry, LayoutError, Level, MEMBERS_MAX};
+
+/// Everything that decides a new array. Safety-relevant, so no `Default`.
+#[derive(Clone, Debug)]
+pub struct NewArray {
+    pub array_uuid: Uuid,
+    pub array_name: String,
+    pub created_at_unix_seconds: u64,
+    pub level: Level,
+    pub chunk_bytes: u64,
+    /// One per role, in role order.
+    pub member_uuids: Vec<Uuid>,
+    /// Size of each member device, in role order.
+    pub member_sizes_bytes: Vec<u64>,
+    pub spare_uuids: Vec<Uuid>,
+    pub spare_sizes_bytes: Vec<u64>,
+    /// `None` picks [`default_region_bytes`].
+    pub bitmap_region_bytes: Option<u64>,
+    /// Shard sections the engine will use.
+    pub shards: u32,
+    /// Use at most this many bytes of each member for data (`None`: as much as the smallest
+    /// member allows).
+    pub member_data_bytes_max: Option<u64>,
+}
+
+/// Why a new array cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NewArrayError {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("member {index} has {size_bytes} B: too small for flashraid's metadata and one chunk")]
+    MemberTooSmall { index: usize, size_bytes: u64 },
+    #[error("spare {index} has {size_bytes} B, less than the {needed_bytes} B each member uses")]
+    SpareTooSmall { index: usize, size_bytes: u64, needed_bytes: u64 },
+    #[error("{members} members and {spares} spares: at most {MEMBERS_MAX} in all")]
+    TooManyDevices { members: usize, spares: usize },
+    #[error("array name must be 1 to {NAME_BYTES_MAX} bytes without NUL, got {len_bytes} bytes")]
+    Name { len_bytes: usize },
+    #[error("{0}")]
+    Other(&'static str),
+}
+
+/// Build the geometry and every device's superblock (members in role order, then spares).
+pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArrayError> {
+    let name_ok = !new.array_name.is_empty()
+        && new.array_name.len() <= NAME_BYTES_MAX
+        && !new.array_name.contains('\0');
+    if !name_ok {
+        return Err(NewArrayError::Name { len_bytes: new.array_name.len() });
+    }
+    if new.member_uuids.len() != new.member_sizes_bytes.len()
+        || new.spare_uuids.len() != new.spare_sizes_bytes.len()
+    {
+        return Err(NewArrayError::Other("one size per member and per spare"));
+    }
+    if new.member_uuids.len() + new.spare_uuids.len() > MEMBERS_MAX {
+        let (members, spares) = (new.member_uuids.len(), new.spare_uuids.len());
+        return Err(NewArrayError::TooManyDevices { members, spares });
+    }
+    if new.shards == 0 || new.shards > SHARDS_MAX {
+        return Err(NewArrayError::Other("shard count out of range"));
+    }
+    let mut capacity = u64::MAX;
+    for (index, &size_bytes) in new.member_sizes_bytes.iter().enumerate() {
+        let usable = member_data_capacity(size_bytes)
+            .ok_or(NewArrayError::MemberTooSmall { index, size_bytes })?;
+        capacity = capacity.min(usable);
+    }
+    if let Some(limit) = new.member_data_bytes_max {
+        capacity = capacity.min(limit);
+    }
+    let geometry = Geometry::new(new.level, new.member_uuids.len(), new.chunk_bytes, capacity)?;
+    let needed = geometry.member_data_bytes();
+    for (index, &size_bytes) in new.spare_sizes_bytes.iter().enumerate() {
+        if member_data_capacity(size_bytes).is_none_or(|c| c < needed) {
+            return Err(NewArrayError::SpareTooSmall { index, size_bytes, needed_bytes: needed });
+        }
+    }
+    let region_bytes = new
+        .bitmap_region_bytes
+        .unwrap_or_else(|| default_region_bytes(needed, geometry.chunk_bytes()));
+    let active = |uuid: &Uuid, state| MemberEntry {
+        uuid: *uuid,
+        state,
+        errors_corrected: 0,
+        failed_at_event: 0,
+    };
+    let members: Vec<MemberEntry> =
+        new.member_uuids.iter().map(|u| active(u, MemberState::Active)).collect();
+    let spares: Vec<MemberEntry> =
+        new.spare_uuids.iter().map(|u| active(u, MemberState::Spare)).collect();
+    let sizes: Vec<u64> =
+        new.member_sizes_bytes.iter().chain(&new.spare_sizes_bytes).copied().collect();
+    let uuids: Vec<Uuid> = new.member_uuids.iter().chain(&new.spare_uuids).copied().collect();
+    let mut superblocks = Vec::with_capacity(uuids.len());
+    for (slot, (&uuid, &size)) in uuids.iter().zip(&sizes).enumerate() {
+        let sb = Superblock {
+            array_uuid: new.array_uuid,
+            array_name: new.array_name.clone(),
+            created_at_unix_seconds: new.created_at_unix_seconds,
+            event: 1,
+            level: new.level,
+            member_count: u16::try_from(new.member_uuids.len()).expect("at most 64"),
+            chunk_bytes: geometry.chunk_bytes(),
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            member_data_bytes: needed,
+            state: ArrayState::Dirty,
+            this_role: u16::try_from(slot).expect("at most 64"),
+            this_uuid: uuid,
+            member_size_bytes: size,
+            bitmap_offset_bytes: BITMAP_OFFSET_BYTES,
+            bitmap_region_bytes: region_bytes,
+            bitmap_shards: new.shards,
+            init_cursor_stripes: CURSOR_NONE,
+            rebuild_cursor_stripes: CURSOR_NONE,
+            rebuild_role: ROLE_NONE,
+            members: members.clone(),
+            spares: spares.clone(),
+        };
+        sb.validate().map_err(|_| NewArrayError::Other("bitmap region too small or misaligned"))?;
+        superblocks.push(sb);
+    }
+    Ok((geometry, superblocks))
+}

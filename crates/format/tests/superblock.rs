@@ -1,0 +1,141 @@
+//! Superblock encoding: round trips, the golden image every later version must read, and a
+//! decoder that refuses (never panics on) corrupt, truncated or hostile input.
+
+use flashraid_format::superblock::{ArrayState, MemberState, SUPERBLOCK_BYTES, Superblock};
+use flashraid_format::{FormatError, NewArray, Uuid, new_array};
+use flashraid_layout::Level;
+use proptest::prelude::*;
+
+fn uuid(seed: u8) -> Uuid {
+    Uuid::from_random_bytes([seed; 16])
+}
+
+/// The array behind the golden image. Never change it: the image is what version 1 wrote.
+fn golden_array() -> Vec<Superblock> {
+    let new = NewArray {
+        array_uuid: uuid(0xa1),
+        array_name: "golden".to_string(),
+        created_at_unix_seconds: 1_795_000_000,
+        level: Level::Raid6,
+        chunk_bytes: 16384,
+        member_uuids: (1..=6).map(uuid).collect(),
+        member_sizes_bytes: vec![64 << 20; 6],
+        spare_uuids: vec![uuid(0x70)],
+        spare_sizes_bytes: vec![80 << 20],
+        bitmap_region_bytes: None,
+        shards: 2,
+        member_data_bytes_max: None,
+    };
+    new_array(&new).unwrap().1
+}
+
+const GOLDEN: &[u8] = include_bytes!("golden/superblock-v1-raid6-member2.bin");
+
+#[test]
+fn golden_image_still_decodes() {
+    let expected = &golden_array()[2];
+    let decoded = Superblock::decode(GOLDEN).expect("version 1 golden image must decode");
+    assert_eq!(&decoded, expected);
+    assert_eq!(expected.encode().as_slice(), GOLDEN, "version 1 encoding changed");
+    assert_eq!(decoded.level, Level::Raid6);
+    assert_eq!(decoded.members.len(), 6);
+    assert_eq!(decoded.spares.len(), 1);
+    assert_eq!(decoded.state, ArrayState::Dirty);
+}
+
+/// Rewrites the golden image. Run once, deliberately:
+/// `FLASHRAID_WRITE_GOLDEN=1 cargo test -p flashraid-format --test superblock`.
+#[test]
+fn write_golden_when_asked() {
+    if std::env::var_os("FLASHRAID_WRITE_GOLDEN").is_some() {
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/superblock-v1-raid6-member2.bin");
+        std::fs::write(path, golden_array()[2].encode()).unwrap();
+    }
+}
+
+#[test]
+fn every_device_round_trips() {
+    for sb in golden_array() {
+        let bytes = sb.encode();
+        assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    }
+    let spare = &golden_array()[6];
+    assert!(spare.is_spare());
+    assert_eq!(spare.slot(6).state, MemberState::Spare);
+}
+
+#[test]
+fn single_bit_flips_are_caught() {
+    let bytes = golden_array()[0].encode();
+    for byte in (0..SUPERBLOCK_BYTES).step_by(7) {
+        let mut torn = bytes;
+        torn[byte] ^= 0x10;
+        assert!(Superblock::decode(&torn).is_err(), "flip at byte {byte} accepted");
+    }
+}
+
+#[test]
+fn specific_refusals() {
+    let good = golden_array()[0].encode();
+    assert_eq!(
+        Superblock::decode(&good[..100]).unwrap_err(),
+        FormatError::Truncated { len_bytes: 100 }
+    );
+    assert_eq!(Superblock::decode(&[0u8; 4096]).unwrap_err(), FormatError::NoMagic);
+    // A newer version with a valid checksum is refused by version, not misread.
+    let mut newer = good;
+    newer[8] = 2;
+    fix_crc(&mut newer);
+    assert_eq!(
+        Superblock::decode(&newer).unwrap_err(),
+        FormatError::UnsupportedVersion { version: 2 }
+    );
+    let mut features = good;
+    features[16] = 1;
+    fix_crc(&mut features);
+    assert_eq!(
+        Superblock::decode(&features).unwrap_err(),
+        FormatError::UnsupportedFeatures { flags: 1 }
+    );
+    // A valid checksum over nonsense fields: refused by validation.
+    let mut level = good;
+    level[120] = 4;
+    fix_crc(&mut level);
+    assert!(matches!(Superblock::decode(&level), Err(FormatError::Invalid { .. })));
+    let mut role = good;
+    role[154] = 60;
+    fix_crc(&mut role);
+    assert!(matches!(Superblock::decode(&role), Err(FormatError::Invalid { .. })));
+}
+
+fn fix_crc(bytes: &mut [u8; 4096]) {
+    let crc = crc32c::crc32c(&bytes[..4092]);
+    bytes[4092..].copy_from_slice(&crc.to_le_bytes());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..5000)) {
+        let _ = Superblock::decode(&bytes);
+    }
+
+    /// Mutations of a valid image with the checksum fixed up, so they reach the field checks:
+    /// every result is either a refusal or a superblock that re-encodes to the same bytes.
+    #[test]
+    fn mutated_images_are_refused_or_consistent(
+        edits in prop::collection::vec((0usize..4092, any::<u8>()), 1..6)
+    ) {
+        let mut bytes = golden_array()[1].encode();
+        for (at, value) in edits {
+            bytes[at] = value;
+        }
+        fix_crc(&mut bytes);
+        if let Ok(sb) = Superblock::decode(&bytes) {
+            let again = Superblock::decode(&sb.encode()).unwrap();
+            prop_assert_eq!(again, sb);
+        }
+    }
+}
