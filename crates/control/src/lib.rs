@@ -1,0 +1,467 @@
+//! flashraid's control plane: creating arrays, assembling them from what is on their
+//! members, and keeping the superblocks true while they run.
+//!
+//! Owns: the metadata IO (superblock copies, bitmap blocks) and its ordering, the check that
+//! refuses to overwrite a device holding someone else's data, and the hand-over from assembly
+//! to the engine (one `ShardSetup` per shard).
+//!
+//! Device access goes through [`MetaDevice`], a small synchronous trait: the io_uring
+//! runtime's devices and the simulator's members both implement it, so this logic is tested
+//! in simulation, including power loss between its writes.
+//!
+//! Write ordering (why a crash at any point is safe):
+//! - a superblock update writes copy 0 on every member, syncs, then copy 1 on every member,
+//!   and syncs; a torn copy fails its checksum and the other copy (old or new) is used;
+//! - the array is marked dirty (and its bitmap blocks written) before the engine starts, and
+//!   marked clean only after every shard has flushed its writes and cleared its bitmap.
+
+#![forbid(unsafe_code)]
+
+mod signatures;
+
+pub use signatures::{Signature, detect_signature};
+
+use flashraid_engine::{BitmapSetup, Health, MemberSetup, ShardConfig, ShardSetup};
+use flashraid_format::assembly::{Assembled, AssemblyError, AssemblyRequest, Candidate, assemble};
+use flashraid_format::bitmap::{BITMAP_BLOCK_BYTES, BitmapBlock, SHARDS_MAX};
+use flashraid_format::layout::{SUPERBLOCK_COPY0_OFFSET_BYTES, superblock_copy1_offset};
+use flashraid_format::superblock::{
+    ArrayState, CURSOR_NONE, MemberState, SUPERBLOCK_BYTES, Superblock,
+};
+use flashraid_format::{NewArray, NewArrayError, Uuid, new_array};
+use flashraid_iobuf::IoBuf;
+use flashraid_layout::{Geometry, MemberIndex};
+
+/// Synchronous access to one device for metadata. Buffers passed in are 4 KiB-aligned
+/// (`IoBuf` slices) and offsets and lengths are multiples of 4 KiB.
+pub trait MetaDevice {
+    /// A name for messages (the path).
+    fn name(&self) -> String;
+    fn size_bytes(&self) -> u64;
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), String>;
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), String>;
+    fn sync(&self) -> Result<(), String>;
+    /// The device reads zeroes after a discard.
+    fn zeroes_after_discard(&self) -> bool;
+    /// Make `[offset, offset + len)` read as zeroes (discard where that zeroes, else write).
+    fn zero_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), String>;
+}
+
+/// Why a control operation failed. Each names the device and says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error(
+        "{device} holds {what}; refusing to overwrite it (pass --force if you are sure its \
+         contents can be destroyed)"
+    )]
+    HoldsData { device: String, what: String },
+    #[error("{device}: {error}")]
+    Io { device: String, error: String },
+    #[error(transparent)]
+    NewArray(#[from] NewArrayError),
+    #[error(transparent)]
+    Assembly(#[from] AssemblyError),
+    #[error("the same device is named twice: {device}")]
+    DuplicateDevice { device: String },
+    #[error("no member could record the metadata update: the array has failed")]
+    NoMetadataQuorum,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Whether `create` may overwrite devices that hold recognisable data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overwrite {
+    Refuse,
+    /// The operator passed `--force`.
+    Force,
+}
+
+/// How a new array's parity becomes consistent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Zero every member's data area now (instant where members discard to zeroes).
+    Zero,
+    /// Mark every region dirty: parity is made consistent by background resync while the
+    /// array serves IO (reads that need reconstruction wait for their stripe's turn).
+    Background,
+    /// The operator guarantees the members are already consistent (e.g. all zeroes).
+    AssumeClean,
+}
+
+/// Read one device's two superblock copies.
+pub fn read_candidate(device: &dyn MetaDevice) -> Candidate {
+    let mut buf = IoBuf::new(SUPERBLOCK_BYTES);
+    let mut read = |offset: Option<u64>| -> Result<Superblock, flashraid_format::FormatError> {
+        let offset = offset.ok_or(flashraid_format::FormatError::Truncated { len_bytes: 0 })?;
+        device
+            .read_at(buf.as_mut_slice(), offset)
+            .map_err(|_| flashraid_format::FormatError::Invalid { what: "unreadable" })?;
+        Superblock::decode(buf.as_slice())
+    };
+    let copy0 = read(Some(SUPERBLOCK_COPY0_OFFSET_BYTES));
+    let mut copy1 = read(superblock_copy1_offset(device.size_bytes()));
+    if copy1.is_err() {
+        // The device may have grown since the superblock was written: copy 1 then sits at the
+        // end the superblock recorded.
+        if let Ok(sb) = &copy0
+            && sb.member_size_bytes != device.size_bytes()
+        {
+            copy1 = read(superblock_copy1_offset(sb.member_size_bytes));
+        }
+    }
+    Candidate { name: device.name(), copies: [copy0, copy1] }
+}
+
+/// Refuse devices that hold something recognisable, unless forced.
+fn check_devices(devices: &[&dyn MetaDevice], overwrite: Overwrite) -> Result<(), ControlError> {
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].iter().any(|e| e.name() == d.name()) {
+            return Err(ControlError::DuplicateDevice { device: d.name() });
+        }
+    }
+    if overwrite == Overwrite::Force {
+        return Ok(());
+    }
+    for d in devices {
+        if let Some(signature) = detect_signature(*d) {
+            return Err(ControlError::HoldsData { device: d.name(), what: signature.to_string() });
+        }
+    }
+    Ok(())
+}
+
+fn io_error(device: &dyn MetaDevice) -> impl Fn(String) -> ControlError + '_ {
+    move |error| ControlError::Io { device: device.name(), error }
+}
+
+/// Write one superblock's two copies to its device, copy 0 then copy 1, syncing after each.
+fn write_superblock(device: &dyn MetaDevice, sb: &Superblock) -> Result<(), ControlError> {
+    let mut buf = IoBuf::new(SUPERBLOCK_BYTES);
+    buf.as_mut_slice().copy_from_slice(&sb.encode());
+    let copy1 = superblock_copy1_offset(sb.member_size_bytes)
+        .ok_or_else(|| ControlError::Invalid(format!("{}: too small", device.name())))?;
+    device.write_at(buf.as_slice(), SUPERBLOCK_COPY0_OFFSET_BYTES).map_err(io_error(device))?;
+    device.sync().map_err(io_error(device))?;
+    device.write_at(buf.as_slice(), copy1).map_err(io_error(device))?;
+    device.sync().map_err(io_error(device))
+}
+
+/// What `create` made.
+#[derive(Clone, Debug)]
+pub struct Created {
+    pub geometry: Geometry,
+    pub superblocks: Vec<Superblock>,
+}
+
+/// Create an array on `members` (role order) and `spares`: check them, write zeroed bitmap
+/// areas and superblocks, and initialise parity as `init` says.
+pub fn create(
+    new: &NewArray,
+    members: &[&dyn MetaDevice],
+    spares: &[&dyn MetaDevice],
+    overwrite: Overwrite,
+    init: Init,
+) -> Result<Created, ControlError> {
+    let all: Vec<&dyn MetaDevice> = members.iter().chain(spares).copied().collect();
+    check_devices(&all, overwrite)?;
+    let mut new = new.clone();
+    new.member_sizes_bytes = members.iter().map(|d| d.size_bytes()).collect();
+    new.spare_sizes_bytes = spares.iter().map(|d| d.size_bytes()).collect();
+    let (geometry, mut superblocks) = new_array(&new)?;
+    // Bitmap: every shard block zeroed, or (background init) every region set.
+    let region_count = geometry.member_data_bytes().div_ceil(superblocks[0].bitmap_region_bytes);
+    let region_count = u32::try_from(region_count).expect("validated by new_array");
+    let dirty: Vec<u32> =
+        if init == Init::Background { (0..region_count).collect() } else { vec![] };
+    for (device, sb) in all.iter().zip(&superblocks) {
+        write_bitmap_area(*device, sb, &dirty, sb.bitmap_shards)?;
+    }
+    if init == Init::Zero {
+        for (device, sb) in all.iter().zip(&superblocks) {
+            device
+                .zero_range(sb.data_offset_bytes, sb.member_data_bytes)
+                .map_err(io_error(*device))?;
+            device.sync().map_err(io_error(*device))?;
+        }
+    }
+    // Zeroed or assumed clean: consistent from the start, so the array is clean; background
+    // init leaves it dirty with every region marked.
+    let state = if init == Init::Background { ArrayState::Dirty } else { ArrayState::Clean };
+    for sb in &mut superblocks {
+        sb.state = state;
+    }
+    for (device, sb) in all.iter().zip(&superblocks) {
+        write_superblock(*device, sb)?;
+    }
+    Ok(Created { geometry, superblocks })
+}
+
+/// Write every shard block of the bitmap area: shards `0..shards` with `dirty` set, the rest
+/// cleared.
+fn write_bitmap_area(
+    device: &dyn MetaDevice,
+    sb: &Superblock,
+    dirty: &[u32],
+    shards: u32,
+) -> Result<(), ControlError> {
+    let region_count =
+        u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
+    let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
+    let shard_count = u16::try_from(shards).expect("at most 64");
+    for shard in 0..SHARDS_MAX {
+        let offset = sb.bitmap_offset_bytes + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
+        if shard < shards {
+            let mut block = BitmapBlock::new(
+                sb.array_uuid,
+                u16::try_from(shard).expect("fits"),
+                shard_count,
+                sb.bitmap_region_bytes,
+                region_count,
+            );
+            for &r in dirty {
+                block.set(r, true);
+            }
+            buf.as_mut_slice().copy_from_slice(&block.encode());
+        } else {
+            buf.as_mut_slice().fill(0);
+        }
+        device.write_at(buf.as_slice(), offset).map_err(io_error(device))?;
+    }
+    device.sync().map_err(io_error(device))
+}
+
+/// The union of the regions set in every shard block of every present member. A block that
+/// cannot be read or decoded makes every region dirty: a full resync costs time, never data.
+fn dirty_regions(devices: &[&dyn MetaDevice], assembled: &Assembled) -> Vec<u32> {
+    let sb = &assembled.superblock;
+    let region_count =
+        u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
+    let mut dirty = vec![false; usize::try_from(region_count).expect("fits")];
+    let mut everything = false;
+    let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
+    for device_index in assembled.roles.iter().flatten() {
+        let device = devices[*device_index];
+        for shard in 0..sb.bitmap_shards {
+            let offset = sb.bitmap_offset_bytes + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
+            let block = device
+                .read_at(buf.as_mut_slice(), offset)
+                .ok()
+                .and_then(|_| BitmapBlock::decode(buf.as_slice(), sb.array_uuid).ok());
+            match block {
+                Some(block) if block.region_bytes == sb.bitmap_region_bytes => {
+                    for r in block.set_regions() {
+                        dirty[usize::try_from(r).expect("fits")] = true;
+                    }
+                }
+                _ => everything = true,
+            }
+        }
+    }
+    (0..region_count).filter(|&r| everything || dirty[usize::try_from(r).expect("fits")]).collect()
+}
+
+/// An array ready to start: the assembly decision plus what the engine needs.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub assembled: Assembled,
+    /// Regions to resync (empty when the array was shut down cleanly).
+    pub dirty_regions: Vec<u32>,
+}
+
+/// Read every device, decide the assembly, and collect the dirty regions if it was not shut
+/// down cleanly.
+pub fn prepare(
+    devices: &[&dyn MetaDevice],
+    request: &AssemblyRequest,
+) -> Result<Prepared, ControlError> {
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].iter().any(|e| e.name() == d.name()) {
+            return Err(ControlError::DuplicateDevice { device: d.name() });
+        }
+    }
+    let candidates: Vec<Candidate> = devices.iter().map(|d| read_candidate(*d)).collect();
+    let assembled = assemble(&candidates, request)?;
+    let dirty_regions = if assembled.dirty { dirty_regions(devices, &assembled) } else { vec![] };
+    Ok(Prepared { assembled, dirty_regions })
+}
+
+/// The running array's metadata: the newest superblock and which device holds each role.
+#[derive(Debug)]
+pub struct Metadata {
+    template: Superblock,
+    /// Candidate index per role (`None` when missing or failed).
+    roles: Vec<Option<usize>>,
+    spares: Vec<usize>,
+    /// Member size per device index, recorded in that device's superblock.
+    sizes: Vec<u64>,
+}
+
+impl Metadata {
+    pub fn superblock(&self) -> &Superblock {
+        &self.template
+    }
+
+    pub fn role_device(&self, role: usize) -> Option<usize> {
+        self.roles[role]
+    }
+
+    /// Devices holding roles or spares, with the slot each holds.
+    fn holders(&self) -> Vec<(usize, usize)> {
+        let roles = self.roles.iter().enumerate().filter_map(|(r, d)| d.map(|d| (d, r)));
+        let spares =
+            self.spares.iter().enumerate().map(|(i, &d)| (d, self.template.members.len() + i));
+        roles.chain(spares).collect()
+    }
+
+    /// Write the current template to every holder: copy 0 everywhere, sync, copy 1
+    /// everywhere, sync. A device that fails the write fails its role (recorded in the next
+    /// round). Returns the roles that failed while writing.
+    fn write_all(&mut self, devices: &[&dyn MetaDevice]) -> Result<Vec<usize>, ControlError> {
+        let mut newly_failed = vec![];
+        loop {
+            let holders = self.holders();
+            let mut failed_now = vec![];
+            for copy in 0..2 {
+                for &(device, slot) in &holders {
+                    if failed_now.contains(&device) {
+                        continue;
+                    }
+                    let mut sb = self.template.clone();
+                    sb.this_role = u16::try_from(slot).expect("fits");
+                    sb.this_uuid = sb.slot(slot).uuid;
+                    sb.member_size_bytes = self.sizes[device];
+                    let d = devices[device];
+                    let mut buf = IoBuf::new(SUPERBLOCK_BYTES);
+                    buf.as_mut_slice().copy_from_slice(&sb.encode());
+                    let offset = if copy == 0 {
+                        SUPERBLOCK_COPY0_OFFSET_BYTES
+                    } else {
+                        superblock_copy1_offset(sb.member_size_bytes).expect("validated size")
+                    };
+                    if d.write_at(buf.as_slice(), offset).and_then(|_| d.sync()).is_err() {
+                        failed_now.push(device);
+                    }
+                }
+            }
+            let failed_roles: Vec<usize> = holders
+                .iter()
+                .filter(|(d, slot)| failed_now.contains(d) && *slot < self.template.members.len())
+                .map(|&(_, slot)| slot)
+                .collect();
+            self.spares.retain(|d| !failed_now.contains(d));
+            if failed_roles.is_empty() {
+                if self.holders().is_empty() {
+                    return Err(ControlError::NoMetadataQuorum);
+                }
+                return Ok(newly_failed);
+            }
+            for &role in &failed_roles {
+                self.mark_failed(role);
+                newly_failed.push(role);
+            }
+            if self.holders().is_empty() {
+                return Err(ControlError::NoMetadataQuorum);
+            }
+        }
+    }
+
+    fn mark_failed(&mut self, role: usize) {
+        self.template.event += 1;
+        let entry = &mut self.template.members[role];
+        if entry.state != MemberState::Failed {
+            entry.state = MemberState::Failed;
+            entry.failed_at_event = self.template.event;
+        }
+        self.roles[role] = None;
+    }
+
+    /// Record members as failed, durably. Returns every role failed by this update (more
+    /// than asked if a device failed the metadata write itself).
+    pub fn fail_members(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        roles: &[MemberIndex],
+    ) -> Result<Vec<MemberIndex>, ControlError> {
+        for role in roles {
+            self.mark_failed(role.get());
+        }
+        let extra = self.write_all(devices)?;
+        let mut all: Vec<MemberIndex> = roles.to_vec();
+        all.extend(extra.into_iter().map(|r| MemberIndex(u16::try_from(r).expect("fits"))));
+        Ok(all)
+    }
+
+    /// Add repaired-error counts to the member table (written with the next update).
+    pub fn note_errors_corrected(&mut self, role: MemberIndex, count: u32) {
+        let entry = &mut self.template.members[role.get()];
+        entry.errors_corrected = entry.errors_corrected.saturating_add(count);
+    }
+
+    /// Mark the array clean (every shard has flushed and cleared its bitmap).
+    pub fn mark_clean(&mut self, devices: &[&dyn MetaDevice]) -> Result<(), ControlError> {
+        self.template.state = ArrayState::Clean;
+        self.template.event += 1;
+        self.write_all(devices).map(|_| ())
+    }
+}
+
+/// Start an assembled array: mark it dirty and write every shard's bitmap block (the dirty
+/// regions, if any, in every block) on every present member, then build one `ShardSetup` per
+/// shard.
+pub fn start(
+    devices: &[&dyn MetaDevice],
+    prepared: &Prepared,
+    shards: u32,
+    config: ShardConfig,
+    kernel: flashraid_parity::Kernel,
+) -> Result<(Metadata, Vec<ShardSetup>), ControlError> {
+    if shards == 0 || shards > SHARDS_MAX {
+        return Err(ControlError::Invalid(format!("shards must be 1 to {SHARDS_MAX}")));
+    }
+    let a = &prepared.assembled;
+    let mut template = a.superblock.clone();
+    template.event += 1;
+    template.state = ArrayState::Dirty;
+    template.bitmap_shards = shards;
+    template.init_cursor_stripes = CURSOR_NONE;
+    let sizes: Vec<u64> = devices.iter().map(|d| d.size_bytes()).collect();
+    let mut metadata =
+        Metadata { template, roles: a.roles.clone(), spares: a.spares.clone(), sizes };
+    // Bitmap first (so a crash after the dirty superblock finds it), then superblocks.
+    for &(device, _) in &metadata.holders() {
+        write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;
+    }
+    metadata.write_all(devices)?;
+    let geometry = a.geometry;
+    let members: Vec<MemberSetup> = (0..geometry.member_count())
+        .map(|role| MemberSetup {
+            health: if metadata.roles[role].is_some() { Health::Active } else { Health::Failed },
+            zeroes_after_discard: metadata.roles[role]
+                .is_some_and(|d| devices[d].zeroes_after_discard()),
+        })
+        .collect();
+    let setups = (0..shards)
+        .map(|shard_index| ShardSetup {
+            geometry,
+            shard_index,
+            shard_count: shards,
+            config,
+            kernel,
+            data_offset_bytes: metadata.template.data_offset_bytes,
+            members: members.clone(),
+            bitmap: BitmapSetup {
+                array_uuid: metadata.template.array_uuid,
+                area_offset_bytes: metadata.template.bitmap_offset_bytes,
+                region_bytes: metadata.template.bitmap_region_bytes,
+                dirty_regions: prepared.dirty_regions.clone(),
+            },
+        })
+        .collect();
+    Ok((metadata, setups))
+}
+
+/// The UUID of a new array or member from 16 random bytes (the caller draws them).
+pub fn uuid_from(random: [u8; 16]) -> Uuid {
+    Uuid::from_random_bytes(random)
+}

@@ -1,0 +1,331 @@
+//! One shard's write-intent bitmap: which regions may have writes in flight, kept durable on
+//! every member before any write into a region is issued, and cleared lazily.
+//!
+//! Owns: the in-memory bits, the on-disk image this shard writes (its own block of the bitmap
+//! area, so shards never share a block), and the ordering of image writes.
+//!
+//! Protocol:
+//! - A write into region r first `acquire`s it. If the bit is set in the last durable image
+//!   the write may go at once; otherwise the bit is set in memory and the write waits for the
+//!   next image (sequence number `target`) to be durable on every available member.
+//! - Images are written one at a time, with FUA, to every available member. A new image is
+//!   started only when the previous one completed, so an older image can never land after a
+//!   newer one.
+//! - Clearing is lazy: a region with no writes in flight, idle for `clear_delay_us`, whose
+//!   writes a member flush has made durable, is cleared in memory and reaches the disk with
+//!   the next image. A region's bit on disk is therefore cleared only after its data and
+//!   parity are durable, which is what makes skipping it at the next assembly safe.
+//! - Batching: every bit set while an image is in flight rides on the next image, so a burst
+//!   of random writes costs one bitmap write per image round trip, not one per write.
+//!
+//! Limits: one 4 KiB block per shard, at most `REGIONS_PER_BLOCK_MAX` regions.
+
+use flashraid_format::Uuid;
+use flashraid_format::bitmap::BitmapBlock;
+use flashraid_iobuf::IoBuf;
+
+/// One region's state.
+#[derive(Clone, Copy, Debug, Default)]
+struct Region {
+    /// Set in the last durable image.
+    on_disk: bool,
+    /// Writes acquired and not released.
+    writes_active: u32,
+    /// When the last write was released.
+    last_release_us: u64,
+    /// A member flush issued after the last release has completed.
+    flushed: bool,
+}
+
+/// What `acquire` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// The region is durably marked: write now.
+    Ready,
+    /// Wait until image `target` is durable.
+    Wait { target: u64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct WriteIntent {
+    block: BitmapBlock,
+    regions: Vec<Region>,
+    /// Bits of the image being written (or last written), per region.
+    image_bits: Vec<bool>,
+    /// Sequence of the last image started.
+    started: u64,
+    /// Sequence of the last image durable everywhere.
+    durable: u64,
+    /// An image write is in flight.
+    in_flight: bool,
+    /// Memory differs from the last image started.
+    changed: bool,
+    clear_delay_us: u64,
+    /// When the internal flush in flight (if any) was issued.
+    flush_issued_us: Option<u64>,
+    buf: IoBuf,
+}
+
+impl WriteIntent {
+    /// `dirty` regions start set both in memory and on disk (the runtime wrote them before
+    /// starting the shard).
+    pub fn new(
+        array_uuid: Uuid,
+        shard: u16,
+        shard_count: u16,
+        region_bytes: u64,
+        region_count: u32,
+        dirty: &[u32],
+        clear_delay_us: u64,
+    ) -> Self {
+        let mut block =
+            BitmapBlock::new(array_uuid, shard, shard_count, region_bytes, region_count);
+        let count = usize::try_from(region_count).expect("u32 fits usize");
+        let mut regions = vec![Region::default(); count];
+        for &r in dirty {
+            block.set(r, true);
+            regions[usize::try_from(r).expect("u32 fits usize")].on_disk = true;
+        }
+        let image_bits = regions.iter().map(|r| r.on_disk).collect();
+        Self {
+            block,
+            regions,
+            image_bits,
+            started: 0,
+            durable: 0,
+            in_flight: false,
+            changed: false,
+            clear_delay_us,
+            flush_issued_us: None,
+            buf: IoBuf::new(flashraid_format::bitmap::BITMAP_BLOCK_BYTES),
+        }
+    }
+
+    fn region(&mut self, region: u32) -> &mut Region {
+        &mut self.regions[usize::try_from(region).expect("u32 fits usize")]
+    }
+
+    pub fn region_count(&self) -> u32 {
+        self.block.region_count
+    }
+
+    /// A write into `region` is about to be issued.
+    pub fn acquire(&mut self, region: u32) -> Acquired {
+        let index = usize::try_from(region).expect("u32 fits usize");
+        let on_disk = {
+            let r = &mut self.regions[index];
+            r.writes_active += 1;
+            r.flushed = false;
+            r.on_disk
+        };
+        if on_disk {
+            return Acquired::Ready;
+        }
+        if self.in_flight && self.image_bits[index] {
+            // The image being written already carries this bit.
+            return Acquired::Wait { target: self.started };
+        }
+        if !self.block.is_set(region) {
+            self.block.set(region, true);
+        }
+        // Not on disk and not in the image in flight: the next image must carry it.
+        self.changed = true;
+        Acquired::Wait { target: self.started + 1 }
+    }
+
+    /// The write into `region` has completed (successfully or not).
+    pub fn release(&mut self, region: u32, now_us: u64) {
+        let r = self.region(region);
+        assert!(r.writes_active > 0, "bitmap release without acquire");
+        r.writes_active -= 1;
+        r.last_release_us = now_us;
+    }
+
+    pub fn is_durable(&self, target: u64) -> bool {
+        self.durable >= target
+    }
+
+    /// Whether an internal member flush would let some region be cleared.
+    pub fn wants_flush(&self, now_us: u64) -> bool {
+        self.flush_issued_us.is_none()
+            && self.regions.iter().any(|r| {
+                r.on_disk
+                    && r.writes_active == 0
+                    && !r.flushed
+                    && now_us.saturating_sub(r.last_release_us) >= self.clear_delay_us
+            })
+    }
+
+    /// A member flush (ours or a client's) was issued at `now_us`.
+    pub fn flush_issued(&mut self, now_us: u64) {
+        self.flush_issued_us.get_or_insert(now_us);
+    }
+
+    /// The flush issued at `issued_us` completed on every available member: writes released
+    /// before then are durable.
+    pub fn flush_completed(&mut self, issued_us: u64) {
+        for r in &mut self.regions {
+            if r.writes_active == 0 && r.last_release_us <= issued_us {
+                r.flushed = true;
+            }
+        }
+        if self.flush_issued_us == Some(issued_us) {
+            self.flush_issued_us = None;
+        }
+    }
+
+    /// Clear bits of idle, flushed regions that are not resyncing (`keep(r)` says which to keep).
+    pub fn clear_idle(&mut self, now_us: u64, keep: &dyn Fn(u32) -> bool) {
+        for index in 0..self.block.region_count {
+            let r = self.regions[usize::try_from(index).expect("fits")];
+            let idle = now_us.saturating_sub(r.last_release_us) >= self.clear_delay_us;
+            if self.block.is_set(index) && r.writes_active == 0 && r.flushed && idle && !keep(index)
+            {
+                self.block.set(index, false);
+                self.changed = true;
+            }
+        }
+    }
+
+    /// If an image should be written now, encode it and return its bytes (the caller writes
+    /// them to every available member and calls `image_written` when all are done).
+    pub fn start_image(&mut self) -> Option<&mut IoBuf> {
+        if self.in_flight || !self.changed {
+            return None;
+        }
+        self.started += 1;
+        self.block.sequence = self.started;
+        self.in_flight = true;
+        self.changed = false;
+        for (index, bit) in self.image_bits.iter_mut().enumerate() {
+            *bit = self.block.is_set(u32::try_from(index).expect("fits u32"));
+        }
+        let encoded = self.block.encode();
+        self.buf.as_mut_slice().copy_from_slice(&encoded);
+        Some(&mut self.buf)
+    }
+
+    /// The image started last is durable on every available member.
+    pub fn image_written(&mut self) {
+        assert!(self.in_flight, "image completion without an image in flight");
+        self.in_flight = false;
+        self.durable = self.started;
+        for (r, &bit) in self.regions.iter_mut().zip(&self.image_bits) {
+            r.on_disk = bit;
+        }
+    }
+
+    pub fn image_in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// Regions set in memory (for status and shutdown checks).
+    pub fn set_regions(&self) -> usize {
+        self.block.set_regions().count()
+    }
+
+    /// Whether every bit is clear in memory and on disk and nothing is pending.
+    pub fn is_clear(&self) -> bool {
+        !self.in_flight
+            && !self.changed
+            && self.block.set_regions().next().is_none()
+            && self.regions.iter().all(|r| !r.on_disk)
+    }
+
+    /// Clear every bit (clean shutdown, after every write is durable).
+    pub fn clear_all(&mut self) {
+        for index in 0..self.block.region_count {
+            if self.block.is_set(index) {
+                self.block.set(index, false);
+                self.changed = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent() -> WriteIntent {
+        WriteIntent::new(Uuid([1; 16]), 0, 1, 1 << 20, 100, &[], 1000)
+    }
+
+    #[test]
+    fn first_write_waits_for_the_image_then_later_writes_go_at_once() {
+        let mut b = intent();
+        assert_eq!(b.acquire(5), Acquired::Wait { target: 1 });
+        // A second write to another region before the image starts rides on the same image.
+        assert_eq!(b.acquire(6), Acquired::Wait { target: 1 });
+        assert!(b.start_image().is_some());
+        // Set while the image is in flight: needs the next image.
+        assert_eq!(b.acquire(7), Acquired::Wait { target: 2 });
+        assert!(b.start_image().is_none(), "one image at a time");
+        b.image_written();
+        assert!(b.is_durable(1) && !b.is_durable(2));
+        assert_eq!(b.acquire(5), Acquired::Ready);
+        assert!(b.start_image().is_some());
+        b.image_written();
+        assert!(b.is_durable(2));
+    }
+
+    #[test]
+    fn writes_behind_an_image_in_flight_wait_for_the_right_image() {
+        let mut b = intent();
+        assert_eq!(b.acquire(1), Acquired::Wait { target: 1 });
+        b.start_image();
+        // Same region while its image is in flight: that image is enough.
+        assert_eq!(b.acquire(1), Acquired::Wait { target: 1 });
+        b.image_written();
+        assert!(b.is_durable(1));
+        assert!(b.start_image().is_none(), "nothing new to write");
+    }
+
+    #[test]
+    fn clearing_needs_idle_and_flush() {
+        let mut b = intent();
+        b.acquire(3);
+        b.start_image();
+        b.image_written();
+        b.release(3, 100);
+        // Not idle long enough.
+        b.clear_idle(500, &|_| false);
+        assert_eq!(b.set_regions(), 1);
+        // Idle, but no flush since the write: the write might not be durable.
+        assert!(b.wants_flush(2000));
+        b.clear_idle(2000, &|_| false);
+        assert_eq!(b.set_regions(), 1);
+        b.flush_issued(2000);
+        b.flush_completed(2000);
+        b.clear_idle(2000, &|_| false);
+        assert_eq!(b.set_regions(), 0);
+        // The clear reaches the disk with the next image.
+        assert!(b.start_image().is_some());
+        b.image_written();
+        assert!(b.is_clear());
+    }
+
+    #[test]
+    fn a_write_after_the_flush_keeps_the_region() {
+        let mut b = intent();
+        b.acquire(3);
+        b.start_image();
+        b.image_written();
+        b.release(3, 100);
+        b.flush_issued(150);
+        b.acquire(3);
+        b.release(3, 200);
+        b.flush_completed(150);
+        b.clear_idle(5000, &|_| false);
+        assert_eq!(b.set_regions(), 1, "the write at 200 was not covered by the flush at 150");
+    }
+
+    #[test]
+    fn resyncing_regions_are_kept() {
+        let mut b = WriteIntent::new(Uuid([1; 16]), 0, 1, 1 << 20, 10, &[2, 4], 0);
+        b.flush_issued(0);
+        b.flush_completed(0);
+        b.clear_idle(10, &|r| r == 4);
+        assert_eq!(b.set_regions(), 1);
+    }
+}

@@ -1,0 +1,54 @@
+//! Limits and tunables of one shard. Every queue and pool the shard owns is sized from here,
+//! once, at start.
+
+use crate::EngineError;
+
+/// One shard's configuration. Safety-relevant limits have no `Default`; use
+/// [`ShardConfig::recommended`] and adjust.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardConfig {
+    /// Requests accepted and not yet replied to.
+    pub requests_max: usize,
+    /// Stripes with an operation running or queued.
+    pub stripes_active_max: usize,
+    /// Memory for read and parity scratch buffers, in bytes.
+    pub scratch_bytes: usize,
+    /// Read errors a member may return before the shard fails it.
+    pub member_read_errors_max: u32,
+    /// How long a write that leaves its stripe partial may wait for neighbouring writes to
+    /// complete the stripe, in microseconds (0: never wait).
+    pub merge_window_us: u64,
+    /// How long a write-intent bitmap region stays set after its last write, in microseconds.
+    pub bitmap_clear_delay_us: u64,
+    /// Resync operations in flight (background work after an unclean shutdown).
+    pub resync_stripes_max: usize,
+}
+
+impl ShardConfig {
+    /// Sound defaults for a member of NVMe-class speed.
+    pub fn recommended() -> Self {
+        Self {
+            requests_max: 1024,
+            stripes_active_max: 1024,
+            scratch_bytes: 32 << 20,
+            member_read_errors_max: 32,
+            merge_window_us: 0,
+            bitmap_clear_delay_us: 5_000_000,
+            resync_stripes_max: 8,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |what| Err(EngineError::Config(what));
+        if self.requests_max == 0 || self.requests_max > 1 << 20 {
+            return bad("requests_max must be 1 to 1048576");
+        }
+        if self.stripes_active_max == 0 || self.stripes_active_max > 1 << 20 {
+            return bad("stripes_active_max must be 1 to 1048576");
+        }
+        if self.resync_stripes_max == 0 {
+            return bad("resync_stripes_max must be at least 1");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,474 @@
+//! Everything that is not a read or a write of data: flushes, zeroing whole stripes, the
+//! write-intent bitmap's IO, time, background resync after an unclean shutdown, and the
+//! clean shutdown sequence.
+
+use super::{FailReason, Health, ORIGIN_BITMAP, ORIGIN_FLUSH, ORIGIN_INTERNAL_FLUSH, OpKind};
+use super::{Phase, Shard, ShardEvent, StripeEntry};
+use crate::io::{Durability, IoError, MemberIo, MemberIoKind};
+use crate::plan::{ChunkSet, bit, has};
+use crate::request::{RequestError, ZeroHow};
+use flashraid_layout::{MEMBERS_MAX, MemberIndex, StripeIndex};
+use flashraid_parity::Stores;
+
+impl Shard {
+    // ------------------------------------------------------------------------------------
+    // Time
+
+    /// Advance the shard's clock (microseconds, monotonic) and do what is due: lazy bitmap
+    /// clearing (with the member flush it needs first) and background resync.
+    pub fn tick(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        let now = self.now_us;
+        if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
+            self.start_internal_flush();
+        }
+        let resync_regions = &self.resync_regions;
+        let resync_from = self.resync_region_index;
+        let keep = |r: u32| resync_regions[resync_from.min(resync_regions.len())..].contains(&r);
+        self.bitmap.clear_idle(now, &keep);
+        self.kick_bitmap();
+        self.schedule_resync();
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Flush
+
+    pub(super) fn start_flush(&mut self, slot: usize) {
+        let members: Vec<u16> = (0..self.geometry.member_count())
+            .map(|m| u16::try_from(m).expect("fits"))
+            .filter(|&m| self.available(m))
+            .collect();
+        let now = self.now_us;
+        let request = self.requests[slot].as_mut().expect("live");
+        request.pending = u32::try_from(members.len()).expect("fits");
+        request.issued_us = now;
+        self.bitmap.flush_issued(now);
+        if members.is_empty() {
+            self.finish_request(slot, Err(RequestError::ArrayFailed));
+            return;
+        }
+        for m in members {
+            let token = Self::token(ORIGIN_FLUSH, slot, 0, usize::from(m), 0);
+            self.ios.push_back(MemberIo {
+                token,
+                member: MemberIndex(m),
+                kind: MemberIoKind::Flush,
+            });
+        }
+    }
+
+    pub(super) fn complete_flush_io(
+        &mut self,
+        slot: usize,
+        member: usize,
+        result: Result<(), IoError>,
+    ) {
+        if result.is_err() {
+            self.fail_member(u16::try_from(member).expect("fits"), FailReason::FlushError);
+        }
+        let request = self.requests[slot].as_mut().expect("flush in flight");
+        if result.is_err() {
+            // The member's writes may not be durable: the flush may only succeed once the
+            // member is durably failed (its stale chunks then never count).
+            request.result = Ok(());
+        }
+        request.pending -= 1;
+        if request.pending == 0 {
+            let issued = request.issued_us;
+            self.bitmap.flush_completed(issued);
+            let result = if self.array_failed() { Err(RequestError::ArrayFailed) } else { Ok(()) };
+            self.finish_request(slot, result);
+        }
+    }
+
+    fn start_internal_flush(&mut self) {
+        let now = self.now_us;
+        let members: Vec<u16> = (0..self.geometry.member_count())
+            .map(|m| u16::try_from(m).expect("fits"))
+            .filter(|&m| self.available(m))
+            .collect();
+        if members.is_empty() {
+            return;
+        }
+        self.bitmap.flush_issued(now);
+        self.internal_flush_issued_us = now;
+        self.internal_flush_pending = u32::try_from(members.len()).expect("fits");
+        for m in members {
+            let token = Self::token(ORIGIN_INTERNAL_FLUSH, 0, 0, usize::from(m), 0);
+            self.ios.push_back(MemberIo {
+                token,
+                member: MemberIndex(m),
+                kind: MemberIoKind::Flush,
+            });
+        }
+    }
+
+    pub(super) fn complete_internal_flush(&mut self, member: usize, result: Result<(), IoError>) {
+        if result.is_err() {
+            self.fail_member(u16::try_from(member).expect("fits"), FailReason::FlushError);
+        }
+        self.internal_flush_pending -= 1;
+        if self.internal_flush_pending == 0 {
+            self.bitmap.flush_completed(self.internal_flush_issued_us);
+            self.tick(self.now_us);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Bitmap IO
+
+    /// Write the next bitmap image if one is due and none is in flight.
+    pub(super) fn kick_bitmap(&mut self) {
+        let members: Vec<u16> = (0..self.geometry.member_count())
+            .map(|m| u16::try_from(m).expect("fits"))
+            .filter(|&m| self.available(m))
+            .collect();
+        if members.is_empty() {
+            return;
+        }
+        let offset = self.bitmap_offset_bytes;
+        let Some(buf) = self.bitmap.start_image() else { return };
+        let len = u32::try_from(buf.capacity_bytes()).expect("4 KiB");
+        let ptr = buf.as_mut_ptr().cast_const();
+        self.bitmap_pending = u32::try_from(members.len()).expect("fits");
+        self.counters.bitmap_writes += 1;
+        for m in members {
+            let token = Self::token(ORIGIN_BITMAP, 0, 0, usize::from(m), 0);
+            let kind = MemberIoKind::Write {
+                offset_bytes: offset,
+                ptr,
+                len_bytes: len,
+                durability: Durability::Fua,
+            };
+            self.ios.push_back(MemberIo { token, member: MemberIndex(m), kind });
+        }
+    }
+
+    pub(super) fn complete_bitmap_io(&mut self, member: usize, result: Result<(), IoError>) {
+        if let Err(error) = result {
+            let reason =
+                if error == IoError::Gone { FailReason::Gone } else { FailReason::WriteError };
+            self.fail_member(u16::try_from(member).expect("fits"), reason);
+        }
+        self.bitmap_pending -= 1;
+        if self.bitmap_pending > 0 {
+            return;
+        }
+        self.bitmap.image_written();
+        let waiting = std::mem::take(&mut self.waiting_bitmap);
+        for op_slot in waiting {
+            let target =
+                self.ops[op_slot].as_ref().expect("waiting op").bitmap_target.expect("set");
+            if self.bitmap.is_durable(target) {
+                self.advance(op_slot);
+            } else {
+                self.waiting_bitmap.push(op_slot);
+            }
+        }
+        self.kick_bitmap();
+    }
+
+    /// Clean shutdown, step 1: stop taking requests.
+    pub fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+    }
+
+    /// Clean shutdown, step 2 (after every write is done and a flush made it durable): clear
+    /// the bitmap. The shard is clean when `bitmap_is_clear` holds and it is idle.
+    pub fn clear_bitmap(&mut self) {
+        self.bitmap.clear_all();
+        self.kick_bitmap();
+    }
+
+    pub fn bitmap_is_clear(&self) -> bool {
+        self.bitmap.is_clear()
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Zeroing whole stripes
+
+    pub(super) fn begin_zero(&mut self, op_slot: usize) -> bool {
+        if self.bitmap_ready(op_slot) {
+            self.zero_issue(op_slot);
+        }
+        true
+    }
+
+    pub(super) fn zero_issue(&mut self, op_slot: usize) {
+        let failing = self.failing_mask();
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Writing;
+        op.serial = op.serial.wrapping_add(1);
+        let OpKind::Zero { how } = op.kind else { unreachable!("zero ops only") };
+        let stripe = op.stripe;
+        let offset = self.member_offset(stripe, 0);
+        let len = u64::from(self.geometry.chunk_bytes());
+        for member in 0..self.geometry.member_count() {
+            let m = u16::try_from(member).expect("fits");
+            if !self.available(m) {
+                self.ops[op_slot].as_mut().expect("live").needs_failed |= failing & (1u64 << m);
+                continue;
+            }
+            let discard = how == ZeroHow::Discard && self.members[member].zeroes_after_discard;
+            let kind = if discard {
+                MemberIoKind::Discard { offset_bytes: offset, len_bytes: len }
+            } else {
+                MemberIoKind::WriteZeroes { offset_bytes: offset, len_bytes: len }
+            };
+            // Chunk index = member here: zeroing does not care about roles.
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.chunk_member[member] = m;
+            self.issue(op_slot, member, 0, kind);
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Resync after an unclean shutdown
+
+    /// Whether `stripe` lies in a dirty region this shard has not resynced yet: its parity
+    /// (or mirror copies) may disagree with its data.
+    pub(super) fn stripe_needs_resync(&self, stripe: StripeIndex) -> bool {
+        let region = self.region_of(stripe);
+        if let Some((blocked_index, blocked_stripe)) = self.resync_blocked
+            && let Ok(p) = self.resync_regions.binary_search(&region)
+            && (p > blocked_index || (p == blocked_index && stripe.0 >= blocked_stripe))
+        {
+            return true;
+        }
+        if self.resync_region_index >= self.resync_regions.len() {
+            return false;
+        }
+        match self.resync_regions.binary_search(&region) {
+            Err(_) => false,
+            Ok(p) if p < self.resync_region_index => false,
+            Ok(p) if p == self.resync_region_index => stripe.0 >= self.resync_next_stripe,
+            Ok(_) => true,
+        }
+    }
+
+    fn region_of(&self, stripe: StripeIndex) -> u32 {
+        let bytes = stripe.0 * u64::from(self.geometry.chunk_bytes());
+        u32::try_from(bytes / self.bitmap_region_bytes()).expect("regions fit u32")
+    }
+
+    fn stripes_per_region(&self) -> u64 {
+        (self.bitmap_region_bytes() / u64::from(self.geometry.chunk_bytes())).max(1)
+    }
+
+    /// First stripe this shard owns at or after `stripe`.
+    fn own_stripe_from(&self, stripe: u64) -> u64 {
+        let count = u64::from(self.shard_count);
+        let index = u64::from(self.shard_index);
+        stripe + (index + count - stripe % count) % count
+    }
+
+    pub(super) fn first_stripe_of_resync_region(&self) -> u64 {
+        match self.resync_regions.get(self.resync_region_index) {
+            Some(&region) => self.own_stripe_from(u64::from(region) * self.stripes_per_region()),
+            None => 0,
+        }
+    }
+
+    /// Start resync operations while there is room and work.
+    fn schedule_resync(&mut self) {
+        let tolerance_left = self.members.iter().all(|m| m.health == Health::Active);
+        if self.resync_blocked.is_some() {
+            return;
+        }
+        while self.resync_in_flight < self.config.resync_stripes_max
+            && self.resync_region_index < self.resync_regions.len()
+        {
+            if !tolerance_left && self.geometry.tolerance() > 0 {
+                // Degraded: parity cannot be checked against all data any more. Stop; the
+                // remaining stripes stay untrusted (reconstructed reads of them are refused).
+                return;
+            }
+            let region = self.resync_regions[self.resync_region_index];
+            let end = (u64::from(region) + 1) * self.stripes_per_region();
+            let end = end.min(self.geometry.stripes());
+            let stripe = self.resync_next_stripe;
+            if stripe >= end {
+                self.resync_region_index += 1;
+                self.resync_next_stripe = self.first_stripe_of_resync_region();
+                continue;
+            }
+            if self.stripes.get(StripeIndex(stripe)).is_some() || self.free_ops.is_empty() {
+                // Busy stripe or no op slot: try again on a later tick.
+                return;
+            }
+            let Some(op_slot) = self.free_ops.pop() else { return };
+            let op = self.new_op(StripeIndex(stripe), OpKind::Resync);
+            let entry = StripeEntry { op: Some(op_slot), queue_head: None, queue_tail: None };
+            self.stripes.insert(StripeIndex(stripe), entry).expect("sized for every op slot");
+            self.ops[op_slot] = Some(op);
+            self.resync_in_flight += 1;
+            self.resync_next_stripe = stripe + u64::from(self.shard_count);
+            self.begin(op_slot);
+        }
+        if !self.resync_announced && !self.is_resyncing() && !self.resync_regions.is_empty() {
+            self.resync_announced = true;
+            self.events.push_back(ShardEvent::ResyncDone);
+        }
+    }
+
+    pub(super) fn begin_resync(&mut self, op_slot: usize) -> bool {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let chunk = self.geometry.chunk_bytes();
+        let n = self.geometry.member_count();
+        // Parity levels read every chunk and recompute parity into extra slots
+        // (MEMBERS_MAX + r); mirrors read every copy.
+        let chunks = if self.is_parity_level() { k + m } else { n };
+        let mut needs = [(0usize, 0u32); MEMBERS_MAX + 3];
+        let mut count = 0;
+        for c in 0..chunks {
+            needs[count] = (c, chunk);
+            count += 1;
+        }
+        if self.is_parity_level() {
+            for r in 0..m {
+                needs[count] = (MEMBERS_MAX + r, chunk);
+                count += 1;
+            }
+        }
+        if !self.take_scratch(op_slot, &needs[..count]) {
+            return false;
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Reading;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        for c in 0..chunks {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            if !self.available(op.chunk_member[c]) {
+                continue;
+            }
+            let kind = MemberIoKind::Read {
+                offset_bytes: self.member_offset(stripe, 0),
+                ptr: Self::scratch_ptr(op, c, 0),
+                len_bytes: chunk,
+            };
+            self.issue(op_slot, c, 0, kind);
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+        true
+    }
+
+    /// Compare what was read and decide what to rewrite.
+    pub(super) fn resync_after_reads(&mut self, op_slot: usize) {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let n = self.geometry.member_count();
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let unreadable = self.unreadable_chunks_all(op);
+        let mut rewrite: ChunkSet = 0;
+        if self.is_parity_level() {
+            let data_ok = (0..k).all(|i| !has(unreadable, i));
+            if !data_ok {
+                // Parity cannot be checked without all the data: stop resync here and keep
+                // this stripe and everything after it untrusted.
+                let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
+                let index = self.resync_regions.binary_search(&self.region_of(stripe)).unwrap_or(0);
+                if self.resync_blocked.is_none_or(|(i, s)| (index, stripe.0) < (i, s)) {
+                    self.resync_blocked = Some((index, stripe.0));
+                }
+            }
+            if data_ok {
+                let codec = self.codec.expect("parity level");
+                let op = self.ops[op_slot].as_mut().expect("live");
+                let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
+                let mut sources: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
+                for i in 0..k {
+                    sources[i] = head[i].as_ref().expect("data").as_slice();
+                }
+                let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
+                for (r, slot) in extra.iter_mut().take(m).enumerate() {
+                    outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
+                }
+                codec.encode(&sources[..k], &mut outs[..m], Stores::Cached).expect("shapes");
+                for r in 0..m {
+                    let stored = head[k + r].as_ref().expect("parity").as_slice();
+                    let computed = extra[r].as_ref().expect("computed").as_slice();
+                    if !has(unreadable, k + r) && stored != computed {
+                        rewrite |= bit(k + r);
+                    }
+                }
+            }
+        } else {
+            // Mirrors: the first readable copy of each data position is the reference.
+            let op = self.ops[op_slot].as_ref().expect("live");
+            for c in 0..n {
+                let Some(i) = self.data_position(op, c) else { continue };
+                let reference =
+                    (0..n).find(|&o| self.data_position(op, o) == Some(i) && !has(unreadable, o));
+                if let Some(reference) = reference {
+                    let differs = op.scratch[c].as_ref().map(|b| b.as_slice())
+                        != op.scratch[reference].as_ref().map(|b| b.as_slice());
+                    if c != reference && !has(unreadable, c) && differs {
+                        rewrite |= bit(c);
+                    }
+                }
+            }
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.repaired = rewrite;
+        if rewrite == 0 {
+            self.finish_op(op_slot);
+            return;
+        }
+        if self.bitmap_ready(op_slot) {
+            self.resync_issue(op_slot);
+        }
+    }
+
+    /// Writes for a resync: recomputed parity, or the reference mirror copy.
+    pub(super) fn resync_issue(&mut self, op_slot: usize) {
+        let k = self.geometry.data_chunks();
+        let n = self.geometry.member_count();
+        let chunk = self.geometry.chunk_bytes();
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Writing;
+        op.serial = op.serial.wrapping_add(1);
+        let rewrite = op.repaired;
+        let stripe = op.stripe;
+        let chunks = if self.is_parity_level() { k + self.geometry.parity_chunks() } else { n };
+        for c in (0..chunks).filter(|&c| has(rewrite, c)) {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let source = if self.is_parity_level() {
+                MEMBERS_MAX + (c - k)
+            } else {
+                let i = self.data_position(op, c).expect("mirror data");
+                (0..n)
+                    .find(|&o| self.data_position(op, o) == Some(i) && !has(rewrite, o))
+                    .expect("reference copy")
+            };
+            let kind = MemberIoKind::Write {
+                offset_bytes: self.member_offset(stripe, 0),
+                ptr: Self::scratch_ptr(op, source, 0).cast_const(),
+                len_bytes: chunk,
+                durability: Durability::Cached,
+            };
+            self.issue(op_slot, c, 0, kind);
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+    }
+
+    /// Like `unreadable_chunks`, over every chunk index of the level (mirrors: every member).
+    fn unreadable_chunks_all(&self, op: &super::Op) -> ChunkSet {
+        let chunks = if self.is_parity_level() {
+            self.geometry.data_chunks() + self.geometry.parity_chunks()
+        } else {
+            self.geometry.member_count()
+        };
+        (0..chunks)
+            .filter(|&c| !self.available(op.chunk_member[c]))
+            .fold(op.errored, |s, c| s | bit(c))
+    }
+}

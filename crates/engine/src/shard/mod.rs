@@ -1,0 +1,1152 @@
+//! One shard of an array: the deterministic state machine that turns requests for the stripes
+//! it owns into member IOs, and member completions into replies.
+//!
+//! Owns: the requests accepted and not yet replied to; the stripe operations, one at a time
+//! per stripe (a stripe's requests queue behind its running operation, and queued writes to
+//! other chunks of the stripe merge into the next operation); scratch buffers; the member
+//! health this shard acts on; the shard's write-intent bitmap block; background resync of
+//! regions left dirty by an unclean shutdown.
+//!
+//! It does no IO, reads no clock and starts no threads: IO goes out through `poll_io` and
+//! comes back through `complete_io`, time comes in through `tick`. The same code runs under
+//! io_uring and in the simulator.
+//!
+//! Invariants (asserted in release builds):
+//! - A stripe has at most one operation running; requests of different stripes never wait
+//!   for each other.
+//! - The engine touches the contents of a buffer only while the operation owning it has no
+//!   member IO in flight (see `io.rs` for the memory contract).
+//! - No member write is issued before the bitmap image marking its region is durable.
+//! - A write that skipped a member (or lost its write to it) is acknowledged only after the
+//!   metadata that marks the member failed is durable, so that member's stale chunks are
+//!   never read again.
+//! - Every queue and pool is bounded by `ShardConfig`; the only allocations after start are
+//!   reconstruction plans, once per erasure pattern.
+//!
+//! Fault model: member IO errors. A read error is served from redundancy and the bad range is
+//! rewritten; a member whose reads keep failing, or whose write fails, is failed. Beyond the
+//! level's tolerance, reads of lost data return `Unreadable` and writes `ArrayFailed`; wrong
+//! data is never returned.
+
+use crate::EngineError;
+use crate::bitmap::{Acquired, WriteIntent};
+use crate::config::ShardConfig;
+use crate::io::{Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
+use crate::plan::{ChunkRange, ChunkSet, WritePlan, bit, has};
+use crate::request::{
+    Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow,
+};
+use crate::table::StripeTable;
+use flashraid_format::Uuid;
+use flashraid_iobuf::{BufPool, IoBuf};
+use flashraid_layout::{
+    ArrayOffset, BLOCK_BYTES, Geometry, Level, MEMBERS_MAX, MemberIndex, PARITY_CHUNKS_MAX,
+    StripeIndex,
+};
+use flashraid_parity::{Codec, Kernel, ReconstructPlan};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Requests merged into one stripe operation, at most.
+const OP_REQUESTS_MAX: usize = 16;
+/// Scratch buffers one operation can hold: one per chunk, plus the recomputed parity rows of
+/// a resync.
+const OP_SCRATCH_MAX: usize = MEMBERS_MAX + PARITY_CHUNKS_MAX;
+/// Reconstruction plans kept (patterns of up to three erasures); the cache is emptied when
+/// full rather than grown.
+const PLAN_CACHE_MAX: usize = 1024;
+/// Times an operation re-plans after member errors before giving up on a read.
+const REPLANS_MAX: u32 = PARITY_CHUNKS_MAX as u32 + 1;
+
+// Token layout: origin in the top 4 bits, then per-origin fields.
+const ORIGIN_SHIFT: u32 = 60;
+const ORIGIN_OP: u64 = 1;
+const ORIGIN_FLUSH: u64 = 2;
+const ORIGIN_BITMAP: u64 = 3;
+const ORIGIN_INTERNAL_FLUSH: u64 = 4;
+
+/// A member's health as this shard acts on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// In service.
+    Active,
+    /// Failed here; the metadata saying so is not durable yet. Not read or written.
+    Failing,
+    /// Failed, durably.
+    Failed,
+}
+
+/// A member as the shard starts with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberSetup {
+    pub health: Health,
+    /// The member reads zeroes after a discard (so discard can replace writing zeroes).
+    pub zeroes_after_discard: bool,
+}
+
+/// The write-intent bitmap as the shard starts with it.
+#[derive(Clone, Debug)]
+pub struct BitmapSetup {
+    pub array_uuid: Uuid,
+    /// Absolute offset of the bitmap area on every member.
+    pub area_offset_bytes: u64,
+    pub region_bytes: u64,
+    /// Regions an unclean shutdown left dirty: marked on disk already, resynced in the
+    /// background.
+    pub dirty_regions: Vec<u32>,
+}
+
+/// Everything a shard needs to start.
+#[derive(Clone, Debug)]
+pub struct ShardSetup {
+    pub geometry: Geometry,
+    pub shard_index: u32,
+    pub shard_count: u32,
+    pub config: ShardConfig,
+    pub kernel: Kernel,
+    /// Absolute offset of the data area on every member.
+    pub data_offset_bytes: u64,
+    /// Per role slot.
+    pub members: Vec<MemberSetup>,
+    pub bitmap: BitmapSetup,
+}
+
+/// Something the runtime must act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// The shard stopped using a member. The metadata owner must record it durably and then
+    /// call `apply_failed` on every shard.
+    MemberFailed { member: MemberIndex, reason: FailReason },
+    /// A read error on a member was repaired by rewriting the range from redundancy.
+    ErrorCorrected { member: MemberIndex },
+    /// Resync of this shard's part of the dirty regions finished.
+    ResyncDone,
+}
+
+/// Why a member was failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailReason {
+    WriteError,
+    /// More read errors than `member_read_errors_max`.
+    ReadErrors,
+    /// The device is gone.
+    Gone,
+    /// A flush failed.
+    FlushError,
+}
+
+/// Counters for status and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardCounters {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub full_stripe_writes: u64,
+    pub rmw_writes: u64,
+    pub rcw_writes: u64,
+    pub degraded_writes: u64,
+    pub degraded_reads: u64,
+    pub errors_corrected: u64,
+    pub member_reads: u64,
+    pub member_writes: u64,
+    pub bitmap_writes: u64,
+    pub resync_stripes: u64,
+    pub resync_repairs: u64,
+    pub rejected_busy: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    Read,
+    Write,
+    Resync,
+    Zero { how: ZeroHow },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for scratch buffers.
+    Starved,
+    Reading,
+    Rebuilding,
+    WaitBitmap,
+    Writing,
+    Repairing,
+    WaitMetadata,
+}
+
+/// One request's piece of a stripe operation.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    request: usize,
+    /// Chunks of this request whose data must come from reconstruction (reads).
+    rebuild: ChunkSet,
+    /// Chunks of this request that could not be read at all.
+    lost: ChunkSet,
+    /// Chunks re-read from another mirror copy after an error (to repair the bad copy).
+    recovered: ChunkSet,
+}
+
+#[derive(Debug)]
+struct Op {
+    stripe: StripeIndex,
+    kind: OpKind,
+    parts: [Option<Part>; OP_REQUESTS_MAX],
+    phase: Phase,
+    /// Member IOs in flight.
+    pending: u32,
+    /// Bumped at every phase that issues IO; tokens carry it.
+    serial: u16,
+    /// Member of each chunk index (data `0..k`, parity `k..k+m`, or copies for mirrors).
+    chunk_member: [u16; MEMBERS_MAX],
+    /// Per data position: the range written, the request holding the new data and where in
+    /// its buffer that data starts.
+    touched: [Option<Touch>; MEMBERS_MAX],
+    plan: Option<WritePlan>,
+    /// Chunks whose member failed an IO during this operation.
+    errored: ChunkSet,
+    /// Rebuild in progress (reads and degraded writes): the chunks treated as erased, the
+    /// chunks being rebuilt and the byte range.
+    rebuild_erased: ChunkSet,
+    rebuild_targets: ChunkSet,
+    rebuild_range: Option<ChunkRange>,
+    /// The error a part gets for data it could not read.
+    lost_error: RequestError,
+    scratch: [Option<IoBuf>; OP_SCRATCH_MAX],
+    scratch_base: [usize; OP_SCRATCH_MAX],
+    /// Members this operation skipped or lost that are not durably failed yet.
+    needs_failed: u64,
+    durability: Durability,
+    result: Result<(), RequestError>,
+    bitmap_target: Option<u64>,
+    region: u32,
+    replans: u32,
+    /// Resync: parity rows that disagreed and were rewritten.
+    repaired: ChunkSet,
+    /// Where to pick up when scratch buffers become free again.
+    resume: Resume,
+}
+
+/// What a starved operation does when buffers free up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resume {
+    /// Start from the beginning (nothing issued yet).
+    Begin,
+    /// Restart the read rebuild round.
+    ReadRebuild,
+    /// Re-plan a write after read errors.
+    WriteReplan,
+}
+
+/// One data chunk's part of a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Touch {
+    range: ChunkRange,
+    request: usize,
+    buf_offset: usize,
+}
+
+/// Per-stripe entry: the running operation and the queue of requests behind it.
+#[derive(Clone, Copy, Debug, Default)]
+struct StripeEntry {
+    op: Option<usize>,
+    queue_head: Option<usize>,
+    queue_tail: Option<usize>,
+}
+
+#[derive(Debug)]
+struct Request {
+    id: RequestId,
+    op: ShardOp,
+    buf: Option<IoBuf>,
+    /// Address of byte 0 of `buf`, taken once when the request arrived (before any IO).
+    base: usize,
+    next_in_stripe: Option<usize>,
+    /// Flush: member flushes in flight; `issued_us` for the bitmap.
+    pending: u32,
+    issued_us: u64,
+    result: Result<(), RequestError>,
+}
+
+/// The shard. See the module documentation.
+#[derive(Debug)]
+pub struct Shard {
+    geometry: Geometry,
+    codec: Option<Codec>,
+    shard_index: u32,
+    shard_count: u32,
+    config: ShardConfig,
+    data_offset_bytes: u64,
+    bitmap_offset_bytes: u64,
+    members: Vec<MemberSetup>,
+    read_errors: Vec<u32>,
+    requests: Vec<Option<Request>>,
+    free_requests: Vec<usize>,
+    ops: Vec<Option<Op>>,
+    free_ops: Vec<usize>,
+    stripes: StripeTable<StripeEntry>,
+    starved: VecDeque<usize>,
+    waiting_bitmap: Vec<usize>,
+    waiting_metadata: Vec<usize>,
+    pool: BufPool,
+    plans: BTreeMap<(u64, u64), ReconstructPlan>,
+    bitmap: WriteIntent,
+    bitmap_pending: u32,
+    internal_flush_pending: u32,
+    internal_flush_issued_us: u64,
+    resync_regions: Vec<u32>,
+    resync_region_index: usize,
+    resync_next_stripe: u64,
+    resync_in_flight: usize,
+    resync_announced: bool,
+    /// Resync stopped at (region list index, stripe): from there on stripes stay untrusted.
+    resync_blocked: Option<(usize, u64)>,
+    ios: VecDeque<MemberIo>,
+    replies: VecDeque<ShardReply>,
+    events: VecDeque<ShardEvent>,
+    now_us: u64,
+    shutting_down: bool,
+    counters: ShardCounters,
+}
+
+fn usize_of(value: u32) -> usize {
+    usize::try_from(value).expect("u32 fits usize")
+}
+
+impl Shard {
+    pub fn new(setup: ShardSetup) -> Result<Self, EngineError> {
+        setup.config.validate()?;
+        let g = setup.geometry;
+        let n = g.member_count();
+        if setup.members.len() != n {
+            return Err(EngineError::Setup("one member entry per role"));
+        }
+        if setup.shard_count == 0 || setup.shard_index >= setup.shard_count {
+            return Err(EngineError::Setup("shard index outside the shard count"));
+        }
+        let codec = match g.parity_chunks() {
+            0 => None,
+            m => Some(Codec::with_kernel(g.data_chunks(), m, setup.kernel)?),
+        };
+        let pool = scratch_pool(&g, setup.config.scratch_bytes)?;
+        let region_count = g.member_data_bytes().div_ceil(setup.bitmap.region_bytes);
+        let region_count =
+            u32::try_from(region_count).map_err(|_| EngineError::Setup("regions"))?;
+        if setup.bitmap.dirty_regions.iter().any(|&r| r >= region_count) {
+            return Err(EngineError::Setup("dirty region outside the bitmap"));
+        }
+        let bitmap = WriteIntent::new(
+            setup.bitmap.array_uuid,
+            u16::try_from(setup.shard_index).map_err(|_| EngineError::Setup("shard index"))?,
+            u16::try_from(setup.shard_count).map_err(|_| EngineError::Setup("shard count"))?,
+            setup.bitmap.region_bytes,
+            region_count,
+            &setup.bitmap.dirty_regions,
+            setup.config.bitmap_clear_delay_us,
+        );
+        let requests_max = setup.config.requests_max;
+        let ops_max = setup.config.stripes_active_max + setup.config.resync_stripes_max;
+        let mut resync_regions = setup.bitmap.dirty_regions.clone();
+        resync_regions.sort_unstable();
+        resync_regions.dedup();
+        let mut requests = Vec::with_capacity(requests_max);
+        requests.resize_with(requests_max, || None);
+        let mut ops = Vec::with_capacity(ops_max);
+        ops.resize_with(ops_max, || None);
+        let mut shard = Self {
+            geometry: g,
+            codec,
+            shard_index: setup.shard_index,
+            shard_count: setup.shard_count,
+            config: setup.config,
+            data_offset_bytes: setup.data_offset_bytes,
+            bitmap_offset_bytes: setup.bitmap.area_offset_bytes
+                + u64::from(setup.shard_index)
+                    * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
+            members: setup.members,
+            read_errors: vec![0; n],
+            requests,
+            free_requests: (0..requests_max).rev().collect(),
+            ops,
+            free_ops: (0..ops_max).rev().collect(),
+            stripes: StripeTable::new(ops_max),
+            starved: VecDeque::with_capacity(ops_max),
+            waiting_bitmap: Vec::with_capacity(ops_max),
+            waiting_metadata: Vec::with_capacity(ops_max),
+            pool,
+            plans: BTreeMap::new(),
+            bitmap,
+            bitmap_pending: 0,
+            internal_flush_pending: 0,
+            internal_flush_issued_us: 0,
+            resync_regions,
+            resync_region_index: 0,
+            resync_next_stripe: 0,
+            resync_in_flight: 0,
+            resync_announced: false,
+            resync_blocked: None,
+            ios: VecDeque::with_capacity(ops_max * (n + 4)),
+            replies: VecDeque::with_capacity(requests_max),
+            events: VecDeque::with_capacity(4 * n + 4),
+            now_us: 0,
+            shutting_down: false,
+            counters: ShardCounters::default(),
+        };
+        shard.resync_next_stripe = shard.first_stripe_of_resync_region();
+        Ok(shard)
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn counters(&self) -> ShardCounters {
+        self.counters
+    }
+
+    pub fn member_health(&self, member: MemberIndex) -> Health {
+        self.members[member.get()].health
+    }
+
+    /// Whether this shard owns `stripe` (stripes are dealt round-robin to shards).
+    pub fn owns(&self, stripe: StripeIndex) -> bool {
+        stripe.0 % u64::from(self.shard_count) == u64::from(self.shard_index)
+    }
+
+    /// Nothing in flight, queued or pending: safe to stop.
+    pub fn is_idle(&self) -> bool {
+        self.free_requests.len() == self.requests.len()
+            && self.free_ops.len() == self.ops.len()
+            && self.ios.is_empty()
+            && self.bitmap_pending == 0
+            && self.internal_flush_pending == 0
+            && !self.bitmap.image_in_flight()
+    }
+
+    /// A one-line summary of what is in flight, for diagnosing hangs in tests.
+    pub fn describe(&self) -> String {
+        let phases: Vec<String> = self
+            .ops
+            .iter()
+            .flatten()
+            .map(|op| format!("{:?}@{}:{:?}/{}", op.kind, op.stripe.0, op.phase, op.pending))
+            .collect();
+        format!(
+            "stripes {} requests {} ops [{}] starved {} wait-bitmap {} wait-metadata {} ios {} bitmap-pending {} health {:?}",
+            self.stripes.len(),
+            self.requests.len() - self.free_requests.len(),
+            phases.join(" "),
+            self.starved.len(),
+            self.waiting_bitmap.len(),
+            self.waiting_metadata.len(),
+            self.ios.len(),
+            self.bitmap_pending,
+            self.members.iter().map(|m| m.health).collect::<Vec<_>>(),
+        )
+    }
+
+    /// Background resync still has stripes to do.
+    pub fn is_resyncing(&self) -> bool {
+        self.resync_region_index < self.resync_regions.len() || self.resync_in_flight > 0
+    }
+
+    /// Regions set in the bitmap (status).
+    pub fn bitmap_regions_set(&self) -> usize {
+        self.bitmap.set_regions()
+    }
+
+    pub fn poll_io(&mut self) -> Option<MemberIo> {
+        self.ios.pop_front()
+    }
+
+    pub fn poll_reply(&mut self) -> Option<ShardReply> {
+        self.replies.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<ShardEvent> {
+        self.events.pop_front()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Intake
+
+    /// Accept a request. Requests that are invalid are answered (with an error reply), not
+    /// refused; only a full request table refuses, handing the request back.
+    pub fn submit(&mut self, request: ShardRequest) -> Result<(), Rejected> {
+        let Some(slot) = self.free_requests.pop() else {
+            self.counters.rejected_busy += 1;
+            return Err(Rejected::Busy(request));
+        };
+        let ShardRequest { id, op, mut buf } = request;
+        let base = buf.as_mut().map_or(0, |b| b.as_mut_ptr() as usize);
+        self.requests[slot] = Some(Request {
+            id,
+            op,
+            buf,
+            base,
+            next_in_stripe: None,
+            pending: 0,
+            issued_us: self.now_us,
+            result: Ok(()),
+        });
+        if self.shutting_down {
+            self.finish_request(slot, Err(RequestError::ShuttingDown));
+            return Ok(());
+        }
+        if let Err(e) = self.validate(slot) {
+            self.finish_request(slot, Err(e));
+            return Ok(());
+        }
+        match op {
+            ShardOp::Flush => self.start_flush(slot),
+            ShardOp::Read { offset, .. } | ShardOp::Write { offset, .. } => {
+                let stripe = self.geometry.locate(offset).expect("validated").stripe;
+                self.enqueue(stripe, slot);
+            }
+            ShardOp::Zero { stripe, .. } => self.enqueue(stripe, slot),
+        }
+        Ok(())
+    }
+
+    fn validate(&self, slot: usize) -> Result<(), RequestError> {
+        let request = self.requests[slot].as_ref().expect("just stored");
+        let g = &self.geometry;
+        let (offset, len) = match request.op {
+            ShardOp::Read { offset, len_bytes } | ShardOp::Write { offset, len_bytes, .. } => {
+                (offset, len_bytes)
+            }
+            ShardOp::Flush => return Ok(()),
+            ShardOp::Zero { stripe, .. } => {
+                if stripe.0 >= g.stripes() || !self.owns(stripe) {
+                    return Err(RequestError::OutOfRange);
+                }
+                return Ok(());
+            }
+        };
+        if len == 0 || offset.0 % BLOCK_BYTES != 0 || u64::from(len) % BLOCK_BYTES != 0 {
+            return Err(RequestError::OutOfRange);
+        }
+        let end = offset.0.checked_add(u64::from(len)).ok_or(RequestError::OutOfRange)?;
+        if end > g.array_bytes() {
+            return Err(RequestError::OutOfRange);
+        }
+        let first = g.locate(offset).expect("inside").stripe;
+        let last = g.locate(ArrayOffset(end - 1)).expect("inside").stripe;
+        if first != last {
+            return Err(RequestError::Malformed("a shard request must stay within one stripe"));
+        }
+        if !self.owns(first) {
+            return Err(RequestError::Malformed("stripe belongs to another shard"));
+        }
+        let buf_len = request.buf.as_ref().map_or(0, |b| b.capacity_bytes());
+        if buf_len < usize_of(len) {
+            return Err(RequestError::Malformed("buffer smaller than the request"));
+        }
+        if matches!(request.op, ShardOp::Write { .. }) && self.array_failed() {
+            return Err(RequestError::ArrayFailed);
+        }
+        Ok(())
+    }
+
+    /// Put a request behind its stripe's queue, starting an operation if the stripe is idle.
+    fn enqueue(&mut self, stripe: StripeIndex, slot: usize) {
+        if self.stripes.get(stripe).is_none()
+            && self.stripes.insert(stripe, StripeEntry::default()).is_err()
+        {
+            // The stripe table is sized for every op slot, and a request slot exists for
+            // this request, so a full table means the limits are inconsistent.
+            panic!("stripe table full with a free request slot: limits misconfigured");
+        }
+        let entry = self.stripes.get_mut(stripe).expect("present");
+        match entry.queue_tail {
+            Some(tail) => {
+                self.requests[tail].as_mut().expect("queued").next_in_stripe = Some(slot);
+                entry.queue_tail = Some(slot);
+            }
+            None => {
+                entry.queue_head = Some(slot);
+                entry.queue_tail = Some(slot);
+            }
+        }
+        if self.stripes.get(stripe).expect("present").op.is_none() {
+            self.start_next_op(stripe);
+        }
+    }
+
+    /// Start the next operation on an idle stripe from the front of its queue.
+    fn start_next_op(&mut self, stripe: StripeIndex) {
+        let entry = *self.stripes.get(stripe).expect("present");
+        assert!(entry.op.is_none());
+        let Some(head) = entry.queue_head else {
+            self.stripes.remove(stripe);
+            return;
+        };
+        let Some(op_slot) = self.free_ops.pop() else {
+            // Every op slot is busy; this stripe is retried when one frees (see finish_op).
+            return;
+        };
+        let head_op = self.requests[head].as_ref().expect("queued").op;
+        let kind = match head_op {
+            ShardOp::Read { .. } => OpKind::Read,
+            ShardOp::Write { .. } => OpKind::Write,
+            ShardOp::Zero { how, .. } => OpKind::Zero { how },
+            ShardOp::Flush => unreachable!("flushes are not queued on stripes"),
+        };
+        let mut op = self.new_op(stripe, kind);
+        // Take a run of compatible requests: reads with reads; writes to chunks not yet
+        // touched by this operation; a zero alone.
+        let mut taken = 0;
+        let mut cursor = Some(head);
+        while let Some(slot) = cursor {
+            if taken == OP_REQUESTS_MAX || !self.compatible(&op, slot, taken) {
+                break;
+            }
+            let request = self.requests[slot].as_mut().expect("queued");
+            cursor = request.next_in_stripe.take();
+            if let ShardOp::Write { durability: Durability::Fua, .. } = request.op {
+                op.durability = Durability::Fua;
+            }
+            if let ShardOp::Zero { durability: Durability::Fua, .. } = request.op {
+                op.durability = Durability::Fua;
+            }
+            self.mark_touched(&mut op, slot);
+            op.parts[taken] = Some(Part { request: slot, rebuild: 0, lost: 0, recovered: 0 });
+            taken += 1;
+        }
+        let entry = self.stripes.get_mut(stripe).expect("present");
+        entry.queue_head = cursor;
+        if cursor.is_none() {
+            entry.queue_tail = None;
+        }
+        entry.op = Some(op_slot);
+        self.ops[op_slot] = Some(op);
+        self.begin(op_slot);
+    }
+
+    fn compatible(&self, op: &Op, slot: usize, taken: usize) -> bool {
+        let request = self.requests[slot].as_ref().expect("queued");
+        match (op.kind, request.op) {
+            (OpKind::Read, ShardOp::Read { .. }) => true,
+            (OpKind::Write, ShardOp::Write { offset, len_bytes, .. }) => {
+                // Disjoint data chunks only: each chunk's new data then has one source.
+                self.geometry
+                    .segments(offset, u64::from(len_bytes))
+                    .all(|s| op.touched[s.location.data_index].is_none())
+            }
+            (OpKind::Zero { .. }, ShardOp::Zero { .. }) => taken == 0,
+            _ => false,
+        }
+    }
+
+    fn mark_touched(&self, op: &mut Op, slot: usize) {
+        let request = self.requests[slot].as_ref().expect("queued");
+        if let ShardOp::Write { offset, len_bytes, .. } = request.op {
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let lo = s.location.offset_in_chunk_bytes;
+                op.touched[s.location.data_index] = Some(Touch {
+                    range: ChunkRange::new(lo, lo + s.len_bytes),
+                    request: slot,
+                    buf_offset: usize::try_from(s.range_offset_bytes).expect("fits"),
+                });
+            }
+        }
+    }
+
+    fn new_op(&self, stripe: StripeIndex, kind: OpKind) -> Op {
+        let g = &self.geometry;
+        let mut chunk_member = [u16::MAX; MEMBERS_MAX];
+        match g.level() {
+            Level::Raid1 | Level::Raid10 => {
+                // Chunk index = member: each member holds (data index, copy).
+                for (m, slot) in chunk_member.iter_mut().enumerate().take(g.member_count()) {
+                    *slot = u16::try_from(m).expect("members fit u16");
+                }
+            }
+            _ => {
+                let k = g.data_chunks();
+                for i in 0..k {
+                    chunk_member[i] = g.data_member(stripe, i, 0).0;
+                }
+                for r in 0..g.parity_chunks() {
+                    chunk_member[k + r] = g.parity_member(stripe, r).0;
+                }
+            }
+        }
+        let region_bytes = self.bitmap_region_bytes();
+        let region = u32::try_from(stripe.0 * u64::from(g.chunk_bytes()) / region_bytes)
+            .expect("regions fit u32");
+        Op {
+            stripe,
+            kind,
+            parts: [None; OP_REQUESTS_MAX],
+            phase: Phase::Starved,
+            pending: 0,
+            serial: 0,
+            chunk_member,
+            touched: [None; MEMBERS_MAX],
+            plan: None,
+            errored: 0,
+            rebuild_erased: 0,
+            rebuild_targets: 0,
+            rebuild_range: None,
+            lost_error: RequestError::Unreadable,
+            scratch: std::array::from_fn(|_| None),
+            scratch_base: [0; OP_SCRATCH_MAX],
+            needs_failed: 0,
+            durability: Durability::Cached,
+            result: Ok(()),
+            bitmap_target: None,
+            region,
+            replans: 0,
+            repaired: 0,
+            resume: Resume::Begin,
+        }
+    }
+
+    fn bitmap_region_bytes(&self) -> u64 {
+        let regions = u64::from(self.bitmap.region_count());
+        self.geometry.member_data_bytes().div_ceil(regions).next_power_of_two()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Health
+
+    fn available(&self, member: u16) -> bool {
+        self.members[usize::from(member)].health == Health::Active
+    }
+
+    /// Whether more members are unavailable than every stripe survives.
+    pub fn array_failed(&self) -> bool {
+        let failed: Vec<bool> = self.members.iter().map(|m| m.health != Health::Active).collect();
+        !self.geometry.survives(&failed)
+    }
+
+    fn fail_member(&mut self, member: u16, reason: FailReason) {
+        let m = usize::from(member);
+        if self.members[m].health == Health::Active {
+            self.members[m].health = Health::Failing;
+            self.events.push_back(ShardEvent::MemberFailed { member: MemberIndex(member), reason });
+        }
+    }
+
+    /// The metadata marking these members failed is durable: stop waiting for it.
+    pub fn apply_failed(&mut self, failed: &[MemberIndex]) {
+        for member in failed {
+            self.members[member.get()].health = Health::Failed;
+        }
+        let waiting = std::mem::take(&mut self.waiting_metadata);
+        for op_slot in waiting {
+            self.advance(op_slot);
+        }
+    }
+
+    fn note_read_error(&mut self, member: u16, error: IoError) {
+        if error == IoError::Gone {
+            self.fail_member(member, FailReason::Gone);
+            return;
+        }
+        let m = usize::from(member);
+        self.read_errors[m] += 1;
+        if self.read_errors[m] > self.config.member_read_errors_max {
+            self.fail_member(member, FailReason::ReadErrors);
+        }
+    }
+
+    /// Members (as a bitmask) not durably failed but not in service.
+    fn failing_mask(&self) -> u64 {
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.health == Health::Failing)
+            .fold(0, |mask, (i, _)| mask | (1u64 << i))
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Scratch
+
+    /// Take scratch buffers for `(scratch index, bytes)` pairs, all or nothing.
+    fn take_scratch(&mut self, op_slot: usize, needs: &[(usize, u32)]) -> bool {
+        let mut taken: [Option<IoBuf>; OP_SCRATCH_MAX] = std::array::from_fn(|_| None);
+        for &(index, bytes) in needs {
+            match self.pool.take(usize_of(bytes)) {
+                Some(buf) => taken[index] = Some(buf),
+                None => {
+                    for buf in taken.into_iter().flatten() {
+                        self.pool.give(buf);
+                    }
+                    return false;
+                }
+            }
+        }
+        let op = self.ops[op_slot].as_mut().expect("live op");
+        for (index, buf) in taken.into_iter().enumerate() {
+            if let Some(mut buf) = buf {
+                assert!(op.scratch[index].is_none(), "scratch slot {index} taken twice");
+                op.scratch_base[index] = buf.as_mut_ptr() as usize;
+                op.scratch[index] = Some(buf);
+            }
+        }
+        true
+    }
+
+    fn release_scratch(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live op");
+        assert_eq!(op.pending, 0, "scratch released with IO in flight");
+        let bufs: Vec<IoBuf> = op.scratch.iter_mut().filter_map(Option::take).collect();
+        for buf in bufs {
+            self.pool.give(buf);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // IO issue helpers
+
+    fn token(origin: u64, slot: usize, serial: u16, chunk: usize, part: usize) -> IoToken {
+        assert!(slot < 1 << 24 && chunk < 256 && part < 64);
+        let slot = u64::try_from(slot).expect("fits");
+        let chunk = u64::try_from(chunk).expect("fits");
+        let part = u64::try_from(part).expect("fits");
+        IoToken(
+            (origin << ORIGIN_SHIFT)
+                | (slot << 32)
+                | (u64::from(serial) << 14)
+                | (part << 8)
+                | chunk,
+        )
+    }
+
+    fn decode_token(token: IoToken) -> (u64, usize, u16, usize, usize) {
+        let t = token.0;
+        let origin = t >> ORIGIN_SHIFT;
+        let slot = usize::try_from((t >> 32) & 0xff_ffff).expect("fits");
+        let serial = u16::try_from((t >> 14) & 0xffff).expect("fits");
+        let part = usize::try_from((t >> 8) & 0x3f).expect("fits");
+        let chunk = usize::try_from(t & 0xff).expect("fits");
+        (origin, slot, serial, part, chunk)
+    }
+
+    fn member_offset(&self, stripe: StripeIndex, lo: u32) -> u64 {
+        self.data_offset_bytes + self.geometry.member_offset(stripe, lo).0
+    }
+
+    /// Queue a member IO for an operation.
+    fn issue(&mut self, op_slot: usize, chunk: usize, part: usize, kind: MemberIoKind) {
+        let op = self.ops[op_slot].as_mut().expect("live op");
+        let member = op.chunk_member[chunk];
+        op.pending += 1;
+        let token = Self::token(ORIGIN_OP, op_slot, op.serial, chunk, part);
+        match kind {
+            MemberIoKind::Read { .. } => self.counters.member_reads += 1,
+            MemberIoKind::Write { .. } => self.counters.member_writes += 1,
+            _ => {}
+        }
+        self.ios.push_back(MemberIo { token, member: MemberIndex(member), kind });
+    }
+
+    /// Pointer `offset` bytes into scratch buffer `index` of an op.
+    fn scratch_ptr(op: &Op, index: usize, offset: usize) -> *mut u8 {
+        assert!(op.scratch[index].as_ref().is_some_and(|b| offset <= b.capacity_bytes()));
+        (op.scratch_base[index] + offset) as *mut u8
+    }
+
+    fn request_ptr(&self, slot: usize, offset: u64) -> *mut u8 {
+        let request = self.requests[slot].as_ref().expect("live request");
+        let offset = usize::try_from(offset).expect("fits");
+        assert!(request.buf.as_ref().is_some_and(|b| offset <= b.capacity_bytes()));
+        (request.base + offset) as *mut u8
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Completion intake
+
+    pub fn complete_io(&mut self, completion: MemberCompletion) {
+        let (origin, slot, serial, part, chunk) = Self::decode_token(completion.token);
+        match origin {
+            ORIGIN_OP => self.complete_op_io(slot, serial, part, chunk, completion.result),
+            ORIGIN_FLUSH => self.complete_flush_io(slot, chunk, completion.result),
+            ORIGIN_BITMAP => self.complete_bitmap_io(chunk, completion.result),
+            ORIGIN_INTERNAL_FLUSH => self.complete_internal_flush(chunk, completion.result),
+            _ => panic!("completion with a token this shard never issued: {:?}", completion.token),
+        }
+    }
+
+    fn complete_op_io(
+        &mut self,
+        op_slot: usize,
+        serial: u16,
+        part: usize,
+        chunk: usize,
+        result: Result<(), IoError>,
+    ) {
+        let op = self.ops[op_slot].as_mut().expect("completion for a live op");
+        assert_eq!(op.serial, serial, "completion from an earlier phase");
+        assert!(op.pending > 0, "more completions than IOs");
+        op.pending -= 1;
+        let member = op.chunk_member[chunk];
+        let phase = op.phase;
+        let kind = op.kind;
+        match result {
+            Err(error) => {
+                op.errored |= bit(chunk);
+                match phase {
+                    Phase::Reading | Phase::Rebuilding => {
+                        self.note_read_error(member, error);
+                        if kind == OpKind::Read {
+                            self.read_io_failed(op_slot, part, chunk);
+                        }
+                    }
+                    Phase::Writing | Phase::Repairing => {
+                        let reason = if error == IoError::Gone {
+                            FailReason::Gone
+                        } else {
+                            FailReason::WriteError
+                        };
+                        self.fail_member(member, reason);
+                        let op = self.ops[op_slot].as_mut().expect("live");
+                        op.needs_failed |= 1u64 << member;
+                    }
+                    _ => panic!("IO completion in phase {phase:?}"),
+                }
+            }
+            Ok(()) => {
+                if kind == OpKind::Read && phase == Phase::Rebuilding {
+                    self.read_io_recovered(op_slot, part, chunk);
+                }
+                if phase == Phase::Repairing {
+                    self.counters.errors_corrected += 1;
+                    self.events
+                        .push_back(ShardEvent::ErrorCorrected { member: MemberIndex(member) });
+                }
+            }
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Operation state machine
+
+    /// Start an operation: take scratch and issue its first IOs.
+    fn begin(&mut self, op_slot: usize) {
+        let kind = self.ops[op_slot].as_ref().expect("live").kind;
+        let started = match kind {
+            OpKind::Read => self.begin_read(op_slot),
+            OpKind::Write => self.begin_write(op_slot),
+            OpKind::Resync => self.begin_resync(op_slot),
+            OpKind::Zero { .. } => self.begin_zero(op_slot),
+        };
+        if !started {
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.phase = Phase::Starved;
+            op.resume = Resume::Begin;
+            self.starved.push_back(op_slot);
+        }
+    }
+
+    /// Move an operation on after its IOs completed (or its wait ended).
+    fn advance(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live op");
+        if op.pending > 0 {
+            return;
+        }
+        match (op.kind, op.phase) {
+            (OpKind::Read, Phase::Reading | Phase::Rebuilding) => self.read_after_io(op_slot),
+            (OpKind::Read, Phase::Repairing) => self.finish_op(op_slot),
+            (OpKind::Write, Phase::Reading | Phase::Rebuilding) => self.write_after_reads(op_slot),
+            (OpKind::Write, Phase::WaitBitmap) => self.write_issue(op_slot),
+            (OpKind::Write | OpKind::Zero { .. } | OpKind::Resync, Phase::Writing) => {
+                self.after_writes(op_slot)
+            }
+            (OpKind::Resync, Phase::Reading) => self.resync_after_reads(op_slot),
+            (OpKind::Zero { .. }, Phase::WaitBitmap) => self.zero_issue(op_slot),
+            (OpKind::Resync, Phase::WaitBitmap) => self.resync_issue(op_slot),
+            (_, Phase::WaitMetadata) => self.after_writes(op_slot),
+            (kind, phase) => panic!("no transition for {kind:?} in {phase:?}"),
+        }
+    }
+
+    /// Finish: reply to every request of the operation, free it, start the next one queued
+    /// on the stripe, and give starved operations another chance.
+    fn finish_op(&mut self, op_slot: usize) {
+        self.release_scratch(op_slot);
+        let op = self.ops[op_slot].take().expect("live op");
+        assert_eq!(op.pending, 0);
+        for part in op.parts.iter().flatten() {
+            let result = if part.lost != 0 { Err(op.lost_error) } else { op.result };
+            let result = match (op.kind, result) {
+                (OpKind::Read, Ok(())) => Ok(()),
+                (_, r) => r,
+            };
+            self.finish_request(part.request, result);
+        }
+        self.free_ops.push(op_slot);
+        if op.kind == OpKind::Resync {
+            self.resync_in_flight -= 1;
+            self.counters.resync_stripes += 1;
+            if op.repaired != 0 {
+                self.counters.resync_repairs += 1;
+            }
+        }
+        let entry = self.stripes.get_mut(op.stripe).expect("stripe of a live op");
+        entry.op = None;
+        self.start_next_op(op.stripe);
+        self.retry_starved();
+        self.retry_waiting_stripes();
+    }
+
+    fn retry_starved(&mut self) {
+        for _ in 0..self.starved.len() {
+            let Some(op_slot) = self.starved.pop_front() else { break };
+            match self.ops[op_slot].as_ref().expect("starved op is live").resume {
+                Resume::Begin => self.begin(op_slot),
+                Resume::ReadRebuild => self.read_after_io(op_slot),
+                Resume::WriteReplan => self.write_replan(op_slot),
+            }
+        }
+    }
+
+    /// An operation in the middle of its work could not get scratch buffers: wait for some.
+    fn park_starved(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        assert_eq!(op.pending, 0, "parking an op with IO in flight");
+        op.resume = match op.kind {
+            OpKind::Read => Resume::ReadRebuild,
+            OpKind::Write => Resume::WriteReplan,
+            _ => Resume::Begin,
+        };
+        op.phase = Phase::Starved;
+        self.starved.push_back(op_slot);
+    }
+
+    /// The reconstruction plan for an erasure pattern, built once and kept.
+    fn plan_for(&mut self, erased: ChunkSet, targets: ChunkSet) -> &ReconstructPlan {
+        if !self.plans.contains_key(&(erased, targets)) {
+            if self.plans.len() >= PLAN_CACHE_MAX {
+                self.plans.clear();
+            }
+            let chunks = |set: ChunkSet| (0..64).filter(|&c| has(set, c)).collect::<Vec<usize>>();
+            let plan = self
+                .codec
+                .expect("parity level")
+                .plan_reconstruct(&chunks(erased), &chunks(targets))
+                .expect("erasures within the parity count and targets among them");
+            self.plans.insert((erased, targets), plan);
+        }
+        self.plans.get(&(erased, targets)).expect("present")
+    }
+
+    /// Stripes whose queue could not start for lack of op slots.
+    fn retry_waiting_stripes(&mut self) {
+        if self.free_ops.is_empty() {
+            return;
+        }
+        let idle: Vec<StripeIndex> = self
+            .stripes
+            .keys()
+            .filter(|&s| {
+                let e = self.stripes.get(s).expect("key");
+                e.op.is_none() && e.queue_head.is_some()
+            })
+            .collect();
+        for stripe in idle {
+            if self.free_ops.is_empty() {
+                break;
+            }
+            if self.stripes.get(stripe).is_some_and(|e| e.op.is_none()) {
+                self.start_next_op(stripe);
+            }
+        }
+    }
+
+    fn finish_request(&mut self, slot: usize, result: Result<(), RequestError>) {
+        let request = self.requests[slot].take().expect("live request");
+        match (request.op, result) {
+            (ShardOp::Read { len_bytes, .. }, Ok(())) => {
+                self.counters.reads += 1;
+                self.counters.read_bytes += u64::from(len_bytes);
+            }
+            (ShardOp::Write { len_bytes, .. }, Ok(())) => {
+                self.counters.writes += 1;
+                self.counters.write_bytes += u64::from(len_bytes);
+            }
+            (ShardOp::Flush, Ok(())) => self.counters.flushes += 1,
+            _ => {}
+        }
+        self.replies.push_back(ShardReply { id: request.id, result, buf: request.buf });
+        self.free_requests.push(slot);
+    }
+
+    /// After the writes of a write, resync or zero: release the bitmap region, wait for the
+    /// metadata of any member this operation skipped, then finish.
+    fn after_writes(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        if op.phase == Phase::Writing {
+            if op.bitmap_target.is_some() {
+                let region = op.region;
+                self.bitmap.release(region, self.now_us);
+            }
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.phase = Phase::WaitMetadata;
+        }
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let still_failing = op.needs_failed & self.failing_mask();
+        if still_failing != 0 {
+            self.waiting_metadata.push(op_slot);
+            return;
+        }
+        if self.array_failed() && op.kind == OpKind::Write {
+            self.ops[op_slot].as_mut().expect("live").result = Err(RequestError::ArrayFailed);
+        }
+        self.finish_op(op_slot);
+    }
+
+    /// Take the bitmap region for an operation's writes; true when it may write now.
+    fn bitmap_ready(&mut self, op_slot: usize) -> bool {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        if op.bitmap_target.is_none() {
+            let region = op.region;
+            let target = match self.bitmap.acquire(region) {
+                Acquired::Ready => 0,
+                Acquired::Wait { target } => target,
+            };
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.bitmap_target = Some(target);
+        }
+        let target = self.ops[op_slot].as_ref().expect("live").bitmap_target.expect("set");
+        if self.bitmap.is_durable(target) {
+            return true;
+        }
+        self.ops[op_slot].as_mut().expect("live").phase = Phase::WaitBitmap;
+        self.waiting_bitmap.push(op_slot);
+        self.kick_bitmap();
+        false
+    }
+}
+
+/// Build the scratch pool: classes from 4 KiB up to the chunk size, the budget shared among
+/// them, with enough chunk-sized buffers for the largest operation.
+fn scratch_pool(g: &Geometry, budget_bytes: usize) -> Result<BufPool, EngineError> {
+    let chunk = usize_of(g.chunk_bytes());
+    let mut classes = vec![];
+    let mut size = usize::try_from(BLOCK_BYTES).expect("4096");
+    while size <= chunk {
+        classes.push(size);
+        size *= 2;
+    }
+    let share = budget_bytes / classes.len();
+    let op_need = g.member_count() + PARITY_CHUNKS_MAX;
+    let spec: Vec<(usize, usize)> = classes
+        .iter()
+        .map(|&bytes| {
+            let count = share / bytes;
+            (bytes, if bytes == chunk { count.max(op_need) } else { count })
+        })
+        .collect();
+    BufPool::new(&spec).map_err(|_| EngineError::Setup("scratch pool"))
+}
+
+mod background;
+mod read;
+mod write;

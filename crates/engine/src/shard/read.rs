@@ -1,0 +1,421 @@
+//! Reads: straight from the member holding the data; when it is unavailable or fails, from
+//! redundancy (another mirror copy, or reconstruction from the stripe's other chunks), after
+//! which the bad range is rewritten from the recovered data.
+
+use super::{Health, Op, Phase, REPLANS_MAX, Shard};
+use crate::io::{Durability, MemberIoKind};
+use crate::plan::{ChunkRange, ChunkSet, bit, has};
+use crate::request::{RequestError, ShardOp};
+use flashraid_layout::{Level, MEMBERS_MAX, PARITY_CHUNKS_MAX, Role, StripeIndex};
+use flashraid_parity::Stores;
+
+impl Shard {
+    pub(super) fn is_mirror(&self) -> bool {
+        matches!(self.geometry.level(), Level::Raid1 | Level::Raid10)
+    }
+
+    /// The data position a chunk index stands for, if it holds data.
+    pub(super) fn data_position(&self, op: &Op, chunk: usize) -> Option<usize> {
+        if self.is_mirror() {
+            let member = flashraid_layout::MemberIndex(u16::try_from(chunk).expect("fits"));
+            match self.geometry.role(op.stripe, member) {
+                Role::Data { index, .. } => Some(index),
+                Role::Parity { .. } => None,
+            }
+        } else {
+            (chunk < self.geometry.data_chunks()).then_some(chunk)
+        }
+    }
+
+    pub(super) fn begin_read(&mut self, op_slot: usize) -> bool {
+        let mirror = self.is_mirror();
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Reading;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        for part_index in 0..op.parts.len() {
+            let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
+                continue;
+            };
+            let ShardOp::Read { offset, len_bytes } =
+                self.requests[part.request].as_ref().expect("live").op
+            else {
+                unreachable!("read operations hold reads only")
+            };
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                let chunk = if mirror { self.pick_copy(stripe, i, 0) } else { Some(i) };
+                let readable = chunk.filter(|&c| {
+                    let op = self.ops[op_slot].as_ref().expect("live");
+                    self.available(op.chunk_member[c])
+                });
+                let Some(c) = readable else {
+                    let op = self.ops[op_slot].as_mut().expect("live");
+                    op.parts[part_index].as_mut().expect("part").rebuild |= bit(i);
+                    continue;
+                };
+                let kind = MemberIoKind::Read {
+                    offset_bytes: self.member_offset(stripe, s.location.offset_in_chunk_bytes),
+                    ptr: self.request_ptr(part.request, s.range_offset_bytes),
+                    len_bytes: s.len_bytes,
+                };
+                self.issue(op_slot, c, part_index, kind);
+            }
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+        true
+    }
+
+    /// For mirrors: the chunk index (= member) of a usable copy of data position `i`, avoiding
+    /// members in `avoid`, starting at a copy that rotates by stripe to spread reads.
+    pub(super) fn pick_copy(
+        &self,
+        stripe: StripeIndex,
+        i: usize,
+        avoid: ChunkSet,
+    ) -> Option<usize> {
+        let copies = self.geometry.copies();
+        let start = usize::try_from(stripe.0 % copies as u64).expect("fits");
+        (0..copies).map(|c| (start + c) % copies).find_map(|copy| {
+            let member = self.geometry.data_member(stripe, i, copy).get();
+            let usable = self.members[member].health == Health::Active && !has(avoid, member);
+            usable.then_some(member)
+        })
+    }
+
+    /// A read IO failed (the error is already counted and `errored` updated).
+    pub(super) fn read_io_failed(&mut self, op_slot: usize, part: usize, chunk: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        if op.phase != Phase::Reading {
+            // Rebuild sources and mirror re-reads: handled when the round completes.
+            return;
+        }
+        if let Some(i) = self.data_position(op, chunk) {
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.parts[part].as_mut().expect("part").rebuild |= bit(i);
+        }
+    }
+
+    /// A mirror re-read succeeded.
+    pub(super) fn read_io_recovered(&mut self, op_slot: usize, part: usize, chunk: usize) {
+        if !self.is_mirror() {
+            return;
+        }
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let i = self.data_position(op, chunk).expect("mirror chunks hold data");
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let p = op.parts[part].as_mut().expect("part");
+        p.rebuild &= !bit(i);
+        p.recovered |= bit(i);
+    }
+
+    /// Data positions still to be rebuilt, with the union of their ranges.
+    fn read_rebuild_needs(&self, op: &Op) -> (ChunkSet, Option<ChunkRange>) {
+        let mut targets = 0;
+        let mut range: Option<ChunkRange> = None;
+        for part in op.parts.iter().flatten() {
+            let wanted = part.rebuild & !part.lost;
+            if wanted == 0 {
+                continue;
+            }
+            let ShardOp::Read { offset, len_bytes } =
+                self.requests[part.request].as_ref().expect("live").op
+            else {
+                unreachable!()
+            };
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                if has(wanted, i) {
+                    targets |= bit(i);
+                    let lo = s.location.offset_in_chunk_bytes;
+                    let r = ChunkRange::new(lo, lo + s.len_bytes);
+                    range = Some(range.map_or(r, |x| x.union(r)));
+                }
+            }
+        }
+        (targets, range)
+    }
+
+    /// Every IO of a read round completed.
+    pub(super) fn read_after_io(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        if op.phase == Phase::Rebuilding && !self.is_mirror() {
+            if op.errored & !op.rebuild_erased == 0 {
+                self.read_reconstruct(op_slot);
+                return;
+            }
+            // A source failed too: plan again with it erased.
+            self.release_scratch(op_slot);
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.replans += 1;
+        }
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let (targets, range) = self.read_rebuild_needs(op);
+        if targets == 0 {
+            self.read_repair(op_slot);
+            return;
+        }
+        match self.geometry.level() {
+            Level::Raid1 | Level::Raid10 => self.read_other_copies(op_slot),
+            Level::Raid0 => self.lose(op_slot, targets, RequestError::Media),
+            _ => self.read_start_rebuild(op_slot, targets, range.expect("targets have a range")),
+        }
+    }
+
+    /// Give up on `targets` for every part: those requests fail with `error`.
+    fn lose(&mut self, op_slot: usize, targets: ChunkSet, error: RequestError) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.lost_error = error;
+        for part in op.parts.iter_mut().flatten() {
+            part.lost |= part.rebuild & targets;
+        }
+        self.read_repair(op_slot);
+    }
+
+    fn read_other_copies(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Rebuilding;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        let errored = op.errored;
+        for part_index in 0..op.parts.len() {
+            let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
+                continue;
+            };
+            let wanted = part.rebuild & !part.lost;
+            if wanted == 0 {
+                continue;
+            }
+            let ShardOp::Read { offset, len_bytes } =
+                self.requests[part.request].as_ref().expect("live").op
+            else {
+                unreachable!()
+            };
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                if !has(wanted, i) {
+                    continue;
+                }
+                match self.pick_copy(stripe, i, errored) {
+                    Some(member) => {
+                        let kind = MemberIoKind::Read {
+                            offset_bytes: self
+                                .member_offset(stripe, s.location.offset_in_chunk_bytes),
+                            ptr: self.request_ptr(part.request, s.range_offset_bytes),
+                            len_bytes: s.len_bytes,
+                        };
+                        self.issue(op_slot, member, part_index, kind);
+                    }
+                    None => {
+                        let op = self.ops[op_slot].as_mut().expect("live");
+                        op.lost_error = RequestError::Unreadable;
+                        op.parts[part_index].as_mut().expect("part").lost |= bit(i);
+                    }
+                }
+            }
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+    }
+
+    /// Chunk indices (data and parity) whose members cannot be read for this operation.
+    pub(super) fn unreadable_chunks(&self, op: &Op) -> ChunkSet {
+        let n = self.geometry.data_chunks() + self.geometry.parity_chunks();
+        (0..n).filter(|&c| !self.available(op.chunk_member[c])).fold(op.errored, |s, c| s | bit(c))
+    }
+
+    fn read_start_rebuild(&mut self, op_slot: usize, targets: ChunkSet, range: ChunkRange) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let erased = self.unreadable_chunks(op);
+        let m = self.geometry.parity_chunks();
+        let untrusted = self.stripe_needs_resync(op.stripe);
+        if erased.count_ones() as usize > m || op.replans > REPLANS_MAX || untrusted {
+            // Beyond redundancy, or parity not trusted after an unclean shutdown: refuse
+            // rather than reconstruct something that may be wrong.
+            self.lose(op_slot, targets, RequestError::Unreadable);
+            return;
+        }
+        let len = range.len();
+        let mut needs = [(0usize, 0u32); MEMBERS_MAX + PARITY_CHUNKS_MAX];
+        let mut count = 0;
+        let mut sources = [0usize; MEMBERS_MAX];
+        let source_count;
+        {
+            let plan = self.plan_for(erased, targets);
+            for &c in plan.sources().iter().chain(plan.targets()) {
+                needs[count] = (c, len);
+                count += 1;
+            }
+            source_count = plan.sources().len();
+            sources[..source_count].copy_from_slice(plan.sources());
+        }
+        if !self.take_scratch(op_slot, &needs[..count]) {
+            // No buffers now: park; the round restarts when buffers come back.
+            self.park_starved(op_slot);
+            return;
+        }
+        self.counters.degraded_reads += 1;
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Rebuilding;
+        op.serial = op.serial.wrapping_add(1);
+        op.rebuild_erased = erased;
+        op.rebuild_targets = targets;
+        op.rebuild_range = Some(range);
+        let stripe = op.stripe;
+        for &c in &sources[..source_count] {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let kind = MemberIoKind::Read {
+                offset_bytes: self.member_offset(stripe, range.lo),
+                ptr: Self::scratch_ptr(op, c, 0),
+                len_bytes: len,
+            };
+            self.issue(op_slot, c, 0, kind);
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+    }
+
+    /// Sources are in: reconstruct the targets and copy them into the requests.
+    fn read_reconstruct(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let (erased, rebuild_targets) = (op.rebuild_erased, op.rebuild_targets);
+        let range = op.rebuild_range.expect("rebuild range");
+        let codec = self.codec.expect("parity level");
+        let len = usize::try_from(range.len()).expect("fits");
+        self.plan_for(erased, rebuild_targets);
+        {
+            let Shard { ops, plans, .. } = &mut *self;
+            let plan = plans.get(&(erased, rebuild_targets)).expect("just planned");
+            let op = ops[op_slot].as_mut().expect("live");
+            let (sources, mut targets) = split_scratch(op, plan.sources(), plan.targets(), len);
+            let count = plan.targets().len();
+            codec
+                .reconstruct_from(
+                    plan,
+                    &sources[..plan.sources().len()],
+                    &mut targets[..count],
+                    Stores::Cached,
+                )
+                .expect("plan, counts and lengths are consistent");
+        }
+        // Copy the rebuilt ranges into the requests that asked for them.
+        let Shard { ops, requests, geometry, .. } = self;
+        let op = ops[op_slot].as_mut().expect("live");
+        for part in op.parts.iter_mut().flatten() {
+            let wanted = part.rebuild & !part.lost & op.rebuild_targets;
+            if wanted == 0 {
+                continue;
+            }
+            let request = requests[part.request].as_mut().expect("live");
+            let ShardOp::Read { offset, len_bytes } = request.op else { unreachable!() };
+            let dst = request.buf.as_mut().expect("read buffer").as_mut_slice();
+            for s in geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                if !has(wanted, i) {
+                    continue;
+                }
+                let lo = s.location.offset_in_chunk_bytes;
+                let from = range.relative(ChunkRange::new(lo, lo + s.len_bytes));
+                let at = usize::try_from(s.range_offset_bytes).expect("fits");
+                let src = &op.scratch[i].as_ref().expect("rebuilt target").as_slice()[from.clone()];
+                dst[at..at + from.len()].copy_from_slice(src);
+            }
+            part.rebuild &= !wanted;
+            part.recovered |= wanted;
+        }
+        self.read_repair(op_slot);
+    }
+
+    /// Rewrite recovered data onto members that returned read errors, then finish.
+    fn read_repair(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Repairing;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        let errored = op.errored;
+        if self.is_mirror() {
+            self.repair_mirror_copies(op_slot, stripe, errored);
+        } else if let Some(range) = self.ops[op_slot].as_ref().expect("live").rebuild_range {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let targets = op.rebuild_targets;
+            let recovered = op.parts.iter().flatten().fold(0, |s, p| s | p.recovered);
+            for c in 0..self.geometry.data_chunks() {
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let member = op.chunk_member[c];
+                if has(targets & recovered & errored, c) && self.available(member) {
+                    let kind = MemberIoKind::Write {
+                        offset_bytes: self.member_offset(stripe, range.lo),
+                        ptr: Self::scratch_ptr(op, c, 0),
+                        len_bytes: range.len(),
+                        durability: Durability::Cached,
+                    };
+                    self.issue(op_slot, c, 0, kind);
+                }
+            }
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.finish_op(op_slot);
+        }
+    }
+
+    fn repair_mirror_copies(&mut self, op_slot: usize, stripe: StripeIndex, errored: ChunkSet) {
+        for part_index in 0..super::OP_REQUESTS_MAX {
+            let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
+                continue;
+            };
+            if part.recovered == 0 {
+                continue;
+            }
+            let ShardOp::Read { offset, len_bytes } =
+                self.requests[part.request].as_ref().expect("live").op
+            else {
+                unreachable!()
+            };
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                if !has(part.recovered, i) {
+                    continue;
+                }
+                for copy in 0..self.geometry.copies() {
+                    let member = self.geometry.data_member(stripe, i, copy).get();
+                    if has(errored, member) && self.members[member].health == Health::Active {
+                        let kind = MemberIoKind::Write {
+                            offset_bytes: self
+                                .member_offset(stripe, s.location.offset_in_chunk_bytes),
+                            ptr: self.request_ptr(part.request, s.range_offset_bytes),
+                            len_bytes: s.len_bytes,
+                            durability: Durability::Cached,
+                        };
+                        self.issue(op_slot, member, part_index, kind);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Split an operation's scratch buffers into reconstruction sources (shared) and targets
+/// (unique), in plan order, each cut to `len` bytes. Sources and targets are distinct chunks.
+pub(super) fn split_scratch<'a>(
+    op: &'a mut Op,
+    sources: &[usize],
+    targets: &[usize],
+    len: usize,
+) -> ([&'a [u8]; MEMBERS_MAX], [&'a mut [u8]; PARITY_CHUNKS_MAX]) {
+    assert_eq!(op.pending, 0, "scratch contents touched with IO in flight");
+    let mut source_refs: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
+    let mut target_refs: [&mut [u8]; PARITY_CHUNKS_MAX] = [&mut [], &mut [], &mut []];
+    for (chunk, buf) in op.scratch.iter_mut().enumerate() {
+        let Some(buf) = buf.as_mut() else { continue };
+        if let Some(t) = targets.iter().position(|&x| x == chunk) {
+            target_refs[t] = &mut buf.as_mut_slice()[..len];
+        } else if let Some(s) = sources.iter().position(|&x| x == chunk) {
+            source_refs[s] = &buf.as_slice()[..len];
+        }
+    }
+    (source_refs, target_refs)
+}

@@ -1,0 +1,554 @@
+//! A whole array in simulation: the real control plane and the real engine shards over
+//! simulated members and drivers, in one thread, deterministic for a seed.
+//!
+//! Owns: the array-level request table (an array request is cut into pieces by the router,
+//! each piece served by one shard, the results joined), the metadata reactions to shard
+//! events, time, and the crash and reassembly cycle used by the power-loss tests.
+
+use crate::driver::SimDriver;
+use crate::member::SimMember;
+use flashraid_control::{ControlError, Init, MetaDevice, Metadata, Overwrite, prepare, start};
+use flashraid_engine::{
+    ArrayOp, Driver, Durability, MemberIo, PieceOp, Rejected, RequestError, RequestId, RouteError,
+    Router, Shard, ShardConfig, ShardCounters, ShardEvent, ShardOp, ShardReply, ShardRequest,
+};
+use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
+use flashraid_format::{NewArray, Uuid};
+use flashraid_iobuf::{BufPool, IoBuf};
+use flashraid_layout::{Geometry, Level, MemberIndex};
+use flashraid_parity::Kernel;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Steps a request may take before the harness calls it a hang.
+const STEPS_MAX: u64 = 2_000_000;
+/// Simulated microseconds per step.
+const STEP_US: u64 = 10;
+/// Largest piece the harness cuts requests into.
+const PIECE_BYTES_MAX: u64 = 256 << 10;
+
+/// How to build a simulated array.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    pub seed: u64,
+    pub level: Level,
+    pub members: usize,
+    pub spares: usize,
+    pub member_bytes: u64,
+    pub chunk_bytes: u64,
+    pub shards: u32,
+    pub init: Init,
+    /// Longest IO delay in steps (0: IOs complete on the next poll, in random order).
+    pub delay_steps_max: u64,
+    pub config: ShardConfig,
+}
+
+impl SimOptions {
+    pub fn new(seed: u64, level: Level, members: usize) -> Self {
+        let mut config = ShardConfig::recommended();
+        config.scratch_bytes = 4 << 20;
+        config.requests_max = 256;
+        config.stripes_active_max = 256;
+        config.bitmap_clear_delay_us = 2_000;
+        Self {
+            seed,
+            level,
+            members,
+            spares: 0,
+            member_bytes: 6 << 20,
+            chunk_bytes: 16 << 10,
+            shards: 2,
+            init: Init::Zero,
+            delay_steps_max: 3,
+            config,
+        }
+    }
+}
+
+/// A handle to a submitted array request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+#[derive(Debug)]
+struct Pending {
+    pieces_left: u32,
+    result: Result<(), RequestError>,
+    read: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PieceRef {
+    ticket: u64,
+    request_offset: usize,
+    len: usize,
+    is_read: bool,
+}
+
+#[allow(missing_debug_implementations)]
+pub struct SimArray {
+    pub devices: Vec<SimMember>,
+    options: SimOptions,
+    metadata: Metadata,
+    shards: Vec<Shard>,
+    drivers: Vec<SimDriver>,
+    unsent: Vec<VecDeque<MemberIo>>,
+    router: Router,
+    geometry: Geometry,
+    now_us: u64,
+    next_id: u64,
+    tickets: BTreeMap<u64, Pending>,
+    pieces: BTreeMap<u64, PieceRef>,
+    pool: BufPool,
+    retry: VecDeque<(usize, ShardRequest)>,
+    done: BTreeMap<u64, Result<Option<Vec<u8>>, RequestError>>,
+    rng: StdRng,
+    pub events: Vec<ShardEvent>,
+    /// Metadata writes failed everywhere: the array is dead.
+    pub metadata_lost: bool,
+}
+
+fn dyn_devices(devices: &[SimMember]) -> Vec<&dyn MetaDevice> {
+    devices.iter().map(|d| d as &dyn MetaDevice).collect()
+}
+
+impl SimArray {
+    /// Create a new array on fresh simulated members and start it.
+    pub fn create(options: SimOptions) -> Result<Self, ControlError> {
+        let total = options.members + options.spares;
+        let devices: Vec<SimMember> =
+            (0..total).map(|i| SimMember::new(&format!("sim{i}"), options.member_bytes)).collect();
+        let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc0ffee);
+        let mut uuid = || Uuid::from_random_bytes(rng.random());
+        let new = NewArray {
+            array_uuid: uuid(),
+            array_name: "sim".to_string(),
+            created_at_unix_seconds: 0,
+            level: options.level,
+            chunk_bytes: options.chunk_bytes,
+            member_uuids: (0..options.members).map(|_| uuid()).collect(),
+            member_sizes_bytes: vec![],
+            spare_uuids: (0..options.spares).map(|_| uuid()).collect(),
+            spare_sizes_bytes: vec![],
+            bitmap_region_bytes: Some(1 << 20),
+            shards: options.shards,
+            member_data_bytes_max: None,
+        };
+        let all = dyn_devices(&devices);
+        let (members, spares) = all.split_at(options.members);
+        flashraid_control::create(&new, members, spares, Overwrite::Refuse, options.init)?;
+        Self::assemble(devices, options, DirtyDegraded::Refuse)
+    }
+
+    /// Assemble an array from members (for example after a crash) and start it.
+    pub fn assemble(
+        devices: Vec<SimMember>,
+        options: SimOptions,
+        dirty_degraded: DirtyDegraded,
+    ) -> Result<Self, ControlError> {
+        let all = dyn_devices(&devices);
+        let request = AssemblyRequest {
+            array_uuid: None,
+            array_name: None,
+            strict: StrictDevices::Strict,
+            dirty_degraded,
+        };
+        let prepared = prepare(&all, &request)?;
+        let (metadata, setups) =
+            start(&all, &prepared, options.shards, options.config, Kernel::best())?;
+        let geometry = prepared.assembled.geometry;
+        let mut shards = vec![];
+        for setup in setups {
+            shards.push(Shard::new(setup).map_err(|e| ControlError::Invalid(e.to_string()))?);
+        }
+        // Shard drivers see role slots as member indices: map each role to its device.
+        let drivers = (0..options.shards)
+            .map(|s| {
+                let role_devices: Vec<SimMember> = (0..geometry.member_count())
+                    .map(|role| match metadata.role_device(role) {
+                        Some(d) => devices[d].clone(),
+                        None => SimMember::gone(&format!("missing role {role}")),
+                    })
+                    .collect();
+                let rng = StdRng::seed_from_u64(options.seed.wrapping_add(u64::from(s) * 7919));
+                SimDriver::new(role_devices, rng, options.delay_steps_max)
+            })
+            .collect();
+        let pool_classes: Vec<(usize, usize)> =
+            vec![(4096, 4096), (16384, 1024), (65536, 512), (262144, 128)];
+        let router = Router::new(geometry, options.shards, PIECE_BYTES_MAX);
+        let rng = StdRng::seed_from_u64(options.seed ^ 0x5eed);
+        Ok(Self {
+            devices,
+            unsent: (0..options.shards).map(|_| VecDeque::new()).collect(),
+            options,
+            metadata,
+            shards,
+            drivers,
+            router,
+            geometry,
+            now_us: 0,
+            next_id: 1,
+            tickets: BTreeMap::new(),
+            pieces: BTreeMap::new(),
+            pool: BufPool::new(&pool_classes).expect("valid classes"),
+            retry: VecDeque::new(),
+            done: BTreeMap::new(),
+            rng,
+            events: vec![],
+            metadata_lost: false,
+        })
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub fn array_bytes(&self) -> u64 {
+        self.geometry.array_bytes()
+    }
+
+    pub fn options(&self) -> &SimOptions {
+        &self.options
+    }
+
+    /// The simulated device holding a role (None if missing or failed).
+    pub fn role_device(&self, role: usize) -> Option<SimMember> {
+        self.metadata.role_device(role).map(|d| self.devices[d].clone())
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    pub fn counters(&self) -> ShardCounters {
+        let mut total = ShardCounters::default();
+        for s in &self.shards {
+            let c = s.counters();
+            total.reads += c.reads;
+            total.writes += c.writes;
+            total.full_stripe_writes += c.full_stripe_writes;
+            total.rmw_writes += c.rmw_writes;
+            total.rcw_writes += c.rcw_writes;
+            total.degraded_writes += c.degraded_writes;
+            total.degraded_reads += c.degraded_reads;
+            total.errors_corrected += c.errors_corrected;
+            total.resync_stripes += c.resync_stripes;
+            total.resync_repairs += c.resync_repairs;
+            total.bitmap_writes += c.bitmap_writes;
+            total.member_reads += c.member_reads;
+            total.member_writes += c.member_writes;
+        }
+        total
+    }
+
+    pub fn is_resyncing(&self) -> bool {
+        self.shards.iter().any(|s| s.is_resyncing())
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Requests
+
+    /// Submit an array request. Writes take their data from `data`.
+    pub fn submit(&mut self, op: ArrayOp, data: Option<&[u8]>) -> Result<Ticket, RouteError> {
+        let mut pieces = vec![];
+        self.router.split(op, &mut |p| pieces.push(p))?;
+        let ticket = self.next_id;
+        self.next_id += 1;
+        let read = match op {
+            ArrayOp::Read { len_bytes, .. } => {
+                Some(vec![0u8; usize::try_from(len_bytes).expect("fits")])
+            }
+            _ => None,
+        };
+        let count = u32::try_from(pieces.len()).expect("fits");
+        self.tickets.insert(ticket, Pending { pieces_left: count, result: Ok(()), read });
+        for piece in pieces {
+            let id = self.next_id;
+            self.next_id += 1;
+            let (op, buf, reference) = self.piece_request(ticket, piece.op, data);
+            self.pieces.insert(id, reference);
+            let request = ShardRequest { id: RequestId(id), op, buf };
+            self.send(usize::try_from(piece.shard).expect("fits"), request);
+        }
+        Ok(Ticket(ticket))
+    }
+
+    fn piece_request(
+        &mut self,
+        ticket: u64,
+        op: PieceOp,
+        data: Option<&[u8]>,
+    ) -> (ShardOp, Option<IoBuf>, PieceRef) {
+        let reference = |at: u64, len: u32, is_read| PieceRef {
+            ticket,
+            request_offset: usize::try_from(at).expect("fits"),
+            len: usize::try_from(len).expect("fits"),
+            is_read,
+        };
+        match op {
+            PieceOp::Read { offset, len_bytes, request_offset } => {
+                let buf = self.take_buf(len_bytes);
+                (
+                    ShardOp::Read { offset, len_bytes },
+                    Some(buf),
+                    reference(request_offset, len_bytes, true),
+                )
+            }
+            PieceOp::Write { offset, len_bytes, request_offset, durability } => {
+                let mut buf = self.take_buf(len_bytes);
+                let data = data.expect("writes carry data");
+                let at = usize::try_from(request_offset).expect("fits");
+                let len = usize::try_from(len_bytes).expect("fits");
+                buf.as_mut_slice()[..len].copy_from_slice(&data[at..at + len]);
+                let op = ShardOp::Write { offset, len_bytes, durability };
+                (op, Some(buf), reference(request_offset, len_bytes, false))
+            }
+            PieceOp::WriteZeroes { offset, len_bytes, durability } => {
+                let mut buf = self.take_buf(len_bytes);
+                buf.as_mut_slice().fill(0);
+                (
+                    ShardOp::Write { offset, len_bytes, durability },
+                    Some(buf),
+                    reference(0, 0, false),
+                )
+            }
+            PieceOp::Zero { stripe, how, durability } => {
+                (ShardOp::Zero { stripe, how, durability }, None, reference(0, 0, false))
+            }
+            PieceOp::Flush => (ShardOp::Flush, None, reference(0, 0, false)),
+        }
+    }
+
+    fn take_buf(&mut self, len_bytes: u32) -> IoBuf {
+        self.pool
+            .take(usize::try_from(len_bytes).expect("fits"))
+            .expect("the harness pool is sized for the tests' concurrency")
+    }
+
+    fn send(&mut self, shard: usize, request: ShardRequest) {
+        if let Err(Rejected::Busy(request)) = self.shards[shard].submit(request) {
+            self.retry.push_back((shard, request));
+        }
+    }
+
+    /// The result of a finished request: `Ok(Some(data))` for reads.
+    pub fn take_result(&mut self, ticket: Ticket) -> Option<Result<Option<Vec<u8>>, RequestError>> {
+        self.done.remove(&ticket.0)
+    }
+
+    pub fn is_done(&self, ticket: Ticket) -> bool {
+        self.done.contains_key(&ticket.0)
+    }
+
+    /// Run until `ticket` finishes; return its result.
+    pub fn wait(&mut self, ticket: Ticket) -> Result<Option<Vec<u8>>, RequestError> {
+        let mut steps = 0;
+        while !self.is_done(ticket) {
+            self.step();
+            steps += 1;
+            assert!(steps < STEPS_MAX, "request {ticket:?} hung: {}", self.describe());
+        }
+        self.take_result(ticket).expect("done")
+    }
+
+    pub fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>, RequestError> {
+        let op = ArrayOp::Read { offset: flashraid_layout::ArrayOffset(offset), len_bytes: len };
+        let ticket = self.submit(op, None).expect("valid range");
+        self.wait(ticket).map(|d| d.expect("read data"))
+    }
+
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), RequestError> {
+        let op = ArrayOp::Write {
+            offset: flashraid_layout::ArrayOffset(offset),
+            len_bytes: data.len() as u64,
+            durability: Durability::Cached,
+        };
+        let ticket = self.submit(op, Some(data)).expect("valid range");
+        self.wait(ticket).map(|_| ())
+    }
+
+    pub fn flush(&mut self) -> Result<(), RequestError> {
+        let ticket = self.submit(ArrayOp::Flush, None).expect("flush is always valid");
+        self.wait(ticket).map(|_| ())
+    }
+
+    // ------------------------------------------------------------------------------------
+    // The event loop
+
+    /// One step: time passes, IOs move, completions and replies are handled.
+    pub fn step(&mut self) {
+        self.now_us += STEP_US;
+        for _ in 0..self.retry.len() {
+            let Some((shard, request)) = self.retry.pop_front() else { break };
+            self.send(shard, request);
+        }
+        for s in 0..self.shards.len() {
+            self.shards[s].tick(self.now_us);
+            self.move_ios(s);
+            let shard = &mut self.shards[s];
+            self.drivers[s].poll(&mut |c| shard.complete_io(c));
+            self.move_ios(s);
+            while let Some(reply) = self.shards[s].poll_reply() {
+                self.on_reply(reply);
+            }
+        }
+        self.handle_events();
+    }
+
+    fn move_ios(&mut self, s: usize) {
+        while let Some(io) = self.unsent[s].pop_front() {
+            if let Err(io) = self.drivers[s].submit(io) {
+                self.unsent[s].push_front(io);
+                return;
+            }
+        }
+        while let Some(io) = self.shards[s].poll_io() {
+            if let Err(io) = self.drivers[s].submit(io) {
+                self.unsent[s].push_back(io);
+            }
+        }
+    }
+
+    fn on_reply(&mut self, reply: ShardReply) {
+        let piece = self.pieces.remove(&reply.id.0).expect("reply for a piece we sent");
+        let pending = self.tickets.get_mut(&piece.ticket).expect("ticket of a piece");
+        if let Some(buf) = reply.buf {
+            if piece.is_read && reply.result.is_ok() {
+                let out = pending.read.as_mut().expect("read ticket");
+                out[piece.request_offset..piece.request_offset + piece.len]
+                    .copy_from_slice(&buf.as_slice()[..piece.len]);
+            }
+            self.pool.give(buf);
+        }
+        if let Err(e) = reply.result {
+            pending.result = Err(e);
+        }
+        pending.pieces_left -= 1;
+        if pending.pieces_left == 0 {
+            let pending = self.tickets.remove(&piece.ticket).expect("present");
+            let result = pending.result.map(|()| pending.read);
+            self.done.insert(piece.ticket, result);
+        }
+    }
+
+    fn handle_events(&mut self) {
+        let mut failed: Vec<MemberIndex> = vec![];
+        for s in 0..self.shards.len() {
+            while let Some(event) = self.shards[s].poll_event() {
+                match &event {
+                    ShardEvent::MemberFailed { member, .. } if !failed.contains(member) => {
+                        failed.push(*member)
+                    }
+                    ShardEvent::ErrorCorrected { member } => {
+                        self.metadata.note_errors_corrected(*member, 1)
+                    }
+                    _ => {}
+                }
+                self.events.push(event);
+            }
+        }
+        if failed.is_empty() {
+            return;
+        }
+        self.record_failed(&failed);
+    }
+
+    fn record_failed(&mut self, failed: &[MemberIndex]) {
+        let devices = dyn_devices(&self.devices);
+        let all = match self.metadata.fail_members(&devices, failed) {
+            Ok(all) => all,
+            Err(_) => {
+                self.metadata_lost = true;
+                failed.to_vec()
+            }
+        };
+        for shard in &mut self.shards {
+            shard.apply_failed(&all);
+        }
+    }
+
+    /// The operator fails a member (like `flashraid fail`).
+    pub fn fail_member(&mut self, role: usize) {
+        let member = MemberIndex(u16::try_from(role).expect("fits"));
+        self.record_failed(&[member]);
+        // The member is no longer read or written by the shards; make its device vanish so a
+        // stray IO would show.
+        if let Some(device) = self.role_device_any(role) {
+            device.state().gone = true;
+        }
+    }
+
+    fn role_device_any(&self, role: usize) -> Option<SimMember> {
+        self.drivers.first().map(|d| d.member(role))
+    }
+
+    /// Run until nothing is in flight and no background work remains (or `steps_max`).
+    pub fn run_until_idle(&mut self) {
+        let mut steps = 0;
+        loop {
+            self.step();
+            let idle = self.tickets.is_empty()
+                && self.retry.is_empty()
+                && self.shards.iter().all(|s| s.is_idle() && !s.is_resyncing())
+                && self.drivers.iter().all(|d| d.in_flight() == 0);
+            if idle {
+                return;
+            }
+            steps += 1;
+            assert!(steps < STEPS_MAX, "array never went idle: {}", self.describe());
+        }
+    }
+
+    /// Run `steps` steps of simulated time.
+    pub fn run_steps(&mut self, steps: u64) {
+        for _ in 0..steps {
+            self.step();
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} tickets open, {} retries, driver in flight {:?}, shards {:#?}",
+            self.tickets.len(),
+            self.retry.len(),
+            self.drivers.iter().map(|d| d.in_flight()).collect::<Vec<_>>(),
+            self.shards.iter().map(|s| s.describe()).collect::<Vec<_>>(),
+        )
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Shutdown and crash
+
+    /// Clean shutdown: finish everything, flush, clear every shard's bitmap, mark clean.
+    pub fn shutdown(mut self) -> Result<Vec<SimMember>, ControlError> {
+        self.run_until_idle();
+        self.flush().map_err(|e| ControlError::Invalid(e.to_string()))?;
+        for shard in &mut self.shards {
+            shard.begin_shutdown();
+            shard.clear_bitmap();
+        }
+        let mut steps = 0;
+        while !self.shards.iter().all(|s| s.is_idle() && s.bitmap_is_clear()) {
+            self.step();
+            steps += 1;
+            assert!(steps < STEPS_MAX, "bitmap never cleared");
+        }
+        let devices = dyn_devices(&self.devices);
+        self.metadata.mark_clean(&devices)?;
+        Ok(self.devices)
+    }
+
+    /// Power loss now: IOs in flight are lost (or reach the cache), every member loses what
+    /// it had not made durable. Returns the members for reassembly.
+    pub fn crash(mut self) -> Vec<SimMember> {
+        for driver in &mut self.drivers {
+            driver.crash();
+        }
+        let mut rng = StdRng::seed_from_u64(self.rng.random());
+        for device in &self.devices {
+            device.state().power_loss(&mut rng);
+        }
+        self.devices
+    }
+}
