@@ -106,15 +106,21 @@ impl WritePlan {
 pub struct Unwritable;
 
 /// Plan a write of `touched` (per data position: the range written, if any) into a stripe of
-/// `touched.len()` data and `parity` parity chunks, with the chunks in `unavailable` not
-/// readable or writable. `recompute` forbids RMW (the stripe's parity is not trusted, e.g. a
-/// region being resynced).
+/// `touched.len()` data and `parity` parity chunks. Chunks in `unavailable` cannot be read
+/// (their member is gone, or returned a read error in this operation); of those, the ones in
+/// `gone` cannot be written either. `recompute` forbids RMW (the stripe's parity is not
+/// trusted, e.g. a region being resynced).
+///
+/// A parity chunk that cannot be read but can be written rules out RMW: RMW derives new parity
+/// from the old, so that row would be written wrong. RCW recomputes it, which also repairs it.
 pub fn plan_write(
     touched: &[Option<ChunkRange>],
     parity: usize,
     unavailable: ChunkSet,
+    gone: ChunkSet,
     recompute: bool,
 ) -> Result<WritePlan, Unwritable> {
+    assert_eq!(gone & !unavailable, 0, "a chunk that cannot be written cannot be read either");
     let k = touched.len();
     assert!((1..=PARITY_CHUNKS_MAX).contains(&parity) && k + parity <= 64);
     let range =
@@ -141,7 +147,8 @@ pub fn plan_write(
     let touched_set: ChunkSet = (0..k).filter(|&i| touched[i].is_some()).fold(0, |s, i| s | bit(i));
     let parity_set: ChunkSet = (k..k + parity).fold(0, |s, c| s | bit(c));
     let rmw_reads = touched_set | (parity_set & !unavailable);
-    let rmw_feasible = !recompute && touched_set & unavailable == 0;
+    let unreadable_parity_to_write = parity_set & unavailable & !gone;
+    let rmw_feasible = !recompute && touched_set & unavailable == 0 && unreadable_parity_to_write == 0;
     if rmw_feasible && rmw_reads.count_ones() < rcw_reads.count_ones() {
         return Ok(WritePlan {
             kind: WriteKind::ReadModifyWrite,
@@ -164,12 +171,12 @@ mod tests {
     #[test]
     fn full_stripe_needs_no_reads() {
         let touched = vec![r(0, 16); 6];
-        let plan = plan_write(&touched, 2, 0, false).unwrap();
+        let plan = plan_write(&touched, 2, 0, 0, false).unwrap();
         assert_eq!(plan.kind, WriteKind::FullStripe);
         assert_eq!(plan.reads, 0);
         // Also when every chunk is written over the same sub-range.
         let touched = vec![r(4, 8); 6];
-        assert_eq!(plan_write(&touched, 2, 0, false).unwrap().kind, WriteKind::FullStripe);
+        assert_eq!(plan_write(&touched, 2, 0, 0, false).unwrap().kind, WriteKind::FullStripe);
     }
 
     #[test]
@@ -177,7 +184,7 @@ mod tests {
         // 10+2, one 4 KiB write: RMW reads 1 + 2 = 3, RCW would read 9.
         let mut touched = vec![None; 10];
         touched[3] = r(4, 8);
-        let plan = plan_write(&touched, 2, 0, false).unwrap();
+        let plan = plan_write(&touched, 2, 0, 0, false).unwrap();
         assert_eq!(plan.kind, WriteKind::ReadModifyWrite);
         assert_eq!(plan.reads, bit(3) | bit(10) | bit(11));
     }
@@ -187,7 +194,7 @@ mod tests {
         // 6+2 with 5 chunks written: RCW reads 1, RMW would read 7.
         let mut touched = vec![r(0, 16); 6];
         touched[5] = None;
-        let plan = plan_write(&touched, 2, 0, false).unwrap();
+        let plan = plan_write(&touched, 2, 0, 0, false).unwrap();
         assert_eq!(plan.kind, WriteKind::ReconstructWrite);
         assert_eq!(plan.reads, bit(5));
     }
@@ -196,7 +203,7 @@ mod tests {
     fn recompute_forbids_rmw() {
         let mut touched = vec![None; 10];
         touched[3] = r(0, 4);
-        let plan = plan_write(&touched, 2, 0, true).unwrap();
+        let plan = plan_write(&touched, 2, 0, 0, true).unwrap();
         assert_eq!(plan.kind, WriteKind::ReconstructWrite);
         assert_eq!(plan.read_count(), 9);
     }
@@ -207,7 +214,7 @@ mod tests {
         // fully overwritten, so RCW over the others works without reconstruction.
         let mut touched = vec![None; 4];
         touched[1] = r(0, 16);
-        let plan = plan_write(&touched, 2, bit(1), false).unwrap();
+        let plan = plan_write(&touched, 2, bit(1), bit(1), false).unwrap();
         assert_eq!(plan.kind, WriteKind::ReconstructWrite);
         assert_eq!(plan.reads, bit(0) | bit(2) | bit(3));
     }
@@ -217,20 +224,34 @@ mod tests {
         let mut touched = vec![None; 4];
         touched[1] = r(0, 4);
         // Data chunk 2 is gone and not written: parity needs its old contents.
-        let plan = plan_write(&touched, 2, bit(2), false).unwrap();
+        let plan = plan_write(&touched, 2, bit(2), bit(2), false).unwrap();
         assert_eq!(plan.kind, WriteKind::Degraded);
         assert_eq!(plan.reconstruct, bit(2));
         assert_eq!(plan.reads, 0b111011);
         // A gone parity chunk is just not written: RMW still works.
-        let plan = plan_write(&touched, 2, bit(5), false).unwrap();
+        let plan = plan_write(&touched, 2, bit(5), bit(5), false).unwrap();
         assert_eq!(plan.kind, WriteKind::ReadModifyWrite);
         assert_eq!(plan.reads, bit(1) | bit(4));
     }
 
     #[test]
+    fn an_unreadable_but_writable_parity_chunk_rules_out_rmw() {
+        // Parity read failed (a bad sector) but its member is alive: RMW would write garbage
+        // parity; RCW recomputes (and so repairs) it.
+        let mut touched = vec![None; 4];
+        touched[0] = r(0, 16);
+        let plan = plan_write(&touched, 1, bit(4), 0, false).unwrap();
+        assert_eq!(plan.kind, WriteKind::ReconstructWrite);
+        assert_eq!(plan.reads, bit(1) | bit(2) | bit(3));
+        // When its member is gone instead, RMW without that row is fine.
+        let plan = plan_write(&touched, 1, bit(4), bit(4), false).unwrap();
+        assert_eq!(plan.kind, WriteKind::ReadModifyWrite);
+    }
+
+    #[test]
     fn beyond_tolerance_is_unwritable() {
         let touched = vec![r(0, 4), None, None, None];
-        assert_eq!(plan_write(&touched, 2, bit(1) | bit(2) | bit(3), false), Err(Unwritable));
+        assert_eq!(plan_write(&touched, 2, bit(1) | bit(2) | bit(3), bit(1) | bit(2) | bit(3), false), Err(Unwritable));
     }
 
     /// The chosen plan never reads more than the other feasible plan and never reads an
@@ -247,8 +268,12 @@ mod tests {
             if touched.iter().all(|t| t.is_none()) {
                 continue;
             }
-            for unavailable in 0u64..(1 << (k + m)) {
-                let Ok(plan) = plan_write(&touched, m, unavailable, false) else {
+            // Every chunk is readable, errored (unreadable but writable), or gone.
+            for states in 0..3usize.pow((k + m) as u32) {
+                let state = |c: usize| (states / 3usize.pow(c as u32)) % 3;
+                let unavailable: ChunkSet = (0..k + m).filter(|&c| state(c) > 0).fold(0, |s, c| s | bit(c));
+                let gone: ChunkSet = (0..k + m).filter(|&c| state(c) == 2).fold(0, |s, c| s | bit(c));
+                let Ok(plan) = plan_write(&touched, m, unavailable, gone, false) else {
                     assert!(unavailable.count_ones() > m as u32);
                     continue;
                 };
@@ -257,6 +282,8 @@ mod tests {
                 if plan.kind == WriteKind::ReadModifyWrite {
                     let rcw = (0..k).filter(|&i| touched[i] != Some(plan.range)).count();
                     assert!(plan.read_count() < rcw as u32);
+                    let parity: ChunkSet = (k..k + m).fold(0, |s, c| s | bit(c));
+                    assert_eq!(parity & !gone & !plan.reads, 0, "RMW would write unread parity");
                 }
             }
         }

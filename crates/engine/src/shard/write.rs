@@ -97,8 +97,9 @@ impl Shard {
         let op = self.ops[op_slot].as_ref().expect("live");
         let touched = Self::touched(op, k);
         let unavailable = self.unreadable_chunks(op);
+        let gone = self.gone_chunks(op);
         let recompute = self.stripe_needs_resync(op.stripe);
-        let plan = match plan_write(&touched[..k], m, unavailable, recompute) {
+        let plan = match plan_write(&touched[..k], m, unavailable, gone, recompute) {
             Ok(plan) if recompute && plan.kind == WriteKind::Degraded => {
                 // Old data would come from parity not trusted since an unclean shutdown.
                 self.fail_write(op_slot, RequestError::Unreadable);
@@ -106,7 +107,14 @@ impl Shard {
             }
             Ok(plan) => plan,
             Err(_) => {
-                self.fail_write(op_slot, RequestError::ArrayFailed);
+                // Too many chunks unavailable to keep parity right. If members are gone that is
+                // the array failing; if some only returned read errors, the data is unreadable.
+                let error = if self.array_failed() {
+                    RequestError::ArrayFailed
+                } else {
+                    RequestError::Unreadable
+                };
+                self.fail_write(op_slot, error);
                 return true;
             }
         };
@@ -310,6 +318,10 @@ impl Shard {
                 op.needs_failed |= failing & (1u64 << member);
                 continue;
             }
+            // RMW derives parity from the old parity it read: a row it did not read must not
+            // be written (the planner rules this out; this is the check).
+            let rmw = plan.kind == WriteKind::ReadModifyWrite;
+            assert!(!(rmw && is_parity && !has(plan.reads, c)), "RMW writing parity it never read");
             let (range, ptr) = match touched {
                 Some(t) => {
                     let at = u64::try_from(t.buf_offset).expect("fits");
@@ -328,6 +340,12 @@ impl Shard {
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
             self.advance(op_slot);
         }
+    }
+
+    /// Chunk indices whose members are out of service (not written).
+    fn gone_chunks(&self, op: &Op) -> ChunkSet {
+        let n = self.geometry.data_chunks() + self.geometry.parity_chunks();
+        (0..n).filter(|&c| !self.available(op.chunk_member[c])).fold(0, |s, c| s | bit(c))
     }
 
     pub(super) fn is_parity_level(&self) -> bool {
