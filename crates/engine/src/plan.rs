@@ -148,7 +148,8 @@ pub fn plan_write(
     let parity_set: ChunkSet = (k..k + parity).fold(0, |s, c| s | bit(c));
     let rmw_reads = touched_set | (parity_set & !unavailable);
     let unreadable_parity_to_write = parity_set & unavailable & !gone;
-    let rmw_feasible = !recompute && touched_set & unavailable == 0 && unreadable_parity_to_write == 0;
+    let rmw_feasible =
+        !recompute && touched_set & unavailable == 0 && unreadable_parity_to_write == 0;
     if rmw_feasible && rmw_reads.count_ones() < rcw_reads.count_ones() {
         return Ok(WritePlan {
             kind: WriteKind::ReadModifyWrite,
@@ -251,7 +252,10 @@ mod tests {
     #[test]
     fn beyond_tolerance_is_unwritable() {
         let touched = vec![r(0, 4), None, None, None];
-        assert_eq!(plan_write(&touched, 2, bit(1) | bit(2) | bit(3), bit(1) | bit(2) | bit(3), false), Err(Unwritable));
+        assert_eq!(
+            plan_write(&touched, 2, bit(1) | bit(2) | bit(3), bit(1) | bit(2) | bit(3), false),
+            Err(Unwritable)
+        );
     }
 
     /// The chosen plan never reads more than the other feasible plan and never reads an
@@ -271,8 +275,10 @@ mod tests {
             // Every chunk is readable, errored (unreadable but writable), or gone.
             for states in 0..3usize.pow((k + m) as u32) {
                 let state = |c: usize| (states / 3usize.pow(c as u32)) % 3;
-                let unavailable: ChunkSet = (0..k + m).filter(|&c| state(c) > 0).fold(0, |s, c| s | bit(c));
-                let gone: ChunkSet = (0..k + m).filter(|&c| state(c) == 2).fold(0, |s, c| s | bit(c));
+                let unavailable: ChunkSet =
+                    (0..k + m).filter(|&c| state(c) > 0).fold(0, |s, c| s | bit(c));
+                let gone: ChunkSet =
+                    (0..k + m).filter(|&c| state(c) == 2).fold(0, |s, c| s | bit(c));
                 let Ok(plan) = plan_write(&touched, m, unavailable, gone, false) else {
                     assert!(unavailable.count_ones() > m as u32);
                     continue;

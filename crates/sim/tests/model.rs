@@ -34,7 +34,12 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 
 /// A random block-aligned range that overlaps nothing in flight (so the model's order of
 /// effects is the array's order).
-fn free_range(rng: &mut StdRng, size: u64, inflight: &[Inflight], max_blocks: u64) -> Option<(u64, u64)> {
+fn free_range(
+    rng: &mut StdRng,
+    size: u64,
+    inflight: &[Inflight],
+    max_blocks: u64,
+) -> Option<(u64, u64)> {
     for _ in 0..20 {
         let blocks = rng.random_range(1..=max_blocks.min(size / BLOCK));
         let start = rng.random_range(0..=(size / BLOCK - blocks)) * BLOCK;
@@ -69,7 +74,12 @@ fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool
     let mut loops = 0u64;
     while issued < ops || !inflight.is_empty() {
         loops += 1;
-        assert!(loops < 200_000, "{level} seed {seed}: stuck with {} in flight: {}", inflight.len(), array.describe());
+        assert!(
+            loops < 200_000,
+            "{level} seed {seed}: stuck with {} in flight: {}",
+            inflight.len(),
+            array.describe()
+        );
         // Collect finished requests and check reads against the model as it was.
         let mut i = 0;
         while i < inflight.len() {
@@ -140,7 +150,8 @@ fn submit_random(
             let mut data = vec![0u8; usize::try_from(len).unwrap()];
             rng.fill(data.as_mut_slice());
             model[start as usize..end as usize].copy_from_slice(&data);
-            let durability = if rng.random_ratio(1, 10) { Durability::Fua } else { Durability::Cached };
+            let durability =
+                if rng.random_ratio(1, 10) { Durability::Fua } else { Durability::Cached };
             let op = ArrayOp::Write { offset: ArrayOffset(start), len_bytes: len, durability };
             (op, Some(data), Expect::Write)
         }
@@ -161,22 +172,32 @@ fn submit_random(
         }
         _ => {
             model[start as usize..end as usize].fill(0);
-            let op = ArrayOp::WriteZeroes { offset: ArrayOffset(start), len_bytes: len, durability: Durability::Cached };
+            let op = ArrayOp::WriteZeroes {
+                offset: ArrayOffset(start),
+                len_bytes: len,
+                durability: Durability::Cached,
+            };
             (op, None, Expect::Other)
         }
     };
     // A flush covers nothing in particular; give it an empty range.
     let range = if matches!(op, ArrayOp::Flush) { (0, 0) } else { range };
     let ticket = array.submit(op, data.as_deref()).unwrap();
-    if let Some(t) = std::env::var("FLASHRAID_TRACE").ok().and_then(|t| t.parse::<u64>().ok()) {
-        if range.0 <= t && t < range.1 || matches!(op, ArrayOp::Flush) {
-            eprintln!("trace: {ticket:?} {op:?} range {range:?}");
-        }
+    let trace = std::env::var("FLASHRAID_TRACE").ok().and_then(|t| t.parse::<u64>().ok());
+    if let Some(t) = trace.filter(|&t| range.0 <= t && t < range.1 || matches!(op, ArrayOp::Flush))
+    {
+        eprintln!("trace: {ticket:?} {op:?} range {range:?} (watching {t})");
     }
     inflight.push(Inflight { ticket, range, expect });
 }
 
-fn inject_failure(array: &mut SimArray, rng: &mut StdRng, level: Level, failed: &mut Vec<usize>, tolerance: usize) {
+fn inject_failure(
+    array: &mut SimArray,
+    rng: &mut StdRng,
+    level: Level,
+    failed: &mut Vec<usize>,
+    tolerance: usize,
+) {
     let n = array.geometry().member_count();
     let candidates: Vec<usize> = (0..n)
         .filter(|r| !failed.contains(r))
@@ -219,7 +240,7 @@ fn inject_bad_range(array: &SimArray, rng: &mut StdRng, failed: &[usize], level:
     let Some(device) = array.role_device(role) else { return };
     let mut state = device.state();
     // Only one bad range at a time per array keeps the unavailable count per stripe bounded.
-    if state.bad_ranges.len() > 0 {
+    if !state.bad_ranges.is_empty() {
         return;
     }
     let size = state.size_bytes();
@@ -289,7 +310,8 @@ fn regressions() {
 #[test]
 #[ignore]
 fn model_probe() {
-    let level: Level = std::env::var("LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(Level::Raid6);
+    let level: Level =
+        std::env::var("LEVEL").ok().and_then(|l| l.parse().ok()).unwrap_or(Level::Raid6);
     let n: usize = std::env::var("N").ok().and_then(|l| l.parse().ok()).unwrap_or(6);
     let ops: usize = std::env::var("OPS").ok().and_then(|l| l.parse().ok()).unwrap_or(100);
     let failures = std::env::var("FAIL").is_ok();
