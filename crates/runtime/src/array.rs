@@ -1,0 +1,593 @@
+//! The embedded API: create an array, open (assemble and start) it, talk to it through
+//! sessions, query its status, fail a member, shut it down cleanly.
+//!
+//! Threads: one reactor per shard (the data path) and one controller (metadata: member
+//! failures, status, shutdown). The controller holds the only lock-free-path exception: it
+//! does synchronous superblock writes, which happen on member failure and shutdown only.
+
+use crate::ArrayError;
+use crate::device::MemberDevice;
+use crate::driver::UringDriver;
+use crate::reactor::{Control, Reactor, ShardStatus, ToReactor, member_ring};
+use crate::session::{Event, ReactorLink, Session};
+use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
+use flashraid_engine::{ArrayOp, Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
+use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
+use flashraid_format::superblock::Superblock;
+use flashraid_format::{NewArray, Uuid};
+use flashraid_iobuf::BufPool;
+use flashraid_layout::{Geometry, Level, MemberIndex};
+use flashraid_parity::Kernel;
+use flashraid_uring::{Access, Device, Waker};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// How to create an array.
+#[derive(Clone, Debug)]
+pub struct CreateSpec {
+    pub name: String,
+    pub level: Level,
+    pub chunk_bytes: u64,
+    pub members: Vec<PathBuf>,
+    pub spares: Vec<PathBuf>,
+    /// Create member files that do not exist yet, of this size.
+    pub create_files_bytes: Option<u64>,
+    pub overwrite: Overwrite,
+    /// `None`: zero the members if they all discard to zeroes (instant), else initialise in
+    /// the background.
+    pub init: Option<Init>,
+    pub bitmap_region_bytes: Option<u64>,
+    /// Shard sections the bitmap is prepared for (the cores the array will use).
+    pub shards: u32,
+}
+
+/// What `create` made.
+#[derive(Clone, Debug)]
+pub struct CreatedArray {
+    pub uuid: Uuid,
+    pub geometry: Geometry,
+    pub init: Init,
+    pub created_files: Vec<PathBuf>,
+}
+
+/// How to open an array.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Reactor threads (shards); `None`: one per CPU.
+    pub shards: Option<u32>,
+    pub config: ShardConfig,
+    pub kernel: Kernel,
+    /// Entries of each reactor's io_uring.
+    pub ring_entries: u32,
+    pub dirty_degraded: DirtyDegraded,
+    /// Buffer memory of each session, in bytes.
+    pub session_buffer_bytes: usize,
+    /// Only this array name (when the devices could hold several).
+    pub name: Option<String>,
+}
+
+impl OpenOptions {
+    pub fn recommended() -> Self {
+        Self {
+            shards: None,
+            config: ShardConfig::recommended(),
+            kernel: Kernel::best(),
+            ring_entries: 1024,
+            dirty_degraded: DirtyDegraded::Refuse,
+            session_buffer_bytes: 32 << 20,
+            name: None,
+        }
+    }
+}
+
+/// A member as reported by `status`.
+#[derive(Clone, Debug)]
+pub struct MemberStatus {
+    pub role: usize,
+    pub path: Option<String>,
+    pub health: Health,
+}
+
+/// The array's state.
+#[derive(Clone, Debug)]
+pub struct ArrayStatus {
+    pub name: String,
+    pub uuid: Uuid,
+    pub level: Level,
+    pub members: Vec<MemberStatus>,
+    pub chunk_bytes: u32,
+    pub array_bytes: u64,
+    pub degraded: bool,
+    pub failed: bool,
+    pub resyncing: bool,
+    pub bitmap_regions_set: usize,
+    pub counters: ShardCounters,
+    pub shards: usize,
+    pub event: u64,
+}
+
+pub(crate) enum ToController {
+    /// From shard `.0`.
+    #[allow(dead_code)]
+    Event(u32, ShardEvent),
+    FailMember(usize, Sender<Result<(), ArrayError>>),
+    Status(Sender<ArrayStatus>),
+    Shutdown(Sender<Result<(), ArrayError>>),
+    Stop,
+}
+
+/// A running array. See the module documentation.
+#[derive(Debug)]
+pub struct Array {
+    controller: Sender<ToController>,
+    reactors: Arc<Vec<ReactorLink>>,
+    router: Router,
+    geometry: Geometry,
+    next_session: AtomicU32,
+    session_buffer_bytes: usize,
+    piece_bytes_max: u64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn random_uuid() -> Result<Uuid, ArrayError> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| ArrayError::Other(format!("cannot read /dev/urandom: {e}")))?;
+    Ok(Uuid::from_random_bytes(bytes))
+}
+
+fn open_or_create(
+    path: &Path,
+    size: Option<u64>,
+    created: &mut Vec<PathBuf>,
+) -> Result<MemberDevice, ArrayError> {
+    match (path.exists(), size) {
+        (false, Some(size)) => {
+            let device =
+                Device::create_file(path, size).map_err(|e| ArrayError::Device(e.to_string()))?;
+            created.push(path.to_path_buf());
+            Ok(MemberDevice { device })
+        }
+        _ => {
+            let device = Device::open(path, Access::ReadWrite)
+                .map_err(|e| ArrayError::Device(e.to_string()))?;
+            Ok(MemberDevice { device })
+        }
+    }
+}
+
+/// Create an array: check and prepare the members, write the metadata. Does not start it.
+pub fn create(spec: &CreateSpec) -> Result<CreatedArray, ArrayError> {
+    let mut created = vec![];
+    let result = create_inner(spec, &mut created);
+    if result.is_err() {
+        // Leave nothing behind that we made.
+        for path in &created {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    result.map(|(uuid, geometry, init)| CreatedArray {
+        uuid,
+        geometry,
+        init,
+        created_files: created,
+    })
+}
+
+fn create_inner(
+    spec: &CreateSpec,
+    created: &mut Vec<PathBuf>,
+) -> Result<(Uuid, Geometry, Init), ArrayError> {
+    let members: Vec<MemberDevice> = spec
+        .members
+        .iter()
+        .map(|p| open_or_create(p, spec.create_files_bytes, created))
+        .collect::<Result<_, _>>()?;
+    let spares: Vec<MemberDevice> = spec
+        .spares
+        .iter()
+        .map(|p| open_or_create(p, spec.create_files_bytes, created))
+        .collect::<Result<_, _>>()?;
+    let init = spec.init.unwrap_or_else(|| {
+        if members.iter().chain(&spares).all(|d| d.zeroes_after_discard()) {
+            Init::Zero
+        } else {
+            Init::Background
+        }
+    });
+    let uuid = random_uuid()?;
+    let new = NewArray {
+        array_uuid: uuid,
+        array_name: spec.name.clone(),
+        created_at_unix_seconds: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        level: spec.level,
+        chunk_bytes: spec.chunk_bytes,
+        member_uuids: (0..members.len()).map(|_| random_uuid()).collect::<Result<_, _>>()?,
+        member_sizes_bytes: vec![],
+        spare_uuids: (0..spares.len()).map(|_| random_uuid()).collect::<Result<_, _>>()?,
+        spare_sizes_bytes: vec![],
+        bitmap_region_bytes: spec.bitmap_region_bytes,
+        shards: spec.shards,
+        member_data_bytes_max: None,
+    };
+    let member_refs: Vec<&dyn MetaDevice> = members.iter().map(|d| d as &dyn MetaDevice).collect();
+    let spare_refs: Vec<&dyn MetaDevice> = spares.iter().map(|d| d as &dyn MetaDevice).collect();
+    let made = flashraid_control::create(&new, &member_refs, &spare_refs, spec.overwrite, init)?;
+    Ok((uuid, made.geometry, init))
+}
+
+/// Read one device's superblocks (for `flashraid inspect`).
+pub fn inspect(path: &Path) -> Result<(String, [Result<Superblock, String>; 2]), ArrayError> {
+    let device =
+        Device::open(path, Access::ReadOnly).map_err(|e| ArrayError::Device(e.to_string()))?;
+    let member = MemberDevice { device };
+    let candidate = flashraid_control::read_candidate(&member);
+    let [a, b] = candidate.copies;
+    Ok((candidate.name, [a.map_err(|e| e.to_string()), b.map_err(|e| e.to_string())]))
+}
+
+fn cpu_count() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
+}
+
+impl Array {
+    /// Assemble the array on `paths` and start it.
+    pub fn open(paths: &[PathBuf], options: &OpenOptions) -> Result<Array, ArrayError> {
+        let devices: Vec<MemberDevice> = paths
+            .iter()
+            .map(|p| Device::open(p, Access::ReadWrite).map(|device| MemberDevice { device }))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ArrayError::Device(e.to_string()))?;
+        let refs: Vec<&dyn MetaDevice> = devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let request = AssemblyRequest {
+            array_uuid: None,
+            array_name: options.name.clone(),
+            strict: StrictDevices::Strict,
+            dirty_degraded: options.dirty_degraded,
+        };
+        let prepared = flashraid_control::prepare(&refs, &request)?;
+        let shards =
+            options.shards.unwrap_or_else(cpu_count).clamp(1, flashraid_format::bitmap::SHARDS_MAX);
+        let (metadata, setups) =
+            flashraid_control::start(&refs, &prepared, shards, options.config, options.kernel)?;
+        let geometry = prepared.assembled.geometry;
+        // Registered files: role order; missing roles get a placeholder never addressed.
+        let placeholder =
+            std::fs::File::open("/dev/null").map_err(|e| ArrayError::Other(e.to_string()))?;
+        let fds: Vec<i32> = (0..geometry.member_count())
+            .map(|role| match metadata.role_device(role) {
+                Some(d) => devices[d].device.raw_fd(),
+                None => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
+            })
+            .collect();
+        let (controller_tx, controller_rx) = mpsc::channel();
+        let mut links = vec![];
+        let mut threads = vec![];
+        for setup in setups {
+            let shard_index = setup.shard_index;
+            // Validate here so a bad setup is an error, not a dead thread.
+            Shard::new(setup.clone()).map_err(|e| ArrayError::Other(e.to_string()))?;
+            let ring = member_ring(&fds, options.ring_entries)
+                .map_err(|e| ArrayError::Other(e.to_string()))?;
+            let waker = Waker::new().map_err(|e| ArrayError::Other(e.to_string()))?;
+            let (tx, rx) = mpsc::sync_channel(options.config.requests_max * 2);
+            let events = controller_tx.clone();
+            let thread_waker = waker.clone();
+            links.push(ReactorLink { tx, waker });
+            // The shard is built on its own thread: it owns raw buffer pointers that must
+            // never cross threads while IO is in flight, so it is never sent anywhere.
+            let thread = std::thread::Builder::new()
+                .name(format!("flashraid-shard-{shard_index}"))
+                .spawn(move || {
+                    let shard = Shard::new(setup).expect("validated above");
+                    let reactor = Reactor {
+                        shard,
+                        driver: UringDriver::new(ring),
+                        waker: thread_waker,
+                        inbox: rx,
+                        events,
+                        shard_index,
+                    };
+                    reactor.run();
+                })
+                .map_err(|e| ArrayError::Other(e.to_string()))?;
+            threads.push(thread);
+        }
+        let reactors = Arc::new(links);
+        let stripe = geometry.stripe_data_bytes();
+        let piece_bytes_max = stripe.clamp(u64::from(geometry.chunk_bytes()), 4 << 20);
+        let router = Router::new(geometry, shards, piece_bytes_max);
+        let array = Array {
+            controller: controller_tx,
+            reactors: reactors.clone(),
+            router,
+            geometry,
+            next_session: AtomicU32::new(1),
+            session_buffer_bytes: options.session_buffer_bytes,
+            piece_bytes_max,
+            threads: Mutex::new(threads),
+        };
+        let control_session = array.session()?;
+        let controller = Controller {
+            inbox: controller_rx,
+            metadata,
+            devices,
+            reactors,
+            session: control_session,
+            _placeholder: placeholder,
+        };
+        let thread = std::thread::Builder::new()
+            .name("flashraid-control".to_string())
+            .spawn(move || controller.run())
+            .map_err(|e| ArrayError::Other(e.to_string()))?;
+        array.threads.lock().expect("not poisoned").push(thread);
+        Ok(array)
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.geometry.array_bytes()
+    }
+
+    /// A new session: a client's own buffers and reply channel.
+    pub fn session(&self) -> Result<Session, ArrayError> {
+        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+        if usize::try_from(id).expect("fits") >= crate::reactor::SESSIONS_MAX {
+            return Err(ArrayError::Other("too many sessions".to_string()));
+        }
+        let (tx, rx) = mpsc::channel();
+        for link in self.reactors.iter() {
+            link.tx
+                .send(ToReactor::Session { id, replies: tx.clone() })
+                .map_err(|_| ArrayError::Stopped)?;
+            link.waker.wake();
+        }
+        let pool = session_pool(self.session_buffer_bytes, self.piece_bytes_max)?;
+        Ok(Session::new(id, self.router, self.reactors.clone(), rx, pool))
+    }
+
+    pub fn status(&self) -> Result<ArrayStatus, ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller.send(ToController::Status(tx)).map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)
+    }
+
+    /// Fail a member now (like `mdadm --fail`), durably.
+    pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
+        if role >= self.geometry.member_count() {
+            return Err(ArrayError::Other(format!(
+                "no member {role}: the array has {}",
+                self.geometry.member_count()
+            )));
+        }
+        let (tx, rx) = mpsc::channel();
+        self.controller
+            .send(ToController::FailMember(role, tx))
+            .map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
+    /// Finish, flush, clear the bitmaps, mark the array clean, stop the threads. Callers
+    /// should have no requests in flight.
+    pub fn shutdown(self) -> Result<(), ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller.send(ToController::Shutdown(tx)).map_err(|_| ArrayError::Stopped)?;
+        let result = rx.recv().map_err(|_| ArrayError::Stopped)?;
+        self.join();
+        result
+    }
+
+    fn join(&self) {
+        let threads = std::mem::take(&mut *self.threads.lock().expect("not poisoned"));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Array {
+    /// Without `shutdown` the array stops as after a crash: dirty, resynced at the next open.
+    fn drop(&mut self) {
+        let _ = self.controller.send(ToController::Stop);
+        self.join();
+    }
+}
+
+fn session_pool(budget_bytes: usize, piece_bytes_max: u64) -> Result<BufPool, ArrayError> {
+    let max = usize::try_from(piece_bytes_max).expect("fits");
+    let mut classes = vec![];
+    let mut size = 4096usize;
+    while size < max {
+        classes.push(size);
+        size *= 2;
+    }
+    classes.push(max.next_multiple_of(4096));
+    let share = budget_bytes / classes.len();
+    let spec: Vec<(usize, usize)> = classes.iter().map(|&b| (b, (share / b).max(2))).collect();
+    BufPool::new(&spec).map_err(|e| ArrayError::Other(format!("session buffers: {e:?}")))
+}
+
+struct Controller {
+    inbox: Receiver<ToController>,
+    metadata: Metadata,
+    devices: Vec<MemberDevice>,
+    reactors: Arc<Vec<ReactorLink>>,
+    session: Session,
+    _placeholder: std::fs::File,
+}
+
+impl Controller {
+    fn run(mut self) {
+        while let Ok(message) = self.inbox.recv() {
+            match message {
+                ToController::Event(_shard, ShardEvent::MemberFailed { member, .. }) => {
+                    let _ = self.fail(&[member]);
+                }
+                ToController::Event(_, ShardEvent::ErrorCorrected { member }) => {
+                    self.metadata.note_errors_corrected(member, 1);
+                }
+                ToController::Event(_, ShardEvent::ResyncDone) => {}
+                ToController::FailMember(role, reply) => {
+                    let member = MemberIndex(u16::try_from(role).expect("fits"));
+                    let _ = reply.send(self.fail(&[member]));
+                }
+                ToController::Status(reply) => {
+                    let _ = reply.send(self.status());
+                }
+                ToController::Shutdown(reply) => {
+                    let result = self.shutdown();
+                    self.stop_reactors();
+                    let _ = reply.send(result);
+                    return;
+                }
+                ToController::Stop => {
+                    self.stop_reactors();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn broadcast(&self, control: impl Fn() -> Control) {
+        for link in self.reactors.iter() {
+            let _ = link.tx.send(ToReactor::Control(control()));
+            link.waker.wake();
+        }
+    }
+
+    fn fail(&mut self, members: &[MemberIndex]) -> Result<(), ArrayError> {
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let result = self.metadata.fail_members(&refs, members);
+        let all = match &result {
+            Ok(all) => all.clone(),
+            Err(_) => members.to_vec(),
+        };
+        self.broadcast(|| Control::ApplyFailed(all.clone()));
+        result.map(|_| ()).map_err(ArrayError::from)
+    }
+
+    fn shard_statuses(&self) -> Vec<ShardStatus> {
+        let mut out = vec![];
+        for link in self.reactors.iter() {
+            let (tx, rx) = mpsc::channel();
+            if link.tx.send(ToReactor::Control(Control::Status(tx))).is_ok() {
+                link.waker.wake();
+                if let Ok(status) = rx.recv() {
+                    out.push(status);
+                }
+            }
+        }
+        out
+    }
+
+    fn status(&self) -> ArrayStatus {
+        let sb = self.metadata.superblock();
+        let shards = self.shard_statuses();
+        let geometry = sb.geometry();
+        let n = geometry.member_count();
+        let health: Vec<Health> = (0..n)
+            .map(|m| {
+                let states = shards.iter().map(|s| s.health[m]);
+                // The worst view of any shard.
+                states
+                    .max_by_key(|h| match h {
+                        Health::Active => 0,
+                        Health::Failing => 1,
+                        Health::Failed => 2,
+                    })
+                    .unwrap_or(Health::Failed)
+            })
+            .collect();
+        let mut counters = ShardCounters::default();
+        for s in &shards {
+            add_counters(&mut counters, &s.counters);
+        }
+        let unavailable: Vec<bool> = health.iter().map(|h| *h != Health::Active).collect();
+        ArrayStatus {
+            name: sb.array_name.clone(),
+            uuid: sb.array_uuid,
+            level: sb.level,
+            members: (0..n)
+                .map(|role| MemberStatus {
+                    role,
+                    path: self.metadata.role_device(role).map(|d| self.devices[d].name()),
+                    health: health[role],
+                })
+                .collect(),
+            chunk_bytes: sb.chunk_bytes,
+            array_bytes: geometry.array_bytes(),
+            degraded: unavailable.iter().any(|&u| u),
+            failed: !geometry.survives(&unavailable),
+            resyncing: shards.iter().any(|s| s.resyncing),
+            bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
+            counters,
+            shards: shards.len(),
+            event: sb.event,
+        }
+    }
+
+    fn shutdown(&mut self) -> Result<(), ArrayError> {
+        // Flush everything written so far through our own session.
+        self.session
+            .submit(ArrayOp::Flush, None, 0)
+            .map_err(|e| ArrayError::Other(e.to_string()))?;
+        let mut flushed: Option<Result<(), ArrayError>> = None;
+        while flushed.is_none() {
+            self.session.poll(true, &mut |event| {
+                if let Event::Done { result, .. } = event {
+                    flushed = Some(result);
+                }
+            });
+        }
+        flushed.expect("set")?;
+        let mut acks = vec![];
+        for link in self.reactors.iter() {
+            let (tx, rx) = mpsc::channel();
+            let _ = link.tx.send(ToReactor::Control(Control::CleanShutdown(tx)));
+            link.waker.wake();
+            acks.push(rx);
+        }
+        for ack in acks {
+            ack.recv().map_err(|_| ArrayError::Stopped)?;
+        }
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        self.metadata.mark_clean(&refs)?;
+        Ok(())
+    }
+
+    fn stop_reactors(&self) {
+        self.broadcast(|| Control::Stop);
+    }
+}
+
+fn add_counters(total: &mut ShardCounters, c: &ShardCounters) {
+    total.reads += c.reads;
+    total.writes += c.writes;
+    total.read_bytes += c.read_bytes;
+    total.write_bytes += c.write_bytes;
+    total.flushes += c.flushes;
+    total.full_stripe_writes += c.full_stripe_writes;
+    total.rmw_writes += c.rmw_writes;
+    total.rcw_writes += c.rcw_writes;
+    total.degraded_writes += c.degraded_writes;
+    total.degraded_reads += c.degraded_reads;
+    total.errors_corrected += c.errors_corrected;
+    total.member_reads += c.member_reads;
+    total.member_writes += c.member_writes;
+    total.bitmap_writes += c.bitmap_writes;
+    total.resync_stripes += c.resync_stripes;
+    total.resync_repairs += c.resync_repairs;
+    total.rejected_busy += c.rejected_busy;
+}
