@@ -3,12 +3,13 @@
 //! Owns: argument parsing, turning library errors into messages a person can act on, and
 //! output formats (tables for people, `--json` for scripts).
 //!
-//! Today it runs the parity benchmark (`flashraid bench parity`) and reports which parity
-//! kernels this CPU has (`flashraid kernels`). Arrays (create, assemble, serve, status) arrive
-//! with the engine and NBD issues; the README says what works today.
+//! Commands: `create` (arrays on files or block devices), `inspect` (superblocks, offline),
+//! `assemble` (the assembly decision, read-only), `bench parity`, `bench engine`, `kernels`.
+//! Serving arrays (`serve`, `status`, `fail`) arrives with the NBD issue.
 
 #![forbid(unsafe_code)]
 
+mod array_cmds;
 mod bench;
 
 use anyhow::Result;
@@ -28,12 +29,31 @@ enum Command {
     Bench(bench::BenchCommand),
     /// List the parity kernels and which one this CPU uses.
     Kernels,
+    /// Create an array on member files or block devices.
+    Create(array_cmds::CreateArgs),
+    /// Print the superblocks on devices, offline.
+    Inspect(array_cmds::InspectArgs),
+    /// Show how devices would assemble (read-only).
+    Assemble(array_cmds::AssembleArgs),
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain on one line each, no backtrace: messages are for operators.
+            eprintln!("flashraid: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Bench(command) => bench::run(command),
+        Command::Create(args) => array_cmds::run_create(args),
+        Command::Inspect(args) => array_cmds::run_inspect(args),
+        Command::Assemble(args) => array_cmds::run_assemble(args),
         Command::Kernels => {
             let best = flashraid_parity::Kernel::best();
             for kernel in flashraid_parity::Kernel::ALL {

@@ -1,0 +1,313 @@
+//! `flashraid create`, `inspect` and `assemble`: making arrays and looking at members.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use flashraid_control::{Init, Overwrite};
+use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
+use flashraid_format::superblock::{MemberState, Superblock};
+use flashraid_layout::Level;
+use flashraid_runtime::{CreateSpec, MemberDevice, create, inspect};
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// RAID level: 0, 1, 10, 5, 6 or 7.3.
+    #[arg(long, short = 'l')]
+    level: Level,
+    /// Array name (1 to 64 bytes).
+    #[arg(long, short = 'n', default_value = "flashraid")]
+    name: String,
+    /// Chunk size in KiB: a power of two from 4 to 1024.
+    #[arg(long, default_value_t = 16)]
+    chunk_kib: u64,
+    /// Hot spare (repeatable).
+    #[arg(long = "spare", value_name = "PATH")]
+    spares: Vec<PathBuf>,
+    /// Create member files that do not exist, of this size (e.g. 1G, 512M).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Overwrite devices that hold a filesystem, a partition table or another array.
+    #[arg(long)]
+    force: bool,
+    /// How parity becomes consistent: zero (now), background, or assume-clean. Default: zero
+    /// when every member discards to zeroes, background otherwise.
+    #[arg(long)]
+    init: Option<String>,
+    /// Cores the array will use (bitmap shard sections).
+    #[arg(long, default_value_t = 2)]
+    shards: u32,
+    /// Members, in role order.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+/// Parse sizes like 4096, 64K, 512M, 2G, 1T (binary units).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) =
+        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let value: u64 =
+        digits.parse().map_err(|_| format!("{text:?} is not a size like 512M or 2G"))?;
+    let shift = match unit.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        other => return Err(format!("unknown size unit {other:?} (use K, M, G or T)")),
+    };
+    value
+        .checked_shl(shift)
+        .filter(|v| v >> shift == value)
+        .ok_or_else(|| format!("{text} is too large"))
+}
+
+pub fn run_create(args: CreateArgs) -> Result<()> {
+    let init = match args.init.as_deref() {
+        None => None,
+        Some("zero") => Some(Init::Zero),
+        Some("background") => Some(Init::Background),
+        Some("assume-clean") => Some(Init::AssumeClean),
+        Some(other) => bail!("unknown --init {other:?}: use zero, background or assume-clean"),
+    };
+    let spec = CreateSpec {
+        name: args.name.clone(),
+        level: args.level,
+        chunk_bytes: args.chunk_kib << 10,
+        members: args.members.clone(),
+        spares: args.spares.clone(),
+        create_files_bytes: args.size,
+        overwrite: if args.force { Overwrite::Force } else { Overwrite::Refuse },
+        init,
+        bitmap_region_bytes: None,
+        shards: args.shards,
+    };
+    let made = create(&spec).context("create failed; nothing was written to the devices named")?;
+    let g = made.geometry;
+    println!(
+        "created {} array {:?} ({}): {} members, {} KiB chunks, {} usable",
+        g.level(),
+        args.name,
+        made.uuid,
+        g.member_count(),
+        g.chunk_bytes() >> 10,
+        human(g.array_bytes())
+    );
+    for path in &made.created_files {
+        println!("  created member file {}", path.display());
+    }
+    let how = match made.init {
+        Init::Zero => "members zeroed: parity consistent, the array is clean",
+        Init::Background => "parity is made consistent in the background when the array starts",
+        Init::AssumeClean => "members assumed consistent (--init assume-clean)",
+    };
+    println!("  {how}");
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[arg(required = true)]
+    devices: Vec<PathBuf>,
+}
+
+pub fn run_inspect(args: InspectArgs) -> Result<()> {
+    let mut reports = vec![];
+    for path in &args.devices {
+        let (name, copies) =
+            inspect(path).with_context(|| format!("cannot inspect {}", path.display()))?;
+        if args.json {
+            reports.push(inspect_json(&name, &copies));
+        } else {
+            println!("{name}:");
+            for (i, copy) in copies.iter().enumerate() {
+                match copy {
+                    Ok(sb) => print_superblock(i, sb),
+                    Err(e) => println!("  copy {i}: not valid: {e}"),
+                }
+            }
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(())
+}
+
+fn state_name(state: MemberState) -> &'static str {
+    match state {
+        MemberState::Empty => "empty",
+        MemberState::Active => "active",
+        MemberState::Failed => "failed",
+        MemberState::Spare => "spare",
+        MemberState::Rebuilding => "rebuilding",
+    }
+}
+
+fn print_superblock(copy: usize, sb: &Superblock) {
+    let g = sb.geometry();
+    println!(
+        "  copy {copy}: array {:?} {} ({}), event {}, {:?}",
+        sb.array_name,
+        sb.array_uuid,
+        g.level(),
+        sb.event,
+        sb.state
+    );
+    println!(
+        "    {} members, chunk {} KiB, data at {} KiB, {} per member, array {}",
+        g.member_count(),
+        g.chunk_bytes() >> 10,
+        sb.data_offset_bytes >> 10,
+        human(sb.member_data_bytes),
+        human(g.array_bytes())
+    );
+    println!(
+        "    this device: slot {} ({}), member {}",
+        sb.this_role,
+        if sb.is_spare() { "spare" } else { "role" },
+        sb.this_uuid
+    );
+    println!(
+        "    bitmap: {} regions of {}, {} shard sections",
+        sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes),
+        human(sb.bitmap_region_bytes),
+        sb.bitmap_shards
+    );
+    for (i, m) in sb.members.iter().chain(&sb.spares).enumerate() {
+        let failed = if m.state == MemberState::Failed {
+            format!(" at event {}", m.failed_at_event)
+        } else {
+            String::new()
+        };
+        println!(
+            "    slot {i:>2}: {} {}{failed}, {} errors corrected",
+            m.uuid,
+            state_name(m.state),
+            m.errors_corrected
+        );
+    }
+}
+
+fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_json::Value {
+    let copy = |c: &Result<Superblock, String>| match c {
+        Ok(sb) => serde_json::json!({
+            "valid": true,
+            "array_name": sb.array_name,
+            "array_uuid": sb.array_uuid.to_string(),
+            "level": sb.level.name(),
+            "event": sb.event,
+            "state": format!("{:?}", sb.state).to_lowercase(),
+            "member_count": sb.member_count,
+            "chunk_bytes": sb.chunk_bytes,
+            "member_data_bytes": sb.member_data_bytes,
+            "array_bytes": sb.geometry().array_bytes(),
+            "this_slot": sb.this_role,
+            "this_uuid": sb.this_uuid.to_string(),
+            "slots": sb.members.iter().chain(&sb.spares).map(|m| serde_json::json!({
+                "uuid": m.uuid.to_string(),
+                "state": state_name(m.state),
+                "failed_at_event": m.failed_at_event,
+                "errors_corrected": m.errors_corrected,
+            })).collect::<Vec<_>>(),
+        }),
+        Err(e) => serde_json::json!({ "valid": false, "error": e }),
+    };
+    serde_json::json!({ "device": name, "copies": [copy(&copies[0]), copy(&copies[1])] })
+}
+
+#[derive(Args, Debug)]
+pub struct AssembleArgs {
+    /// Only the array with this name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Accept a dirty, degraded array (see the refusal message for what that risks).
+    #[arg(long)]
+    force: bool,
+    #[arg(required = true)]
+    devices: Vec<PathBuf>,
+}
+
+/// Show how the devices would assemble, without writing anything. (Starting and serving the
+/// array is `flashraid serve`, issue 4.)
+pub fn run_assemble(args: AssembleArgs) -> Result<()> {
+    let mut devices = vec![];
+    for path in &args.devices {
+        let device = flashraid_uring::Device::open(path, flashraid_uring::Access::ReadOnly)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        devices.push(MemberDevice { device });
+    }
+    let refs: Vec<&dyn flashraid_control::MetaDevice> =
+        devices.iter().map(|d| d as &dyn flashraid_control::MetaDevice).collect();
+    let request = AssemblyRequest {
+        array_uuid: None,
+        array_name: args.name,
+        strict: StrictDevices::Strict,
+        dirty_degraded: if args.force { DirtyDegraded::Force } else { DirtyDegraded::Refuse },
+    };
+    let prepared = flashraid_control::prepare(&refs, &request)
+        .context("these devices do not form an array that can start")?;
+    let a = &prepared.assembled;
+    let sb = &a.superblock;
+    println!("array {:?} {} ({}), event {}", sb.array_name, sb.array_uuid, sb.level, sb.event);
+    for (role, device) in a.roles.iter().enumerate() {
+        let holder = match device {
+            Some(d) => args.devices[*d].display().to_string(),
+            None if a.failed_roles.contains(&role) => "failed".to_string(),
+            None => "missing".to_string(),
+        };
+        println!("  role {role:>2}: {holder}");
+    }
+    for &spare in &a.spares {
+        println!("  spare  : {}", args.devices[spare].display());
+    }
+    for (device, why) in &a.left_out {
+        println!("  left out: {device}: {why}");
+    }
+    for device in &a.behind {
+        println!("  {device}: superblock behind the newest event (rewritten at start)");
+    }
+    if a.dirty {
+        println!(
+            "  not shut down cleanly: {} bitmap regions to resync at start",
+            prepared.dirty_regions.len()
+        );
+    }
+    println!(
+        "  {} and can start{}",
+        if a.is_degraded() { "degraded" } else { "complete" },
+        if a.dirty { " (after resync of the dirty regions)" } else { "" }
+    );
+    Ok(())
+}
+
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}
