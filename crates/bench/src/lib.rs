@@ -4,9 +4,12 @@
 //! report ratios measured in one run (flashraid against a baseline on the same machine at the
 //! same time) rather than absolute numbers alone, because the machines are shared and noisy.
 //!
-//! Today: [`parity`], the parity-kernel benchmark behind `flashraid bench parity`. The fio/SNIA
-//! lab (issue 6) and the engine load generator (issue 3) land here later.
+//! Today: [`parity`] (`flashraid bench parity`) and [`engine`] (`flashraid bench engine`, the
+//! in-process load generator with its raw-member "hardware" column, in [`load`]). The fio/SNIA
+//! lab (issue 6) lands here later.
 
+pub mod engine;
+pub mod load;
 pub mod parity;
 mod timing;
 

@@ -11,6 +11,52 @@ use std::time::Duration;
 pub enum BenchCommand {
     /// Parity kernels vs ISA-L and memory bandwidth, one core (GB/s of data).
     Parity(ParityArgs),
+    /// The array engine in-process vs its raw member files, same run (IOPS, GB/s, latency,
+    /// CPU per IO).
+    Engine(EngineArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// RAID level.
+    #[arg(long, default_value = "6")]
+    level: flashraid_layout::Level,
+    /// Members.
+    #[arg(long, default_value_t = 8)]
+    members: usize,
+    #[arg(long, default_value_t = 16)]
+    chunk_kib: u64,
+    /// Size of each member file.
+    #[arg(long, default_value = "512M", value_parser = crate::array_cmds::parse_size)]
+    member_size: u64,
+    /// Directory for the member files (tmpfs: O_DIRECT works there on Linux 6.6+).
+    #[arg(long, default_value = "/dev/shm/flashraid-bench")]
+    dir: PathBuf,
+    /// Reactor threads.
+    #[arg(long, default_value_t = 2)]
+    shards: u32,
+    /// Load threads.
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// IOs in flight per load thread.
+    #[arg(long, default_value_t = 32)]
+    qd: usize,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Repetitions (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    repetitions: usize,
+    /// Workloads, comma-separated: randread-4k, randwrite-4k, seqread-128k, seqread-1m,
+    /// seqwrite-stripe.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Merge window for partial-stripe writes, microseconds.
+    #[arg(long, default_value_t = 0)]
+    merge_window_us: u64,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -76,7 +122,59 @@ fn flashraid_isal_system_paths() -> Vec<PathBuf> {
 pub fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Parity(args) => run_parity(args),
+        BenchCommand::Engine(args) => run_engine(args),
     }
+}
+
+fn run_engine(args: EngineArgs) -> Result<()> {
+    use flashraid_bench::engine::{Config, Workload, format_report, run};
+    let workloads = if args.workloads.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        args.workloads
+            .iter()
+            .map(|w| Workload::parse(w).ok_or_else(|| anyhow::anyhow!("unknown workload {w:?}")))
+            .collect::<Result<_>>()?
+    };
+    if args.seconds <= 0.0 || args.repetitions == 0 || args.jobs == 0 || args.qd == 0 {
+        bail!("--seconds, --repetitions, --jobs and --qd must be positive");
+    }
+    let config = Config {
+        level: args.level,
+        members: args.members,
+        chunk_bytes: args.chunk_kib << 10,
+        member_bytes: args.member_size,
+        dir: args.dir,
+        shards: args.shards,
+        jobs: args.jobs,
+        queue_depth: args.qd,
+        run_time: Duration::from_secs_f64(args.seconds),
+        repetitions: args.repetitions,
+        workloads,
+        merge_window_us: args.merge_window_us,
+    };
+    println!(
+        "flashraid engine benchmark: {} x{} members, {} KiB chunks, {} per member in {}; {} shards, {} jobs x QD {}, {} x {:.1} s",
+        config.level,
+        config.members,
+        args.chunk_kib,
+        crate::array_cmds::human(config.member_bytes),
+        config.dir.display(),
+        config.shards,
+        config.jobs,
+        config.queue_depth,
+        config.repetitions,
+        config.run_time.as_secs_f64()
+    );
+    let report = run(&config, |line| println!("  {line}")).map_err(|e| anyhow::anyhow!(e))?;
+    println!();
+    print!("{}", format_report(&report));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON written to {}", path.display());
+    }
+    Ok(())
 }
 
 fn run_parity(args: ParityArgs) -> Result<()> {

@@ -412,8 +412,16 @@ fn session_pool(budget_bytes: usize, piece_bytes_max: u64) -> Result<BufPool, Ar
         size *= 2;
     }
     classes.push(max.next_multiple_of(4096));
-    let share = budget_bytes / classes.len();
-    let spec: Vec<(usize, usize)> = classes.iter().map(|&b| (b, (share / b).max(2))).collect();
+    // Half the budget for the largest class (whole pieces of big requests), the rest shared.
+    let largest = *classes.last().expect("at least one class");
+    let share = budget_bytes / 2 / classes.len().max(1);
+    let spec: Vec<(usize, usize)> = classes
+        .iter()
+        .map(|&b| {
+            let bytes = if b == largest { budget_bytes / 2 } else { share };
+            (b, (bytes / b).max(2))
+        })
+        .collect();
     BufPool::new(&spec).map_err(|e| ArrayError::Other(format!("session buffers: {e:?}")))
 }
 

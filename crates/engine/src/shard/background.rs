@@ -10,6 +10,9 @@ use crate::request::{RequestError, ZeroHow};
 use flashraid_layout::{MEMBERS_MAX, MemberIndex, StripeIndex};
 use flashraid_parity::Stores;
 
+/// How often `tick` looks for bitmap regions to clear.
+const BITMAP_SCAN_INTERVAL_US: u64 = 1000;
+
 impl Shard {
     // ------------------------------------------------------------------------------------
     // Time
@@ -19,15 +22,23 @@ impl Shard {
     pub fn tick(&mut self, now_us: u64) {
         self.now_us = self.now_us.max(now_us);
         let now = self.now_us;
-        if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
-            self.start_internal_flush();
+        // Scanning every region costs O(regions): at most once per millisecond (the clearing
+        // delay is seconds, so this loses nothing).
+        if now.saturating_sub(self.last_bitmap_scan_us) >= BITMAP_SCAN_INTERVAL_US {
+            self.last_bitmap_scan_us = now;
+            if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
+                self.start_internal_flush();
+            }
+            let resync_regions = &self.resync_regions;
+            let resync_from = self.resync_region_index;
+            let keep =
+                |r: u32| resync_regions[resync_from.min(resync_regions.len())..].contains(&r);
+            self.bitmap.clear_idle(now, &keep);
+            self.kick_bitmap();
         }
-        let resync_regions = &self.resync_regions;
-        let resync_from = self.resync_region_index;
-        let keep = |r: u32| resync_regions[resync_from.min(resync_regions.len())..].contains(&r);
-        self.bitmap.clear_idle(now, &keep);
-        self.kick_bitmap();
-        self.schedule_resync();
+        if self.resync_region_index < self.resync_regions.len() || !self.resync_announced {
+            self.schedule_resync();
+        }
     }
 
     // ------------------------------------------------------------------------------------

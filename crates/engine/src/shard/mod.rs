@@ -302,6 +302,10 @@ pub struct Shard {
     resync_announced: bool,
     /// Resync stopped at (region list index, stripe): from there on stripes stay untrusted.
     resync_blocked: Option<(usize, u64)>,
+    /// A stripe with queued requests found no free op slot (see `retry_waiting_stripes`).
+    stripes_waiting_for_op: bool,
+    /// When `tick` last scanned the bitmap for regions to clear.
+    last_bitmap_scan_us: u64,
     ios: VecDeque<MemberIo>,
     replies: VecDeque<ShardReply>,
     events: VecDeque<ShardEvent>,
@@ -386,6 +390,8 @@ impl Shard {
             resync_in_flight: 0,
             resync_announced: false,
             resync_blocked: None,
+            stripes_waiting_for_op: false,
+            last_bitmap_scan_us: 0,
             ios: VecDeque::with_capacity(ops_max * (n + 4)),
             replies: VecDeque::with_capacity(requests_max),
             events: VecDeque::with_capacity(4 * n + 4),
@@ -584,6 +590,7 @@ impl Shard {
         };
         let Some(op_slot) = self.free_ops.pop() else {
             // Every op slot is busy; this stripe is retried when one frees (see finish_op).
+            self.stripes_waiting_for_op = true;
             return;
         };
         let head_op = self.requests[head].as_ref().expect("queued").op;
@@ -1039,9 +1046,11 @@ impl Shard {
 
     /// Stripes whose queue could not start for lack of op slots.
     fn retry_waiting_stripes(&mut self) {
-        if self.free_ops.is_empty() {
+        // Scanning the stripe table is the slow path: only when a stripe was turned away.
+        if self.free_ops.is_empty() || !self.stripes_waiting_for_op {
             return;
         }
+        self.stripes_waiting_for_op = false;
         let idle: Vec<StripeIndex> = self
             .stripes
             .keys()

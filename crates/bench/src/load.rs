@@ -1,0 +1,399 @@
+//! Load generators for `flashraid bench engine`: one drives the raw member files directly
+//! with io_uring (the "hardware" column), the other drives a flashraid array through
+//! sessions. Both keep `queue_depth` IOs in flight per job thread for a fixed time and record
+//! every IO's latency in a fixed histogram (no allocation per IO).
+//!
+//! The raw generator is IO-layer code: it lends buffers to the kernel through the ring, the
+//! one `unsafe` in this crate, under the ring's contract (buffers stay put until reaped).
+
+use cpu_time::ProcessTime;
+use flashraid_engine::{ArrayOp, Durability};
+use flashraid_iobuf::IoBuf;
+use flashraid_layout::ArrayOffset;
+use flashraid_runtime::{Array, Event};
+use flashraid_uring::{Device, Op, Ring, check_transfer};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
+/// Latency buckets of 1 µs up to this, then one overflow bucket.
+const HISTOGRAM_US_MAX: usize = 200_000;
+
+/// Per-IO latencies, microsecond resolution.
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new() -> Self {
+        Self { buckets: vec![0; HISTOGRAM_US_MAX + 1], count: 0 }
+    }
+
+    pub fn record(&mut self, latency: Duration) {
+        let us = usize::try_from(latency.as_micros()).unwrap_or(usize::MAX).min(HISTOGRAM_US_MAX);
+        self.buckets[us] += 1;
+        self.count += 1;
+    }
+
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.count += other.count;
+    }
+
+    /// The latency below which `fraction` of IOs completed, in µs.
+    pub fn percentile_us(&self, fraction: f64) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let target = (self.count as f64 * fraction).ceil() as u64;
+        let mut seen = 0;
+        for (us, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return us as f64;
+            }
+        }
+        HISTOGRAM_US_MAX as f64
+    }
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a load run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Measured {
+    pub ios: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub iops: f64,
+    pub bytes_per_second: f64,
+    pub latency_us_p50: f64,
+    pub latency_us_p99: f64,
+    pub latency_us_p999: f64,
+    /// Process CPU time (every thread) per IO.
+    pub cpu_us_per_io: f64,
+}
+
+fn measured(
+    ios: u64,
+    bytes: u64,
+    wall: Duration,
+    cpu: Duration,
+    histogram: &Histogram,
+) -> Measured {
+    let seconds = wall.as_secs_f64().max(1e-9);
+    Measured {
+        ios,
+        bytes,
+        seconds,
+        iops: ios as f64 / seconds,
+        bytes_per_second: bytes as f64 / seconds,
+        latency_us_p50: histogram.percentile_us(0.50),
+        latency_us_p99: histogram.percentile_us(0.99),
+        latency_us_p999: histogram.percentile_us(0.999),
+        cpu_us_per_io: cpu.as_secs_f64() * 1e6 / (ios.max(1) as f64),
+    }
+}
+
+/// The shape of a load.
+#[derive(Clone, Copy, Debug)]
+pub struct Pattern {
+    pub block_bytes: u32,
+    pub write: bool,
+    pub sequential: bool,
+}
+
+/// Where the raw members' data areas are.
+#[derive(Clone, Copy, Debug)]
+pub struct RawArea {
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// Drive the member devices directly: each job thread has its own ring with every member
+/// registered; random IOs pick a member and an offset uniformly, sequential IOs stream
+/// through each member in turn.
+pub fn run_raw(
+    devices: &[Device],
+    area: RawArea,
+    pattern: Pattern,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<Measured, String> {
+    let fds: Vec<i32> = devices.iter().map(|d| d.raw_fd()).collect();
+    let cpu_start = ProcessTime::now();
+    let start = Instant::now();
+    let results: Vec<Result<(u64, u64, Histogram), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|job| {
+                let fds = fds.clone();
+                scope.spawn(move || {
+                    raw_job(&fds, area, pattern, job, jobs, queue_depth, duration, seed)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().map_err(|_| "raw job panicked".to_string())?).collect()
+    });
+    let wall = start.elapsed();
+    let cpu = cpu_start.elapsed();
+    let mut ios = 0;
+    let mut bytes = 0;
+    let mut histogram = Histogram::new();
+    for r in results {
+        let (i, b, h) = r?;
+        ios += i;
+        bytes += b;
+        histogram.merge(&h);
+    }
+    Ok(measured(ios, bytes, wall, cpu, &histogram))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn raw_job(
+    fds: &[i32],
+    area: RawArea,
+    pattern: Pattern,
+    job: usize,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<(u64, u64, Histogram), String> {
+    let entries = u32::try_from((queue_depth * 2).next_power_of_two()).unwrap_or(1024).min(4096);
+    let mut ring = Ring::new(entries).map_err(|e| e.to_string())?;
+    ring.register_files(fds).map_err(|e| e.to_string())?;
+    let block = u64::from(pattern.block_bytes);
+    let mut bufs: Vec<IoBuf> =
+        (0..queue_depth).map(|_| IoBuf::new(usize::try_from(block).expect("fits"))).collect();
+    for b in &mut bufs {
+        b.as_mut_slice().fill(0x5a);
+    }
+    let mut started = vec![Instant::now(); queue_depth];
+    let mut rng = SmallRng::seed_from_u64(seed ^ (job as u64) << 32);
+    let members = fds.len();
+    let blocks_per_member = area.len_bytes / block;
+    // Sequential: each job owns a slice of every member and walks it.
+    let slice_blocks = (blocks_per_member / jobs as u64).max(1);
+    let mut cursor = vec![0u64; members];
+    let mut next_member = 0usize;
+    let mut histogram = Histogram::new();
+    let (mut ios, mut bytes) = (0u64, 0u64);
+    let deadline = Instant::now() + duration;
+    let mut issue =
+        |slot: usize, ring: &mut Ring, bufs: &mut Vec<IoBuf>, started: &mut Vec<Instant>| {
+            let (member, block_index) = if pattern.sequential {
+                let m = next_member;
+                next_member = (next_member + 1) % members;
+                let b = job as u64 * slice_blocks + cursor[m] % slice_blocks;
+                cursor[m] += 1;
+                (m, b.min(blocks_per_member - 1))
+            } else {
+                (rng.random_range(0..members), rng.random_range(0..blocks_per_member))
+            };
+            let offset_bytes = area.offset_bytes + block_index * block;
+            let file = u32::try_from(member).expect("fits");
+            let ptr = bufs[slot].as_mut_ptr();
+            let op = if pattern.write {
+                Op::Write {
+                    file,
+                    offset_bytes,
+                    ptr: ptr.cast_const(),
+                    len_bytes: pattern.block_bytes,
+                    fua: false,
+                }
+            } else {
+                Op::Read { file, offset_bytes, ptr, len_bytes: pattern.block_bytes }
+            };
+            started[slot] = Instant::now();
+            // SAFETY: the buffer for `slot` is not touched until its completion is reaped (the
+            // slot is reused only after that), and the ring outlives every op it holds.
+            unsafe { ring.push(op, slot as u64) }.map_err(|e| e.to_string())
+        };
+    for slot in 0..queue_depth {
+        issue(slot, &mut ring, &mut bufs, &mut started)?;
+    }
+    let mut in_flight = queue_depth;
+    while in_flight > 0 {
+        ring.submit(1, Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+        let mut done: Vec<(usize, i32)> = Vec::with_capacity(queue_depth);
+        ring.reap(|user_data, result| {
+            done.push((usize::try_from(user_data).expect("fits"), result))
+        });
+        for (slot, result) in done {
+            check_transfer(result, pattern.block_bytes)
+                .map_err(|e| format!("raw IO failed: {e:?}"))?;
+            histogram.record(started[slot].elapsed());
+            ios += 1;
+            bytes += block;
+            if Instant::now() < deadline {
+                issue(slot, &mut ring, &mut bufs, &mut started)?;
+            } else {
+                in_flight -= 1;
+            }
+        }
+    }
+    Ok((ios, bytes, histogram))
+}
+
+/// Drive an array through sessions, one per job thread.
+pub fn run_array(
+    array: &Array,
+    pattern: Pattern,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<Measured, String> {
+    let size = array.size_bytes();
+    let cpu_start = ProcessTime::now();
+    let start = Instant::now();
+    let results: Vec<Result<(u64, u64, Histogram), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|job| {
+                scope.spawn(move || {
+                    array_job(array, size, pattern, job, jobs, queue_depth, duration, seed)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "array job panicked".to_string())?)
+            .collect()
+    });
+    let wall = start.elapsed();
+    let cpu = cpu_start.elapsed();
+    let mut ios = 0;
+    let mut bytes = 0;
+    let mut histogram = Histogram::new();
+    for r in results {
+        let (i, b, h) = r?;
+        ios += i;
+        bytes += b;
+        histogram.merge(&h);
+    }
+    Ok(measured(ios, bytes, wall, cpu, &histogram))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn array_job(
+    array: &Array,
+    size: u64,
+    pattern: Pattern,
+    job: usize,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<(u64, u64, Histogram), String> {
+    let mut session = array.session().map_err(|e| e.to_string())?;
+    let block = u64::from(pattern.block_bytes);
+    let data = vec![0x5au8; usize::try_from(block).expect("fits")];
+    let blocks = size / block;
+    let slice = (blocks / jobs as u64).max(1);
+    let mut cursor = 0u64;
+    let mut rng = SmallRng::seed_from_u64(seed ^ (job as u64) << 40);
+    let mut started = vec![Instant::now(); queue_depth];
+    let mut histogram = Histogram::new();
+    let (mut ios, mut bytes) = (0u64, 0u64);
+    let deadline = Instant::now() + duration;
+    let mut next_op = |rng: &mut SmallRng| {
+        let index = if pattern.sequential {
+            let i = job as u64 * slice + cursor % slice;
+            cursor += 1;
+            i.min(blocks - 1)
+        } else {
+            rng.random_range(0..blocks)
+        };
+        let offset = ArrayOffset(index * block);
+        if pattern.write {
+            ArrayOp::Write { offset, len_bytes: block, durability: Durability::Cached }
+        } else {
+            ArrayOp::Read { offset, len_bytes: block }
+        }
+    };
+    for slot in 0..queue_depth {
+        let op = next_op(&mut rng);
+        started[slot] = Instant::now();
+        submit_retrying(&mut session, op, pattern.write.then_some(data.as_slice()), slot as u64)?;
+    }
+    let mut in_flight = queue_depth;
+    let mut failure: Option<String> = None;
+    while in_flight > 0 {
+        let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
+        session.poll(true, &mut |event| {
+            if let Event::Done { tag, result } = event {
+                if let Err(e) = result {
+                    failure.get_or_insert(e.to_string());
+                }
+                finished.push(usize::try_from(tag).expect("fits"));
+            }
+        });
+        if let Some(e) = failure.take() {
+            return Err(format!("array IO failed: {e}"));
+        }
+        for slot in finished {
+            histogram.record(started[slot].elapsed());
+            ios += 1;
+            bytes += block;
+            if Instant::now() < deadline {
+                let op = next_op(&mut rng);
+                started[slot] = Instant::now();
+                submit_retrying(
+                    &mut session,
+                    op,
+                    pattern.write.then_some(data.as_slice()),
+                    slot as u64,
+                )?;
+            } else {
+                in_flight -= 1;
+            }
+        }
+    }
+    Ok((ios, bytes, histogram))
+}
+
+/// Submit one request. The bench sizes the session's buffers for its queue depth, so a
+/// full session means that sizing is wrong: say so rather than measure something else.
+fn submit_retrying(
+    session: &mut flashraid_runtime::Session,
+    op: ArrayOp,
+    data: Option<&[u8]>,
+    tag: u64,
+) -> Result<(), String> {
+    match session.submit(op, data, tag) {
+        Ok(()) => Ok(()),
+        Err(flashraid_runtime::SubmitError::Full) => {
+            Err("session buffers exhausted: the bench's session_buffer_bytes is too small"
+                .to_string())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let mut h = Histogram::new();
+        for us in 1..=100u64 {
+            h.record(Duration::from_micros(us));
+        }
+        assert_eq!(h.percentile_us(0.5), 50.0);
+        assert_eq!(h.percentile_us(0.99), 99.0);
+        assert_eq!(h.percentile_us(1.0), 100.0);
+        h.record(Duration::from_secs(10));
+        assert_eq!(h.percentile_us(1.0), HISTOGRAM_US_MAX as f64);
+    }
+}
