@@ -1,7 +1,9 @@
 #!/bin/sh
 # The whole test suite, on a fresh Debian machine with only Rust installed: installs what the
 # tests need (ISA-L as the parity oracle), then formatting, clippy with warnings as errors, and
-# every test. CI runs exactly this (.ci/run).
+# every test, and a short fuzzing pass over every decoder. CI runs exactly this (.ci/run).
+#
+# FLASHRAID_FUZZ_SECONDS: seconds per fuzz target (default 15; 0 skips fuzzing).
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/lib/packages.sh
@@ -20,5 +22,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+fuzz_seconds="${FLASHRAID_FUZZ_SECONDS:-15}"
+if [ "$fuzz_seconds" != 0 ]; then
+    echo "== fuzzing every decoder, ${fuzz_seconds}s each (scripts/fuzz.sh)"
+    scripts/fuzz.sh "$fuzz_seconds"
+fi
 
 echo "== all tests passed"

@@ -16,15 +16,26 @@
 //! - full-stripe sequential writes: `(N - M) / N` of the raw write bandwidth (mirrors:
 //!   `1 / copies`).
 
-use crate::load::{Measured, Pattern, RawArea, run_array, run_raw};
+use crate::load::{Measured, Pattern, RawArea, run_array, run_raw, run_raw_memory};
 use crate::median;
 use flashraid_control::{Init, Overwrite};
 use flashraid_layout::Level;
-use flashraid_runtime::{Array, CreateSpec, OpenOptions, create};
+use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create, create_in_memory};
 use flashraid_uring::{Access, Device};
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Where the members live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// Files in `dir`, driven through io_uring with O_DIRECT.
+    Files,
+    /// Process memory: the engine alone, no kernel in the IO path.
+    Memory,
+}
 
 /// A workload of the engine benchmark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -96,6 +107,7 @@ pub struct Config {
     pub repetitions: usize,
     pub workloads: Vec<Workload>,
     pub merge_window_us: u64,
+    pub backend: Backend,
 }
 
 /// One workload's result.
@@ -124,6 +136,7 @@ pub struct Report {
     pub run_seconds: f64,
     pub repetitions: usize,
     pub dir: String,
+    pub backend: Backend,
     pub rows: Vec<Row>,
 }
 
@@ -169,29 +182,50 @@ fn bound(
 
 /// Run the benchmark. `progress` gets a line per step.
 pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+    if config.backend == Backend::Memory {
+        let members: Vec<Arc<MemMember>> = (0..config.members)
+            .map(|i| MemMember::new(&format!("mem{i}"), config.member_bytes))
+            .collect();
+        return run_inner(config, Members::Memory(&members), &mut progress);
+    }
     std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
     let paths: Vec<PathBuf> =
         (0..config.members).map(|i| config.dir.join(format!("member{i}"))).collect();
     for p in &paths {
         let _ = std::fs::remove_file(p);
     }
-    let result = run_inner(config, &paths, &mut progress);
+    let result = run_inner(config, Members::Files(&paths), &mut progress);
     for p in &paths {
         let _ = std::fs::remove_file(p);
     }
     result
 }
 
+#[derive(Clone, Copy)]
+enum Members<'a> {
+    Files(&'a [PathBuf]),
+    Memory(&'a [Arc<MemMember>]),
+}
+
+/// What the raw loads run against.
+enum Raw<'a> {
+    Devices(Vec<Device>),
+    Memory(&'a [Arc<MemMember>]),
+}
+
 fn run_inner(
     config: &Config,
-    paths: &[PathBuf],
+    members: Members,
     progress: &mut impl FnMut(&str),
 ) -> Result<Report, String> {
     let spec = CreateSpec {
         name: "bench".into(),
         level: config.level,
         chunk_bytes: config.chunk_bytes,
-        members: paths.to_vec(),
+        members: match members {
+            Members::Files(paths) => paths.to_vec(),
+            Members::Memory(_) => vec![],
+        },
         spares: vec![],
         create_files_bytes: Some(config.member_bytes),
         overwrite: Overwrite::Refuse,
@@ -199,14 +233,22 @@ fn run_inner(
         bitmap_region_bytes: None,
         shards: config.shards,
     };
-    let made = create(&spec).map_err(|e| e.to_string())?;
+    let made = match members {
+        Members::Files(_) => create(&spec),
+        Members::Memory(list) => create_in_memory(&spec, list),
+    }
+    .map_err(|e| e.to_string())?;
     let geometry = made.geometry;
     let mut options = OpenOptions::recommended();
     options.shards = Some(config.shards);
     options.config.merge_window_us = config.merge_window_us;
     // Enough session buffers for every job's queue of the largest requests (1 MiB reads).
     options.session_buffer_bytes = (config.queue_depth * (2 << 20) * 2).max(32 << 20);
-    let array = Array::open(paths, &options).map_err(|e| e.to_string())?;
+    let array = match members {
+        Members::Files(paths) => Array::open(paths, &options),
+        Members::Memory(list) => Array::open_in_memory(list, &options),
+    }
+    .map_err(|e| e.to_string())?;
     progress(&format!(
         "array: {} x{} chunk {} KiB, {} MiB; filling it once",
         config.level,
@@ -215,11 +257,16 @@ fn run_inner(
         array.size_bytes() >> 20
     ));
     fill(&array).map_err(|e| format!("fill: {e}"))?;
-    // Raw devices: a second set of descriptors on the same files, read-write.
-    let devices: Vec<Device> = paths
-        .iter()
-        .map(|p| Device::open(p, Access::ReadWrite).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
+    // Raw members: a second set of descriptors on the same files, or the same memory.
+    let raw_target = match members {
+        Members::Files(paths) => Raw::Devices(
+            paths
+                .iter()
+                .map(|p| Device::open(p, Access::ReadWrite).map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()?,
+        ),
+        Members::Memory(list) => Raw::Memory(list),
+    };
     let area = RawArea {
         offset_bytes: flashraid_format::layout::DATA_OFFSET_BYTES,
         len_bytes: geometry.member_data_bytes(),
@@ -234,15 +281,20 @@ fn run_inner(
         let mut ratios = vec![];
         for rep in 0..config.repetitions {
             let seed = rep as u64 * 1000 + 17;
-            let raw = run_raw(
-                &devices,
-                area,
-                raw_pattern,
-                config.jobs,
-                config.queue_depth,
-                config.run_time,
-                seed,
-            )?;
+            let raw = match &raw_target {
+                Raw::Devices(devices) => run_raw(
+                    devices,
+                    area,
+                    raw_pattern,
+                    config.jobs,
+                    config.queue_depth,
+                    config.run_time,
+                    seed,
+                )?,
+                Raw::Memory(list) => {
+                    run_raw_memory(list, area, raw_pattern, config.jobs, config.run_time, seed)?
+                }
+            };
             let on_array = run_array(
                 &array,
                 array_pattern,
@@ -308,6 +360,7 @@ fn run_inner(
         run_seconds: config.run_time.as_secs_f64(),
         repetitions: config.repetitions,
         dir: config.dir.display().to_string(),
+        backend: config.backend,
         rows,
     })
 }

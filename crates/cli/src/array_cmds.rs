@@ -238,7 +238,7 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     for path in &args.devices {
         let device = flashraid_uring::Device::open(path, flashraid_uring::Access::ReadOnly)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        devices.push(MemberDevice { device });
+        devices.push(MemberDevice::Device(device));
     }
     let refs: Vec<&dyn flashraid_control::MetaDevice> =
         devices.iter().map(|d| d as &dyn flashraid_control::MetaDevice).collect();

@@ -29,6 +29,10 @@ pub struct EngineArgs {
     /// Size of each member file.
     #[arg(long, default_value = "512M", value_parser = crate::array_cmds::parse_size)]
     member_size: u64,
+    /// Where the members live: `files` (in --dir, through io_uring) or `memory` (the engine
+    /// alone: no kernel in the IO path; needs members x member-size of RAM).
+    #[arg(long, default_value = "files", value_parser = ["files", "memory"])]
+    backend: String,
     /// Directory for the member files (tmpfs: O_DIRECT works there on Linux 6.6+).
     #[arg(long, default_value = "/dev/shm/flashraid-bench")]
     dir: PathBuf,
@@ -127,7 +131,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
 }
 
 fn run_engine(args: EngineArgs) -> Result<()> {
-    use flashraid_bench::engine::{Config, Workload, format_report, run};
+    use flashraid_bench::engine::{Backend, Config, Workload, format_report, run};
     let workloads = if args.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
@@ -152,6 +156,7 @@ fn run_engine(args: EngineArgs) -> Result<()> {
         repetitions: args.repetitions,
         workloads,
         merge_window_us: args.merge_window_us,
+        backend: if args.backend == "memory" { Backend::Memory } else { Backend::Files },
     };
     println!(
         "flashraid engine benchmark: {} x{} members, {} KiB chunks, {} per member in {}; {} shards, {} jobs x QD {}, {} x {:.1} s",
@@ -159,7 +164,11 @@ fn run_engine(args: EngineArgs) -> Result<()> {
         config.members,
         args.chunk_kib,
         crate::array_cmds::human(config.member_bytes),
-        config.dir.display(),
+        if config.backend == Backend::Memory {
+            "memory".to_string()
+        } else {
+            config.dir.display().to_string()
+        },
         config.shards,
         config.jobs,
         config.queue_depth,

@@ -58,7 +58,8 @@ fn each_signature_is_detected_where_its_tool_writes_it() {
     ];
     for (offset, magic, what) in cases {
         let device = device_with(offset, &magic);
-        let found = detect_signature(&device).unwrap_or_else(|| panic!("{what} at {offset} not detected"));
+        let found =
+            detect_signature(&device).unwrap_or_else(|| panic!("{what} at {offset} not detected"));
         let text = found.to_string();
         assert!(text.contains(what), "{what}: got {text}");
     }

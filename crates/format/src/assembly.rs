@@ -109,6 +109,10 @@ pub enum AssemblyError {
     ArrayNotFound { wanted: String },
     #[error("devices {a} and {b} both claim role {role} of array {array}")]
     DuplicateRole { role: usize, a: String, b: String, array: String },
+    #[error(
+        "devices {a} and {b} both claim spare {uuid} of array {array} (a copied device?); give only one"
+    )]
+    DuplicateSpare { uuid: Uuid, a: String, b: String, array: String },
     #[error("{device} is a stale member of {array}: {reason}; re-add or replace it to use it")]
     StaleMember { device: String, array: String, reason: String },
     #[error(
@@ -239,6 +243,11 @@ fn pick_array(
     }
 }
 
+/// The identity the chosen superblock of candidate `i` claims.
+fn candidate_uuid(members: &[(usize, &Superblock)], i: usize) -> Option<Uuid> {
+    members.iter().find(|(c, _)| *c == i).map(|(_, sb)| sb.this_uuid)
+}
+
 fn place_members(
     candidates: &[Candidate],
     members: &[(usize, &Superblock)],
@@ -286,6 +295,18 @@ fn place_members(
             behind.push(name.clone());
         }
         if entry.state == MemberState::Spare {
+            // Two devices with one spare identity (a cloned disk): using both would let a
+            // rebuild write to one while the metadata tracks the other.
+            if let Some(&previous) =
+                spares.iter().find(|&&p: &&usize| candidate_uuid(members, p) == Some(sb.this_uuid))
+            {
+                return Err(AssemblyError::DuplicateSpare {
+                    uuid: sb.this_uuid,
+                    a: candidates[previous].name.clone(),
+                    b: name.clone(),
+                    array: label(newest),
+                });
+            }
             spares.push(i);
             continue;
         }

@@ -179,6 +179,24 @@ fn two_devices_claiming_one_role_are_refused() {
     assert!(e.to_string().contains("copy-of-a"));
 }
 
+/// Fuzz regression (assembly target): a copied spare was used twice, as two spares with one
+/// identity.
+#[test]
+fn two_devices_claiming_one_spare_are_refused() {
+    let sbs = clean(array(9, Level::Raid5, 3, 1));
+    assert_eq!(sbs.len(), 4);
+    let candidates = vec![
+        candidate("a", &sbs[0]),
+        candidate("b", &sbs[1]),
+        candidate("c", &sbs[2]),
+        candidate("spare", &sbs[3]),
+        candidate("copy-of-spare", &sbs[3]),
+    ];
+    let e = assemble(&candidates, &request(StrictDevices::Strict)).unwrap_err();
+    assert!(matches!(e, AssemblyError::DuplicateSpare { .. }), "{e}");
+    assert!(e.to_string().contains("copy-of-spare"));
+}
+
 #[test]
 fn too_many_missing_members_stop_assembly() {
     let sbs = clean(array(9, Level::Raid6, 6, 0));

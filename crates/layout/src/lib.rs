@@ -44,6 +44,9 @@ pub const CHUNK_BYTES_MAX: u32 = 1 << 20;
 pub const CHUNK_BYTES_DEFAULT: u32 = 16 << 10;
 /// Most members in one array.
 pub const MEMBERS_MAX: usize = 64;
+/// Largest array and member data area: offsets must fit in a signed 64-bit file offset
+/// (`off_t`) with any request length added, so capacity is capped at 2^62 bytes (4 EiB).
+pub const ARRAY_BYTES_MAX: u64 = 1 << 62;
 /// Most parity chunks per stripe (raid7.3).
 pub const PARITY_CHUNKS_MAX: usize = 3;
 
@@ -167,6 +170,8 @@ pub enum LayoutError {
     ChunkSize { chunk_bytes: u64 },
     #[error("members hold {member_data_bytes} B of data each, less than one {chunk_bytes} B chunk")]
     TooSmall { member_data_bytes: u64, chunk_bytes: u32 },
+    #[error("array or member data area larger than {ARRAY_BYTES_MAX} B")]
+    TooLarge,
 }
 
 /// Where an array byte lives: stripe, data index within the stripe, offset within the chunk.
@@ -232,7 +237,14 @@ impl Geometry {
             return Err(LayoutError::TooSmall { member_data_bytes, chunk_bytes: chunk });
         }
         let member_count = u16::try_from(member_count).expect("checked against MEMBERS_MAX");
-        Ok(Self { level, member_count, chunk_bytes: chunk, stripes })
+        let geometry = Self { level, member_count, chunk_bytes: chunk, stripes };
+        let array_bytes = stripes
+            .checked_mul(u64::from(chunk))
+            .and_then(|b| b.checked_mul(geometry.data_chunks() as u64));
+        if member_data_bytes > ARRAY_BYTES_MAX || array_bytes.is_none_or(|b| b > ARRAY_BYTES_MAX) {
+            return Err(LayoutError::TooLarge);
+        }
+        Ok(geometry)
     }
 
     pub fn level(&self) -> Level {
@@ -442,6 +454,16 @@ impl Iterator for Segments {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    /// Fuzz regression (router target): a member size near u64::MAX made `array_bytes`
+    /// overflow. Capacities past ARRAY_BYTES_MAX are refused at construction.
+    #[test]
+    fn capacity_that_overflows_is_refused() {
+        assert_eq!(Geometry::new(Level::Raid0, 64, 4096, u64::MAX), Err(LayoutError::TooLarge));
+        assert_eq!(Geometry::new(Level::Raid6, 12, 1 << 20, 1 << 61), Err(LayoutError::TooLarge));
+        let big = Geometry::new(Level::Raid1, 2, 4096, ARRAY_BYTES_MAX).unwrap();
+        assert_eq!(big.array_bytes(), ARRAY_BYTES_MAX);
+    }
 
     fn geometries() -> Vec<Geometry> {
         let mut all = vec![];

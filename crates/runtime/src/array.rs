@@ -8,7 +8,8 @@
 use crate::ArrayError;
 use crate::device::MemberDevice;
 use crate::driver::UringDriver;
-use crate::reactor::{Control, Reactor, ShardStatus, ToReactor, member_ring};
+use crate::memory::{MemDriver, MemMember};
+use crate::reactor::{Backend, Control, Reactor, ShardStatus, ToReactor, member_ring};
 use crate::session::{Event, ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
 use flashraid_engine::{ArrayOp, Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
@@ -151,12 +152,12 @@ fn open_or_create(
             let device =
                 Device::create_file(path, size).map_err(|e| ArrayError::Device(e.to_string()))?;
             created.push(path.to_path_buf());
-            Ok(MemberDevice { device })
+            Ok(MemberDevice::Device(device))
         }
         _ => {
             let device = Device::open(path, Access::ReadWrite)
                 .map_err(|e| ArrayError::Device(e.to_string()))?;
-            Ok(MemberDevice { device })
+            Ok(MemberDevice::Device(device))
         }
     }
 }
@@ -227,7 +228,7 @@ fn create_inner(
 pub fn inspect(path: &Path) -> Result<(String, [Result<Superblock, String>; 2]), ArrayError> {
     let device =
         Device::open(path, Access::ReadOnly).map_err(|e| ArrayError::Device(e.to_string()))?;
-    let member = MemberDevice { device };
+    let member = MemberDevice::Device(device);
     let candidate = flashraid_control::read_candidate(&member);
     let [a, b] = candidate.copies;
     Ok((candidate.name, [a.map_err(|e| e.to_string()), b.map_err(|e| e.to_string())]))
@@ -237,14 +238,61 @@ fn cpu_count() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
 }
 
+/// Create an array on in-memory members (the engine measured alone, and tests).
+pub fn create_in_memory(
+    spec: &CreateSpec,
+    members: &[Arc<MemMember>],
+) -> Result<CreatedArray, ArrayError> {
+    let devices: Vec<MemberDevice> =
+        members.iter().map(|m| MemberDevice::Memory(m.clone())).collect();
+    let refs: Vec<&dyn MetaDevice> = devices.iter().map(|d| d as &dyn MetaDevice).collect();
+    let uuid = random_uuid()?;
+    let new = NewArray {
+        array_uuid: uuid,
+        array_name: spec.name.clone(),
+        created_at_unix_seconds: 0,
+        level: spec.level,
+        chunk_bytes: spec.chunk_bytes,
+        member_uuids: (0..devices.len()).map(|_| random_uuid()).collect::<Result<_, _>>()?,
+        member_sizes_bytes: vec![],
+        spare_uuids: vec![],
+        spare_sizes_bytes: vec![],
+        bitmap_region_bytes: spec.bitmap_region_bytes,
+        shards: spec.shards,
+        member_data_bytes_max: None,
+    };
+    let init = spec.init.unwrap_or(Init::Zero);
+    let made = flashraid_control::create(&new, &refs, &[], spec.overwrite, init)?;
+    Ok(CreatedArray { uuid, geometry: made.geometry, init, created_files: vec![] })
+}
+
 impl Array {
     /// Assemble the array on `paths` and start it.
     pub fn open(paths: &[PathBuf], options: &OpenOptions) -> Result<Array, ArrayError> {
         let devices: Vec<MemberDevice> = paths
             .iter()
-            .map(|p| Device::open(p, Access::ReadWrite).map(|device| MemberDevice { device }))
+            .map(|p| Device::open(p, Access::ReadWrite).map(MemberDevice::Device))
             .collect::<Result<_, _>>()
             .map_err(|e| ArrayError::Device(e.to_string()))?;
+        Self::start(devices, options)
+    }
+
+    /// Assemble the array on in-memory members and start it.
+    pub fn open_in_memory(
+        members: &[Arc<MemMember>],
+        options: &OpenOptions,
+    ) -> Result<Array, ArrayError> {
+        let devices = members.iter().map(|m| MemberDevice::Memory(m.clone())).collect();
+        Self::start(devices, options)
+    }
+
+    fn start(devices: Vec<MemberDevice>, options: &OpenOptions) -> Result<Array, ArrayError> {
+        let memory = devices.iter().all(|d| matches!(d, MemberDevice::Memory(_)));
+        if !memory && devices.iter().any(|d| matches!(d, MemberDevice::Memory(_))) {
+            return Err(ArrayError::Other(
+                "members are either all in memory or all devices".into(),
+            ));
+        }
         let refs: Vec<&dyn MetaDevice> = devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let request = AssemblyRequest {
             array_uuid: None,
@@ -261,10 +309,21 @@ impl Array {
         // Registered files: role order; missing roles get a placeholder never addressed.
         let placeholder =
             std::fs::File::open("/dev/null").map_err(|e| ArrayError::Other(e.to_string()))?;
-        let fds: Vec<i32> = (0..geometry.member_count())
-            .map(|role| match metadata.role_device(role) {
-                Some(d) => devices[d].device.raw_fd(),
-                None => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
+        let role_devices: Vec<Option<&MemberDevice>> = (0..geometry.member_count())
+            .map(|role| metadata.role_device(role).map(|d| &devices[d]))
+            .collect();
+        let fds: Vec<i32> = role_devices
+            .iter()
+            .map(|d| match d {
+                Some(MemberDevice::Device(device)) => device.raw_fd(),
+                _ => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
+            })
+            .collect();
+        let mem_members: Vec<Option<Arc<MemMember>>> = role_devices
+            .iter()
+            .map(|d| match d {
+                Some(MemberDevice::Memory(m)) => Some(m.clone()),
+                _ => None,
             })
             .collect();
         let (controller_tx, controller_rx) = mpsc::channel();
@@ -274,8 +333,13 @@ impl Array {
             let shard_index = setup.shard_index;
             // Validate here so a bad setup is an error, not a dead thread.
             Shard::new(setup.clone()).map_err(|e| ArrayError::Other(e.to_string()))?;
-            let ring = member_ring(&fds, options.ring_entries)
-                .map_err(|e| ArrayError::Other(e.to_string()))?;
+            let backend = if memory {
+                Backend::Memory(MemDriver::new(mem_members.clone(), options.ring_entries as usize))
+            } else {
+                let ring = member_ring(&fds, options.ring_entries)
+                    .map_err(|e| ArrayError::Other(e.to_string()))?;
+                Backend::Uring(UringDriver::new(ring))
+            };
             let waker = Waker::new().map_err(|e| ArrayError::Other(e.to_string()))?;
             let (tx, rx) = mpsc::sync_channel(options.config.requests_max * 2);
             let events = controller_tx.clone();
@@ -289,7 +353,7 @@ impl Array {
                     let shard = Shard::new(setup).expect("validated above");
                     let reactor = Reactor {
                         shard,
-                        driver: UringDriver::new(ring),
+                        driver: backend,
                         waker: thread_waker,
                         inbox: rx,
                         events,

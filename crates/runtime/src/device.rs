@@ -1,48 +1,73 @@
-//! Member devices for the control plane: the io_uring layer's `Device` behind the control
-//! crate's `MetaDevice` trait.
+//! Member devices for the control plane: the io_uring layer's `Device`, or in-memory members,
+//! behind the control crate's `MetaDevice` trait.
 
+use crate::memory::MemMember;
 use flashraid_control::MetaDevice;
 use flashraid_uring::Device;
+use std::sync::Arc;
 
-/// One opened member (file or block device).
+/// One opened member: a file or block device, or memory.
 #[derive(Debug)]
-pub struct MemberDevice {
-    pub device: Device,
+pub enum MemberDevice {
+    Device(Device),
+    Memory(Arc<MemMember>),
 }
 
 impl MetaDevice for MemberDevice {
     fn name(&self) -> String {
-        self.device.path().display().to_string()
+        match self {
+            MemberDevice::Device(d) => d.path().display().to_string(),
+            MemberDevice::Memory(m) => m.name().to_string(),
+        }
     }
 
     fn size_bytes(&self) -> u64 {
-        self.device.size_bytes()
+        match self {
+            MemberDevice::Device(d) => d.size_bytes(),
+            MemberDevice::Memory(m) => m.size_bytes(),
+        }
     }
 
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), String> {
-        self.device.read_at(buf, offset_bytes).map_err(|e| e.to_string())
+        match self {
+            MemberDevice::Device(d) => d.read_at(buf, offset_bytes).map_err(|e| e.to_string()),
+            MemberDevice::Memory(m) => m.read(buf, offset_bytes),
+        }
     }
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), String> {
-        self.device.write_at(buf, offset_bytes).map_err(|e| e.to_string())
+        match self {
+            MemberDevice::Device(d) => d.write_at(buf, offset_bytes).map_err(|e| e.to_string()),
+            MemberDevice::Memory(m) => m.write(buf, offset_bytes),
+        }
     }
 
     fn sync(&self) -> Result<(), String> {
-        self.device.sync().map_err(|e| e.to_string())
+        match self {
+            MemberDevice::Device(d) => d.sync().map_err(|e| e.to_string()),
+            MemberDevice::Memory(_) => Ok(()),
+        }
     }
 
     fn zeroes_after_discard(&self) -> bool {
-        self.device.capabilities().discard_zeroes
+        match self {
+            MemberDevice::Device(d) => d.capabilities().discard_zeroes,
+            MemberDevice::Memory(_) => true,
+        }
     }
 
     fn zero_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), String> {
-        let caps = self.device.capabilities();
+        let device = match self {
+            MemberDevice::Device(d) => d,
+            MemberDevice::Memory(m) => return m.zero(offset_bytes, len_bytes),
+        };
+        let caps = device.capabilities();
         let result = if caps.discard_zeroes {
-            self.device.discard(offset_bytes, len_bytes)
+            device.discard(offset_bytes, len_bytes)
         } else if caps.write_zeroes {
-            self.device.write_zeroes(offset_bytes, len_bytes)
+            device.write_zeroes(offset_bytes, len_bytes)
         } else {
-            return write_zero_blocks(&self.device, offset_bytes, len_bytes);
+            return write_zero_blocks(device, offset_bytes, len_bytes);
         };
         result.map_err(|e| e.to_string())
     }

@@ -22,13 +22,16 @@
 mod array;
 mod device;
 mod driver;
+mod memory;
 mod reactor;
 mod session;
 
 pub use array::{
-    Array, ArrayStatus, CreateSpec, CreatedArray, MemberStatus, OpenOptions, create, inspect,
+    Array, ArrayStatus, CreateSpec, CreatedArray, MemberStatus, OpenOptions, create,
+    create_in_memory, inspect,
 };
 pub use device::MemberDevice;
+pub use memory::MemMember;
 pub use reactor::ShardStatus;
 pub use session::{Event, SESSION_REQUESTS_MAX, Session, SubmitError};
 

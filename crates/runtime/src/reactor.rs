@@ -11,6 +11,7 @@
 //! channel; IO queued beyond the ring's room waits in the shard.
 
 use crate::driver::UringDriver;
+use crate::memory::MemDriver;
 use flashraid_engine::Health;
 use flashraid_engine::{
     Driver, MemberIo, Rejected, Shard, ShardCounters, ShardReply, ShardRequest,
@@ -53,10 +54,55 @@ pub(crate) enum ToReactor {
     Control(Control),
 }
 
+/// Where a reactor's member IO goes.
+// One per reactor thread, built once and never moved on the data path: size is irrelevant.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Backend {
+    /// Files and block devices through io_uring; the reactor sleeps in the ring.
+    Uring(UringDriver),
+    /// In-memory members; the reactor sleeps on its inbox.
+    Memory(MemDriver),
+}
+
+impl Backend {
+    fn driver(&mut self) -> &mut dyn Driver {
+        match self {
+            Backend::Uring(d) => d,
+            Backend::Memory(d) => d,
+        }
+    }
+
+    fn arm(&mut self, waker: &Waker) -> Result<(), String> {
+        match self {
+            Backend::Uring(d) => d.ring().arm_waker(waker, WAKER_TAG).map_err(|e| e.to_string()),
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Submit queued IO and, when nothing happened, sleep until there is something to do.
+    /// A message received while sleeping is returned.
+    fn wait(
+        &mut self,
+        progress: bool,
+        inbox: &Receiver<ToReactor>,
+    ) -> Result<Option<ToReactor>, String> {
+        match self {
+            Backend::Uring(d) => {
+                let wait_for = usize::from(!progress);
+                let timeout = if progress { None } else { Some(IDLE_WAIT) };
+                d.ring().submit(wait_for, timeout).map_err(|e| e.to_string())?;
+                Ok(None)
+            }
+            Backend::Memory(_) if progress => Ok(None),
+            Backend::Memory(_) => Ok(inbox.recv_timeout(IDLE_WAIT).ok()),
+        }
+    }
+}
+
 /// Runs one shard until told to stop.
 pub(crate) struct Reactor {
     pub shard: Shard,
-    pub driver: UringDriver,
+    pub driver: Backend,
     pub waker: Waker,
     pub inbox: Receiver<ToReactor>,
     pub events: Sender<crate::array::ToController>,
@@ -70,14 +116,19 @@ impl Reactor {
         let mut held_requests: VecDeque<ShardRequest> = VecDeque::new();
         let mut held_io: Option<MemberIo> = None;
         let mut shutdown_ack: Option<Sender<()>> = None;
-        if let Err(e) = self.driver.ring().arm_waker(&self.waker, WAKER_TAG) {
+        if let Err(e) = self.driver.arm(&self.waker) {
             panic!("reactor {}: cannot arm its waker: {e}", self.shard_index);
         }
+        let mut woke_with: Option<ToReactor> = None;
         loop {
             let mut progress = false;
             // Messages.
             loop {
-                match self.inbox.try_recv() {
+                let message = match woke_with.take() {
+                    Some(m) => Ok(m),
+                    None => self.inbox.try_recv(),
+                };
+                match message {
                     Ok(ToReactor::Request(request)) => {
                         progress = true;
                         held_requests.push_back(request);
@@ -121,7 +172,7 @@ impl Reactor {
             let mut woken = false;
             {
                 let shard = &mut self.shard;
-                self.driver.poll(&mut |completion| {
+                self.driver.driver().poll(&mut |completion| {
                     if completion.token.0 == WAKER_TAG {
                         woken = true;
                     } else {
@@ -131,7 +182,7 @@ impl Reactor {
                 });
             }
             if woken {
-                let _ = self.driver.ring().arm_waker(&self.waker, WAKER_TAG);
+                let _ = self.driver.arm(&self.waker);
             }
             progress |= completed > 0 || woken;
             progress |= self.push_io(&mut held_io);
@@ -152,10 +203,9 @@ impl Reactor {
                 let _ = shutdown_ack.take().expect("set").send(());
             }
             // Submit what was queued; sleep only when nothing happened.
-            let wait_for = usize::from(!progress);
-            let timeout = if progress { None } else { Some(IDLE_WAIT) };
-            if let Err(e) = self.driver.ring().submit(wait_for, timeout) {
-                panic!("reactor {}: io_uring submit failed: {e}", self.shard_index);
+            match self.driver.wait(progress, &self.inbox) {
+                Ok(message) => woke_with = message,
+                Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
             }
         }
     }
@@ -165,7 +215,7 @@ impl Reactor {
         let mut moved = false;
         loop {
             let Some(io) = held.take().or_else(|| self.shard.poll_io()) else { return moved };
-            match self.driver.submit(io) {
+            match self.driver.driver().submit(io) {
                 Ok(()) => moved = true,
                 Err(io) => {
                     *held = Some(io);
