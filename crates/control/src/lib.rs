@@ -428,6 +428,17 @@ pub fn start(
     let sizes: Vec<u64> = devices.iter().map(|d| d.size_bytes()).collect();
     let mut metadata =
         Metadata { template, roles: a.roles.clone(), spares: a.spares.clone(), sizes };
+    // A role the table calls in service but no device holds is failed now, durably, before
+    // the first write skips it: if its device came back later it would hold stale chunks
+    // that a table still calling it Active (or Rebuilding) would let assembly use.
+    for role in 0..metadata.roles.len() {
+        let state = metadata.template.members[role].state;
+        if metadata.roles[role].is_none()
+            && matches!(state, MemberState::Active | MemberState::Rebuilding)
+        {
+            metadata.mark_failed(role);
+        }
+    }
     // Bitmap first (so a crash after the dirty superblock finds it), then superblocks.
     for &(device, _) in &metadata.holders() {
         write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;

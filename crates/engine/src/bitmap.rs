@@ -118,17 +118,22 @@ impl WriteIntent {
             r.flushed = false;
             r.on_disk
         };
-        if on_disk {
+        // The bit must be set in memory whatever the disk says: a clear waiting for the next
+        // image (cleared here while the region was idle) must not reach the disk now.
+        if !self.block.is_set(region) {
+            self.block.set(region, true);
+            self.changed = true;
+        }
+        // An image in flight that clears this bit will leave it clear on disk when it lands.
+        let being_cleared = self.in_flight && !self.image_bits[index];
+        if on_disk && !being_cleared {
             return Acquired::Ready;
         }
         if self.in_flight && self.image_bits[index] {
             // The image being written already carries this bit.
             return Acquired::Wait { target: self.started };
         }
-        if !self.block.is_set(region) {
-            self.block.set(region, true);
-        }
-        // Not on disk and not in the image in flight: the next image must carry it.
+        // The next image must carry it.
         self.changed = true;
         Acquired::Wait { target: self.started + 1 }
     }
@@ -215,6 +220,11 @@ impl WriteIntent {
         }
     }
 
+    /// Memory differs from the last image started: another image is due.
+    pub fn has_changes(&self) -> bool {
+        self.changed
+    }
+
     pub fn image_in_flight(&self) -> bool {
         self.in_flight
     }
@@ -232,10 +242,13 @@ impl WriteIntent {
             && self.regions.iter().all(|r| !r.on_disk)
     }
 
-    /// Clear every bit (clean shutdown, after every write is durable).
-    pub fn clear_all(&mut self) {
+    /// Clean shutdown, after a member flush that followed the last write: clear every region
+    /// that is idle and flushed and not kept (`keep`: resync has not vouched for it yet),
+    /// whatever the clearing delay. What stays set keeps the array dirty.
+    pub fn clear_flushed(&mut self, keep: &dyn Fn(u32) -> bool) {
         for index in 0..self.block.region_count {
-            if self.block.is_set(index) {
+            let r = self.regions[usize::try_from(index).expect("fits")];
+            if self.block.is_set(index) && r.writes_active == 0 && r.flushed && !keep(index) {
                 self.block.set(index, false);
                 self.changed = true;
             }
@@ -318,6 +331,68 @@ mod tests {
         b.flush_completed(150);
         b.clear_idle(5000, &|_| false);
         assert_eq!(b.set_regions(), 1, "the write at 200 was not covered by the flush at 150");
+    }
+
+    /// Review finding: a write acquired while an image clearing its region was in flight went
+    /// at once, and the landing image left the region clear on disk under an active write.
+    #[test]
+    fn a_write_during_a_clearing_image_waits_for_the_next_image() {
+        let mut b = intent();
+        b.acquire(3);
+        b.start_image();
+        b.image_written();
+        b.release(3, 100);
+        b.flush_issued(2000);
+        b.flush_completed(2000);
+        b.clear_idle(2000, &|_| false);
+        assert!(b.start_image().is_some(), "the clearing image");
+        // A new write while the clearing image (sequence 2) is in flight.
+        assert_eq!(b.acquire(3), Acquired::Wait { target: 3 });
+        b.image_written();
+        assert!(!b.is_durable(3));
+        assert!(b.start_image().is_some(), "the image setting the bit again");
+        b.image_written();
+        assert!(b.is_durable(3));
+        assert_eq!(b.set_regions(), 1);
+    }
+
+    /// Review finding: a region cleared in memory (image not started yet) and then written
+    /// again was reported Ready, and the next image cleared it on disk under the write.
+    #[test]
+    fn a_write_after_a_clear_in_memory_sets_the_bit_again() {
+        let mut b = intent();
+        b.acquire(3);
+        b.start_image();
+        b.image_written();
+        b.release(3, 100);
+        b.flush_issued(2000);
+        b.flush_completed(2000);
+        b.clear_idle(2000, &|_| false);
+        assert_eq!(b.set_regions(), 0);
+        // Still on disk, so the write may go at once, but the bit is set again in memory.
+        assert_eq!(b.acquire(3), Acquired::Ready);
+        assert_eq!(b.set_regions(), 1);
+        b.start_image();
+        b.image_written();
+        b.release(3, 3000);
+        assert_eq!(b.set_regions(), 1, "the image kept the bit set");
+    }
+
+    #[test]
+    fn shutdown_clears_only_flushed_regions_that_are_not_kept() {
+        let mut b = intent();
+        for r in [1, 2, 3] {
+            b.acquire(r);
+        }
+        b.start_image();
+        b.image_written();
+        b.release(1, 10);
+        b.release(2, 10);
+        b.flush_issued(20);
+        b.flush_completed(20);
+        b.clear_flushed(&|r| r == 2);
+        // 1 cleared; 2 kept (resync); 3 still has a write active.
+        assert_eq!(b.set_regions(), 2);
     }
 
     #[test]

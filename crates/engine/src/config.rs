@@ -46,8 +46,10 @@ impl ShardConfig {
         if self.stripes_active_max == 0 || self.stripes_active_max > 1 << 20 {
             return bad("stripes_active_max must be 1 to 1048576");
         }
-        if self.resync_stripes_max == 0 {
-            return bad("resync_stripes_max must be at least 1");
+        // Op slots (stripes_active_max + resync_stripes_max) and request slots travel in
+        // 24-bit fields of member IO tokens; these bounds keep both far below 2^24.
+        if self.resync_stripes_max == 0 || self.resync_stripes_max > 1 << 16 {
+            return bad("resync_stripes_max must be 1 to 65536");
         }
         Ok(())
     }

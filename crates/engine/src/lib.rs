@@ -27,6 +27,7 @@ pub use request::{Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardR
 pub use router::{ArrayOp, Piece, PieceOp, RouteError, Router};
 pub use shard::{
     BitmapSetup, FailReason, Health, MemberSetup, Shard, ShardCounters, ShardEvent, ShardSetup,
+    ShutdownState,
 };
 
 /// Why an engine component could not be built.

@@ -10,9 +10,9 @@ use crate::device::MemberDevice;
 use crate::driver::UringDriver;
 use crate::memory::{MemDriver, MemMember};
 use crate::reactor::{Backend, Control, Reactor, ShardStatus, ToReactor, member_ring};
-use crate::session::{Event, ReactorLink, Session};
+use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
-use flashraid_engine::{ArrayOp, Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
+use flashraid_engine::{Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::superblock::Superblock;
 use flashraid_format::{NewArray, Uuid};
@@ -117,8 +117,19 @@ pub(crate) enum ToController {
     Event(u32, ShardEvent),
     FailMember(usize, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
-    Shutdown(Sender<Result<(), ArrayError>>),
+    Shutdown(Sender<Result<Stopped, ArrayError>>),
     Stop,
+}
+
+/// How a clean shutdown ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every write is durable and the array is marked clean: the next start needs no resync.
+    Clean,
+    /// Something could not be made clean (resync had not finished, or a member failed and no
+    /// flush could prove the rest durable): the array stays dirty and the next start resyncs
+    /// the regions left in the bitmap. No acknowledged data is lost either way.
+    Dirty,
 }
 
 /// A running array. See the module documentation.
@@ -378,13 +389,11 @@ impl Array {
             piece_bytes_max,
             threads: Mutex::new(threads),
         };
-        let control_session = array.session()?;
         let controller = Controller {
             inbox: controller_rx,
             metadata,
             devices,
             reactors,
-            session: control_session,
             _placeholder: placeholder,
         };
         let thread = std::thread::Builder::new()
@@ -441,9 +450,10 @@ impl Array {
         rx.recv().map_err(|_| ArrayError::Stopped)?
     }
 
-    /// Finish, flush, clear the bitmaps, mark the array clean, stop the threads. Callers
-    /// should have no requests in flight.
-    pub fn shutdown(self) -> Result<(), ArrayError> {
+    /// Finish what is in flight, flush, clear the bitmaps, mark the array clean if every
+    /// shard ended clean, stop the threads. Callers should have no requests in flight (new
+    /// ones are refused with `ShuttingDown`).
+    pub fn shutdown(self) -> Result<Stopped, ArrayError> {
         let (tx, rx) = mpsc::channel();
         self.controller.send(ToController::Shutdown(tx)).map_err(|_| ArrayError::Stopped)?;
         let result = rx.recv().map_err(|_| ArrayError::Stopped)?;
@@ -494,36 +504,99 @@ struct Controller {
     metadata: Metadata,
     devices: Vec<MemberDevice>,
     reactors: Arc<Vec<ReactorLink>>,
-    session: Session,
     _placeholder: std::fs::File,
 }
 
+/// A clean shutdown in progress: the shards' acknowledgements still awaited.
+struct PendingShutdown {
+    reply: Sender<Result<Stopped, ArrayError>>,
+    acks: Vec<Option<Receiver<bool>>>,
+    clean: bool,
+}
+
+/// How often the controller looks at the shards' shutdown acknowledgements.
+const SHUTDOWN_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl Controller {
+    /// Serve events and commands until stopped. A shutdown is a state of this loop, not a
+    /// blocking call: while the shards drain and flush, member failures they report must
+    /// still be recorded (their flushes wait for exactly that).
     fn run(mut self) {
-        while let Ok(message) = self.inbox.recv() {
+        let mut shutdown: Option<PendingShutdown> = None;
+        loop {
+            let message = if shutdown.is_some() {
+                match self.inbox.recv_timeout(SHUTDOWN_POLL) {
+                    Ok(m) => Some(m),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match self.inbox.recv() {
+                    Ok(m) => Some(m),
+                    Err(_) => return,
+                }
+            };
             match message {
-                ToController::Event(_shard, ShardEvent::MemberFailed { member, .. }) => {
+                None => {}
+                Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, .. })) => {
                     let _ = self.fail(&[member]);
                 }
-                ToController::Event(_, ShardEvent::ErrorCorrected { member }) => {
+                Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
                     self.metadata.note_errors_corrected(member, 1);
                 }
-                ToController::Event(_, ShardEvent::ResyncDone) => {}
-                ToController::FailMember(role, reply) => {
+                Some(ToController::Event(_, ShardEvent::ResyncDone)) => {}
+                Some(ToController::FailMember(role, reply)) => {
                     let member = MemberIndex(u16::try_from(role).expect("fits"));
                     let _ = reply.send(self.fail(&[member]));
                 }
-                ToController::Status(reply) => {
+                Some(ToController::Status(reply)) => {
                     let _ = reply.send(self.status());
                 }
-                ToController::Shutdown(reply) => {
-                    let result = self.shutdown();
+                Some(ToController::Shutdown(reply)) => {
+                    if shutdown.is_some() {
+                        let _ = reply.send(Err(ArrayError::Other("already shutting down".into())));
+                        continue;
+                    }
+                    let mut acks = vec![];
+                    for link in self.reactors.iter() {
+                        let (tx, rx) = mpsc::channel();
+                        let _ = link.tx.send(ToReactor::Control(Control::CleanShutdown(tx)));
+                        link.waker.wake();
+                        acks.push(Some(rx));
+                    }
+                    shutdown = Some(PendingShutdown { reply, acks, clean: true });
+                }
+                Some(ToController::Stop) => {
                     self.stop_reactors();
-                    let _ = reply.send(result);
                     return;
                 }
-                ToController::Stop => {
+            }
+            if let Some(pending) = &mut shutdown {
+                let mut lost = false;
+                for slot in &mut pending.acks {
+                    let Some(rx) = slot else { continue };
+                    match rx.try_recv() {
+                        Ok(clean) => {
+                            pending.clean &= clean;
+                            *slot = None;
+                        }
+                        Err(mpsc::TryRecvError::Empty) => {}
+                        Err(mpsc::TryRecvError::Disconnected) => lost = true,
+                    }
+                }
+                if lost || pending.acks.iter().all(Option::is_none) {
+                    let pending = shutdown.take().expect("set");
+                    let result = if lost {
+                        Err(ArrayError::Stopped)
+                    } else if pending.clean {
+                        let refs: Vec<&dyn MetaDevice> =
+                            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+                        self.metadata.mark_clean(&refs).map(|()| Stopped::Clean).map_err(Into::into)
+                    } else {
+                        Ok(Stopped::Dirty)
+                    };
                     self.stop_reactors();
+                    let _ = pending.reply.send(result);
                     return;
                 }
             }
@@ -607,36 +680,6 @@ impl Controller {
             shards: shards.len(),
             event: sb.event,
         }
-    }
-
-    fn shutdown(&mut self) -> Result<(), ArrayError> {
-        // Flush everything written so far through our own session.
-        self.session
-            .submit(ArrayOp::Flush, None, 0)
-            .map_err(|e| ArrayError::Other(e.to_string()))?;
-        let mut flushed: Option<Result<(), ArrayError>> = None;
-        while flushed.is_none() {
-            self.session.poll(true, &mut |event| {
-                if let Event::Done { result, .. } = event {
-                    flushed = Some(result);
-                }
-            });
-        }
-        flushed.expect("set")?;
-        let mut acks = vec![];
-        for link in self.reactors.iter() {
-            let (tx, rx) = mpsc::channel();
-            let _ = link.tx.send(ToReactor::Control(Control::CleanShutdown(tx)));
-            link.waker.wake();
-            acks.push(rx);
-        }
-        for ack in acks {
-            ack.recv().map_err(|_| ArrayError::Stopped)?;
-        }
-        let refs: Vec<&dyn MetaDevice> =
-            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-        self.metadata.mark_clean(&refs)?;
-        Ok(())
     }
 
     fn stop_reactors(&self) {

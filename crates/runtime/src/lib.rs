@@ -27,7 +27,7 @@ mod reactor;
 mod session;
 
 pub use array::{
-    Array, ArrayStatus, CreateSpec, CreatedArray, MemberStatus, OpenOptions, create,
+    Array, ArrayStatus, CreateSpec, CreatedArray, MemberStatus, OpenOptions, Stopped, create,
     create_in_memory, inspect,
 };
 pub use device::MemberDevice;

@@ -14,7 +14,7 @@ use crate::driver::UringDriver;
 use crate::memory::MemDriver;
 use flashraid_engine::Health;
 use flashraid_engine::{
-    Driver, MemberIo, Rejected, Shard, ShardCounters, ShardReply, ShardRequest,
+    Driver, MemberIo, Rejected, Shard, ShardCounters, ShardReply, ShardRequest, ShutdownState,
 };
 use flashraid_layout::MemberIndex;
 use flashraid_uring::{Ring, Waker};
@@ -42,8 +42,9 @@ pub struct ShardStatus {
 pub(crate) enum Control {
     ApplyFailed(Vec<MemberIndex>),
     Status(Sender<ShardStatus>),
-    /// Stop taking requests, clear the bitmap once idle, and acknowledge when clean.
-    CleanShutdown(Sender<()>),
+    /// Stop taking requests; once idle flush, clear the bitmap and acknowledge with whether
+    /// the shard ended clean.
+    CleanShutdown(Sender<bool>),
     /// Exit the thread now (after a clean shutdown, or to simulate a crash).
     Stop,
 }
@@ -115,7 +116,7 @@ impl Reactor {
         let mut sessions: Vec<Option<Sender<ShardReply>>> = Vec::new();
         let mut held_requests: VecDeque<ShardRequest> = VecDeque::new();
         let mut held_io: Option<MemberIo> = None;
-        let mut shutdown_ack: Option<Sender<()>> = None;
+        let mut shutdown_ack: Option<Sender<bool>> = None;
         if let Err(e) = self.driver.arm(&self.waker) {
             panic!("reactor {}: cannot arm its waker: {e}", self.shard_index);
         }
@@ -149,7 +150,6 @@ impl Reactor {
                             }
                             Control::CleanShutdown(ack) => {
                                 self.shard.begin_shutdown();
-                                self.shard.clear_bitmap();
                                 shutdown_ack = Some(ack);
                             }
                             Control::Stop => return,
@@ -199,8 +199,10 @@ impl Reactor {
                 let _ =
                     self.events.send(crate::array::ToController::Event(self.shard_index, event));
             }
-            if shutdown_ack.is_some() && self.shard.is_idle() && self.shard.bitmap_is_clear() {
-                let _ = shutdown_ack.take().expect("set").send(());
+            if let ShutdownState::Done { clean } = self.shard.shutdown_state()
+                && let Some(ack) = shutdown_ack.take()
+            {
+                let _ = ack.send(clean);
             }
             // Submit what was queued; sleep only when nothing happened.
             match self.driver.wait(progress, &self.inbox) {

@@ -4,7 +4,7 @@
 use flashraid_control::Overwrite;
 use flashraid_engine::{ArrayOp, Durability};
 use flashraid_layout::{ArrayOffset, Level};
-use flashraid_runtime::{Array, ArrayError, CreateSpec, Event, OpenOptions, create};
+use flashraid_runtime::{Array, ArrayError, CreateSpec, Event, OpenOptions, Stopped, create};
 use std::path::PathBuf;
 
 fn spec(dir: &std::path::Path, level: Level, members: usize) -> CreateSpec {
@@ -76,7 +76,7 @@ fn create_open_write_read_shutdown_reopen() {
     let status = array.status().unwrap();
     assert!(!status.degraded && status.counters.writes > 0);
     drop(session);
-    array.shutdown().unwrap();
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
     let array = Array::open(&spec.members, &options()).unwrap();
     let status = array.status().unwrap();
     assert!(!status.resyncing, "a clean shutdown needs no resync");
@@ -85,7 +85,7 @@ fn create_open_write_read_shutdown_reopen() {
     s.read(65536, &mut back).unwrap();
     assert!(back == data, "data survives a clean shutdown and reopen");
     drop(s);
-    array.shutdown().unwrap();
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn pipelined_requests_and_a_failed_member() {
     s.read(0, &mut r).unwrap();
     assert!(r == pattern(99, 16384));
     drop(s);
-    array.shutdown().unwrap();
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
     // The failed member is recorded: reopening with all four leaves it out as stale.
     let array = Array::open(&spec.members, &options()).unwrap();
     let status = array.status().unwrap();
@@ -171,7 +171,7 @@ fn in_memory_members_write_read_shutdown_reopen() {
     session.read(12288, &mut back).unwrap();
     assert!(back == data);
     drop(session);
-    array.shutdown().unwrap();
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
     // The same memory assembles again, clean, with the data in place.
     let array = Array::open_in_memory(&members, &options()).unwrap();
     let mut session = array.session().unwrap();
@@ -179,5 +179,5 @@ fn in_memory_members_write_read_shutdown_reopen() {
     session.read(12288, &mut back).unwrap();
     assert!(back == data);
     drop(session);
-    array.shutdown().unwrap();
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }

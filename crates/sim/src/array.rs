@@ -11,6 +11,7 @@ use flashraid_control::{ControlError, Init, MetaDevice, Metadata, Overwrite, pre
 use flashraid_engine::{
     ArrayOp, Driver, Durability, MemberIo, PieceOp, Rejected, RequestError, RequestId, RouteError,
     Router, Shard, ShardConfig, ShardCounters, ShardEvent, ShardOp, ShardReply, ShardRequest,
+    ShutdownState,
 };
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::{NewArray, Uuid};
@@ -525,23 +526,39 @@ impl SimArray {
     // ------------------------------------------------------------------------------------
     // Shutdown and crash
 
-    /// Clean shutdown: finish everything, flush, clear every shard's bitmap, mark clean.
-    pub fn shutdown(mut self) -> Result<Vec<SimMember>, ControlError> {
+    /// Clean shutdown: finish everything, then every shard flushes and clears its bitmap;
+    /// the array is marked clean only if every shard ends clean (otherwise it stays dirty and
+    /// the next assembly resyncs what is left). Returns the members and whether it is clean.
+    pub fn shutdown_with_state(mut self) -> Result<(Vec<SimMember>, bool), ControlError> {
         self.run_until_idle();
-        self.flush().map_err(|e| ControlError::Invalid(e.to_string()))?;
         for shard in &mut self.shards {
             shard.begin_shutdown();
-            shard.clear_bitmap();
         }
         let mut steps = 0;
-        while !self.shards.iter().all(|s| s.is_idle() && s.bitmap_is_clear()) {
-            self.step();
-            steps += 1;
-            assert!(steps < STEPS_MAX, "bitmap never cleared");
+        let mut clean = true;
+        for s in 0..self.shards.len() {
+            loop {
+                match self.shards[s].shutdown_state() {
+                    ShutdownState::Done { clean: c } => {
+                        clean &= c;
+                        break;
+                    }
+                    _ => self.step(),
+                }
+                steps += 1;
+                assert!(steps < STEPS_MAX, "shutdown never finished: {}", self.describe());
+            }
         }
-        let devices = dyn_devices(&self.devices);
-        self.metadata.mark_clean(&devices)?;
-        Ok(self.devices)
+        if clean && !self.metadata_lost {
+            let devices = dyn_devices(&self.devices);
+            self.metadata.mark_clean(&devices)?;
+        }
+        Ok((self.devices, clean && !self.metadata_lost))
+    }
+
+    /// `shutdown_with_state`, for callers that only need the members.
+    pub fn shutdown(self) -> Result<Vec<SimMember>, ControlError> {
+        self.shutdown_with_state().map(|(devices, _)| devices)
     }
 
     /// Power loss now: IOs in flight are lost (or reach the cache), every member loses what

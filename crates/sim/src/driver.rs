@@ -85,6 +85,7 @@ impl SimDriver {
         };
         result.map_err(|e| match e {
             SimError::Gone => IoError::Gone,
+            SimError::Unsupported => IoError::Unsupported,
             SimError::Media | SimError::OutOfRange => IoError::Media,
         })
     }

@@ -31,6 +31,9 @@ pub struct MemberState {
     pub gone: bool,
     pub lies_about_flush: bool,
     pub zeroes_after_discard: bool,
+    /// Discard and write-zeroes commands are refused as unsupported (like a file system
+    /// without ZERO_RANGE); reads and writes work.
+    pub zeroing_unsupported: bool,
     pub reads: u64,
     pub writes: u64,
 }
@@ -52,6 +55,7 @@ impl SimMember {
             gone: false,
             lies_about_flush: false,
             zeroes_after_discard: true,
+            zeroing_unsupported: false,
             reads: 0,
             writes: 0,
         })))
@@ -161,6 +165,9 @@ impl MemberState {
         if self.gone {
             return Err(SimError::Gone);
         }
+        if self.zeroing_unsupported {
+            return Err(SimError::Unsupported);
+        }
         if self.writes_fail {
             return Err(SimError::Media);
         }
@@ -208,6 +215,7 @@ pub enum SimError {
     Media,
     Gone,
     OutOfRange,
+    Unsupported,
 }
 
 impl MetaDevice for SimMember {

@@ -85,3 +85,33 @@ fn clean_shutdown_reassembles_clean() {
     assert!(!again.is_resyncing(), "a clean array needs no resync");
     assert!(again.read(0, 1 << 20).unwrap() == data);
 }
+
+/// Review finding (critical): an array started without one of its members wrote around it
+/// but left it Active in the table; when the member came back it was used with stale chunks.
+/// Starting marks a missing role failed, so the returning device is left out.
+#[test]
+fn a_member_missing_at_start_is_failed_and_never_used_again() {
+    let mut array = SimArray::create(SimOptions::new(6, Level::Raid5, 4)).unwrap();
+    let old = pattern(1, 1 << 20);
+    array.write(0, &old).unwrap();
+    let options = array.options().clone();
+    let mut devices = array.shutdown().unwrap();
+    // Role 1's device is unplugged; the array starts degraded and is rewritten.
+    let absent = devices.remove(1);
+    let mut degraded = SimArray::assemble(
+        devices,
+        options.clone(),
+        flashraid_format::assembly::DirtyDegraded::Refuse,
+    )
+    .unwrap();
+    let new = pattern(2, 1 << 20);
+    degraded.write(0, &new).unwrap();
+    let mut devices = degraded.shutdown().unwrap();
+    // It comes back: assembly must leave it out, and every byte read must be the new data.
+    devices.insert(1, absent);
+    let mut again =
+        SimArray::assemble(devices, options, flashraid_format::assembly::DirtyDegraded::Refuse)
+            .unwrap();
+    assert!(again.role_device(1).is_none(), "the stale member was used");
+    assert!(again.read(0, 1 << 20).unwrap() == new, "stale data returned");
+}

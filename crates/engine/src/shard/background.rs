@@ -3,7 +3,7 @@
 //! clean shutdown sequence.
 
 use super::{FailReason, Health, ORIGIN_BITMAP, ORIGIN_FLUSH, ORIGIN_INTERNAL_FLUSH, OpKind};
-use super::{Phase, Shard, ShardEvent, StripeEntry};
+use super::{Phase, Shard, ShardEvent, ShutdownState, StripeEntry};
 use crate::io::{Durability, IoError, MemberIo, MemberIoKind};
 use crate::plan::{ChunkSet, bit, has};
 use crate::request::{RequestError, ZeroHow};
@@ -29,16 +29,33 @@ impl Shard {
             if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
                 self.start_internal_flush();
             }
-            let resync_regions = &self.resync_regions;
-            let resync_from = self.resync_region_index;
-            let keep =
-                |r: u32| resync_regions[resync_from.min(resync_regions.len())..].contains(&r);
-            self.bitmap.clear_idle(now, &keep);
+            let untrusted = &self.resync_regions[self.untrusted_from()..];
+            self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
             self.kick_bitmap();
         }
         if self.resync_region_index < self.resync_regions.len() || !self.resync_announced {
             self.schedule_resync();
         }
+        self.advance_shutdown();
+    }
+
+    /// Index in `resync_regions` (sorted) where the regions resync has not vouched for yet
+    /// begin: the earliest of the region being resynced, any resync operation still in
+    /// flight and the point where resync stopped. Their bits must stay set, so that a crash
+    /// resyncs them again.
+    fn untrusted_from(&self) -> usize {
+        let mut from = self.resync_region_index;
+        if let Some((blocked, _)) = self.resync_blocked {
+            from = from.min(blocked);
+        }
+        if self.resync_in_flight > 0 {
+            for op in self.ops.iter().flatten().filter(|op| op.kind == OpKind::Resync) {
+                if let Ok(i) = self.resync_regions.binary_search(&self.region_of(op.stripe)) {
+                    from = from.min(i);
+                }
+            }
+        }
+        from.min(self.resync_regions.len())
     }
 
     // ------------------------------------------------------------------------------------
@@ -49,15 +66,15 @@ impl Shard {
             .map(|m| u16::try_from(m).expect("fits"))
             .filter(|&m| self.available(m))
             .collect();
+        if members.is_empty() {
+            self.finish_request(slot, Err(RequestError::ArrayFailed));
+            return;
+        }
         let now = self.now_us;
         let request = self.requests[slot].as_mut().expect("live");
         request.pending = u32::try_from(members.len()).expect("fits");
         request.issued_us = now;
         self.bitmap.flush_issued(now);
-        if members.is_empty() {
-            self.finish_request(slot, Err(RequestError::ArrayFailed));
-            return;
-        }
         for m in members {
             let token = Self::token(ORIGIN_FLUSH, slot, 0, usize::from(m), 0);
             self.ios.push_back(MemberIo {
@@ -78,18 +95,31 @@ impl Shard {
             self.fail_member(u16::try_from(member).expect("fits"), FailReason::FlushError);
         }
         let request = self.requests[slot].as_mut().expect("flush in flight");
-        if result.is_err() {
-            // The member's writes may not be durable: the flush may only succeed once the
-            // member is durably failed (its stale chunks then never count).
-            request.result = Ok(());
-        }
+        request.member_errors |= result.is_err();
         request.pending -= 1;
-        if request.pending == 0 {
+        if request.pending > 0 {
+            return;
+        }
+        if !request.member_errors {
+            // Every write released before the flush was issued is durable on every member
+            // still in service: their bitmap regions may be cleared.
             let issued = request.issued_us;
             self.bitmap.flush_completed(issued);
-            let result = if self.array_failed() { Err(RequestError::ArrayFailed) } else { Ok(()) };
-            self.finish_request(slot, result);
         }
+        self.finish_flush(slot);
+    }
+
+    /// A flush whose member flushes are done succeeds only once no member is failing: a
+    /// member that failed (during this flush or before it) may hold acknowledged writes that
+    /// never became durable, and only its durable failure makes the array stop counting on
+    /// them. Until then the flush waits (`apply_failed` retries it).
+    pub(super) fn finish_flush(&mut self, slot: usize) {
+        if self.failing_mask() != 0 {
+            self.waiting_flushes.push(slot);
+            return;
+        }
+        let result = if self.array_failed() { Err(RequestError::ArrayFailed) } else { Ok(()) };
+        self.finish_request(slot, result);
     }
 
     fn start_internal_flush(&mut self) {
@@ -118,9 +148,14 @@ impl Shard {
         if result.is_err() {
             self.fail_member(u16::try_from(member).expect("fits"), FailReason::FlushError);
         }
+        self.internal_flush_errors |= result.is_err();
         self.internal_flush_pending -= 1;
         if self.internal_flush_pending == 0 {
-            self.bitmap.flush_completed(self.internal_flush_issued_us);
+            // A failed member flush proves nothing durable: the regions wait for the next
+            // flush, which no longer includes that member.
+            if !std::mem::take(&mut self.internal_flush_errors) {
+                self.bitmap.flush_completed(self.internal_flush_issued_us);
+            }
             self.tick(self.now_us);
         }
     }
@@ -135,6 +170,18 @@ impl Shard {
             .filter(|&m| self.available(m))
             .collect();
         if members.is_empty() {
+            // No member to carry the image: writes waiting for it can never go.
+            if self.bitmap_pending == 0 {
+                for op_slot in std::mem::take(&mut self.waiting_bitmap) {
+                    let op = self.ops[op_slot].as_mut().expect("waiting op");
+                    op.result = Err(RequestError::ArrayFailed);
+                    if op.bitmap_target.take().is_some() {
+                        let region = op.region;
+                        self.bitmap.release(region, self.now_us);
+                    }
+                    self.finish_op(op_slot);
+                }
+            }
             return;
         }
         let offset = self.bitmap_offset_bytes;
@@ -179,20 +226,66 @@ impl Shard {
         self.kick_bitmap();
     }
 
-    /// Clean shutdown, step 1: stop taking requests.
+    /// Start a clean shutdown: refuse new requests, stop starting resync work, and then, as
+    /// `tick` drives it (see `ShutdownState`): let everything in flight finish, flush every
+    /// member, clear every flushed region resync does not still need, and write that image.
+    /// The runtime marks the array clean only if every shard ends `Done { clean: true }`.
     pub fn begin_shutdown(&mut self) {
-        self.shutting_down = true;
+        if self.shutdown == ShutdownState::Running {
+            self.shutdown = ShutdownState::Draining;
+        }
+        self.advance_shutdown();
     }
 
-    /// Clean shutdown, step 2 (after every write is done and a flush made it durable): clear
-    /// the bitmap. The shard is clean when `bitmap_is_clear` holds and it is idle.
-    pub fn clear_bitmap(&mut self) {
-        self.bitmap.clear_all();
-        self.kick_bitmap();
+    pub fn shutdown_state(&self) -> ShutdownState {
+        self.shutdown
     }
 
-    pub fn bitmap_is_clear(&self) -> bool {
-        self.bitmap.is_clear()
+    fn advance_shutdown(&mut self) {
+        loop {
+            match self.shutdown {
+                ShutdownState::Running | ShutdownState::Done { .. } => return,
+                ShutdownState::Draining => {
+                    if !self.is_idle() {
+                        return;
+                    }
+                    self.start_internal_flush();
+                    if self.internal_flush_pending == 0 {
+                        // No member left to flush.
+                        self.shutdown = ShutdownState::Done { clean: false };
+                        return;
+                    }
+                    self.shutdown = ShutdownState::Flushing;
+                }
+                ShutdownState::Flushing => {
+                    // Wait for the flush, and for any member failed meanwhile to be durably
+                    // failed (only then does its missing data stop mattering).
+                    if self.internal_flush_pending > 0 || self.failing_mask() != 0 {
+                        return;
+                    }
+                    let untrusted = &self.resync_regions[self.untrusted_from()..];
+                    self.bitmap.clear_flushed(&|r| untrusted.binary_search(&r).is_ok());
+                    self.kick_bitmap();
+                    self.shutdown = ShutdownState::Clearing;
+                }
+                ShutdownState::Clearing => {
+                    if self.bitmap.image_in_flight() {
+                        return;
+                    }
+                    if self.bitmap.has_changes() {
+                        self.kick_bitmap();
+                        if self.bitmap.image_in_flight() {
+                            return;
+                        }
+                        // No member to write the image to.
+                        self.shutdown = ShutdownState::Done { clean: false };
+                        return;
+                    }
+                    let clean = self.bitmap.is_clear() && self.failing_mask() == 0;
+                    self.shutdown = ShutdownState::Done { clean };
+                }
+            }
+        }
     }
 
     // ------------------------------------------------------------------------------------
@@ -221,7 +314,14 @@ impl Shard {
                 continue;
             }
             let discard = how == ZeroHow::Discard && self.members[member].zeroes_after_discard;
-            let kind = if discard {
+            let kind = if self.zero_unsupported[member] && !discard {
+                MemberIoKind::Write {
+                    offset_bytes: offset,
+                    ptr: self.zeroes.as_slice().as_ptr(),
+                    len_bytes: self.geometry.chunk_bytes(),
+                    durability: Durability::Cached,
+                }
+            } else if discard {
                 MemberIoKind::Discard { offset_bytes: offset, len_bytes: len }
             } else {
                 MemberIoKind::WriteZeroes { offset_bytes: offset, len_bytes: len }
@@ -234,6 +334,53 @@ impl Shard {
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
             self.advance(op_slot);
         }
+    }
+
+    /// Zero: write zeroes to the members that refused the zeroing command. True when IO was
+    /// issued (the Writing phase goes on).
+    pub(super) fn zero_write_fallback(&mut self, op_slot: usize) -> bool {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let fallback = std::mem::take(&mut op.zero_fallback);
+        if fallback == 0 {
+            return false;
+        }
+        op.zero_fallback_issued = true;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        let offset = self.member_offset(stripe, 0);
+        for member in (0..self.geometry.member_count()).filter(|&m| has(fallback, m)) {
+            let m = u16::try_from(member).expect("fits");
+            if !self.available(m) {
+                continue;
+            }
+            let kind = MemberIoKind::Write {
+                offset_bytes: offset,
+                ptr: self.zeroes.as_slice().as_ptr(),
+                len_bytes: self.geometry.chunk_bytes(),
+                durability: Durability::Cached,
+            };
+            self.issue(op_slot, member, 0, kind);
+        }
+        self.ops[op_slot].as_ref().expect("live").pending > 0
+    }
+
+    /// Zero with FUA: discard and write-zeroes carry no FUA, so flush every member written.
+    /// True when IO was issued.
+    pub(super) fn zero_flush_for_fua(&mut self, op_slot: usize) -> bool {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        if op.durability != Durability::Fua || op.fua_flushed {
+            return false;
+        }
+        op.fua_flushed = true;
+        op.serial = op.serial.wrapping_add(1);
+        let errored = op.errored;
+        for member in 0..self.geometry.member_count() {
+            let m = u16::try_from(member).expect("fits");
+            if self.available(m) && !has(errored, member) {
+                self.issue(op_slot, member, 0, MemberIoKind::Flush);
+            }
+        }
+        self.ops[op_slot].as_ref().expect("live").pending > 0
     }
 
     // ------------------------------------------------------------------------------------
@@ -284,9 +431,17 @@ impl Shard {
     }
 
     /// Start resync operations while there is room and work.
+    /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
+    /// parity can no longer be checked against all the data).
+    pub(super) fn resync_stalled(&self) -> bool {
+        self.resync_blocked.is_some()
+            || (self.geometry.tolerance() > 0
+                && self.members.iter().any(|m| m.health != Health::Active))
+    }
+
     fn schedule_resync(&mut self) {
         let tolerance_left = self.members.iter().all(|m| m.health == Health::Active);
-        if self.resync_blocked.is_some() {
+        if self.resync_blocked.is_some() || self.shutdown != ShutdownState::Running {
             return;
         }
         while self.resync_in_flight < self.config.resync_stripes_max
@@ -319,7 +474,10 @@ impl Shard {
             self.resync_next_stripe = stripe + u64::from(self.shard_count);
             self.begin(op_slot);
         }
-        if !self.resync_announced && !self.is_resyncing() && !self.resync_regions.is_empty() {
+        let finished = self.resync_region_index >= self.resync_regions.len()
+            && self.resync_in_flight == 0
+            && self.resync_blocked.is_none();
+        if !self.resync_announced && finished && !self.resync_regions.is_empty() {
             self.resync_announced = true;
             self.events.push_back(ShardEvent::ResyncDone);
         }
@@ -448,7 +606,16 @@ impl Shard {
         let rewrite = op.repaired;
         let stripe = op.stripe;
         let chunks = if self.is_parity_level() { k + self.geometry.parity_chunks() } else { n };
+        let failing = self.failing_mask();
         for c in (0..chunks).filter(|&c| has(rewrite, c)) {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let member = op.chunk_member[c];
+            if !self.available(member) {
+                // Failed since the reads: not written; wait for its failure to be durable.
+                let op = self.ops[op_slot].as_mut().expect("live");
+                op.needs_failed |= failing & (1u64 << member);
+                continue;
+            }
             let op = self.ops[op_slot].as_ref().expect("live");
             let source = if self.is_parity_level() {
                 MEMBERS_MAX + (c - k)

@@ -226,6 +226,13 @@ struct Op {
     repaired: ChunkSet,
     /// Where to pick up when scratch buffers become free again.
     resume: Resume,
+    /// Zero: members (chunk index = member) that refused the zeroing command and get zeroes
+    /// written instead.
+    zero_fallback: ChunkSet,
+    /// Zero: the fallback writes were issued.
+    zero_fallback_issued: bool,
+    /// Zero with FUA: the member flush that makes it durable was issued.
+    fua_flushed: bool,
 }
 
 /// What a starved operation does when buffers free up.
@@ -263,10 +270,11 @@ struct Request {
     /// Address of byte 0 of `buf`, taken once when the request arrived (before any IO).
     base: usize,
     next_in_stripe: Option<usize>,
-    /// Flush: member flushes in flight; `issued_us` for the bitmap.
+    /// Flush: member flushes in flight; `issued_us` for the bitmap; whether a member's flush
+    /// failed (its writes may not be durable).
     pending: u32,
     issued_us: u64,
-    result: Result<(), RequestError>,
+    member_errors: bool,
 }
 
 /// The shard. See the module documentation.
@@ -295,6 +303,8 @@ pub struct Shard {
     bitmap_pending: u32,
     internal_flush_pending: u32,
     internal_flush_issued_us: u64,
+    /// A member flush of the internal flush in flight failed.
+    internal_flush_errors: bool,
     resync_regions: Vec<u32>,
     resync_region_index: usize,
     resync_next_stripe: u64,
@@ -309,9 +319,33 @@ pub struct Shard {
     ios: VecDeque<MemberIo>,
     replies: VecDeque<ShardReply>,
     events: VecDeque<ShardEvent>,
+    /// Flushes whose member flushes completed, waiting for failing members to be durably
+    /// failed before they may succeed.
+    waiting_flushes: Vec<usize>,
+    /// Zeroes for members that cannot zero by command; never written.
+    zeroes: IoBuf,
+    /// Members that refused a zeroing command: zeroes are written to them instead.
+    zero_unsupported: Vec<bool>,
     now_us: u64,
-    shutting_down: bool,
+    shutdown: ShutdownState,
     counters: ShardCounters,
+}
+
+/// Where a clean shutdown stands (see `begin_shutdown`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownState {
+    Running,
+    /// No new requests; waiting for every operation (and resync op) in flight to finish.
+    Draining,
+    /// A flush of every available member is in flight.
+    Flushing,
+    /// The image clearing every flushed, trusted region is being written.
+    Clearing,
+    /// Finished. `clean`: the bitmap is clear on every available member and no member is
+    /// failing, so the array may be marked clean; otherwise it must stay dirty.
+    Done {
+        clean: bool,
+    },
 }
 
 fn usize_of(value: u32) -> usize {
@@ -374,7 +408,8 @@ impl Shard {
             free_requests: (0..requests_max).rev().collect(),
             ops,
             free_ops: (0..ops_max).rev().collect(),
-            stripes: StripeTable::new(ops_max),
+            // A stripe is in the table while it has an operation or a queued request.
+            stripes: StripeTable::new(ops_max + requests_max),
             starved: VecDeque::with_capacity(ops_max),
             waiting_bitmap: Vec::with_capacity(ops_max),
             waiting_metadata: Vec::with_capacity(ops_max),
@@ -384,6 +419,7 @@ impl Shard {
             bitmap_pending: 0,
             internal_flush_pending: 0,
             internal_flush_issued_us: 0,
+            internal_flush_errors: false,
             resync_regions,
             resync_region_index: 0,
             resync_next_stripe: 0,
@@ -395,8 +431,11 @@ impl Shard {
             ios: VecDeque::with_capacity(ops_max * (n + 4)),
             replies: VecDeque::with_capacity(requests_max),
             events: VecDeque::with_capacity(4 * n + 4),
+            waiting_flushes: Vec::with_capacity(requests_max),
+            zeroes: IoBuf::new(usize_of(g.chunk_bytes())),
+            zero_unsupported: vec![false; n],
             now_us: 0,
-            shutting_down: false,
+            shutdown: ShutdownState::Running,
             counters: ShardCounters::default(),
         };
         shard.resync_next_stripe = shard.first_stripe_of_resync_region();
@@ -452,9 +491,12 @@ impl Shard {
         )
     }
 
-    /// Background resync still has stripes to do.
+    /// Background resync is making progress: stripes to do and nothing stopping it. A resync
+    /// stalled by a degraded array (or by a stripe whose data could not be read) is not
+    /// resyncing, though its remaining stripes stay untrusted (`stripe_needs_resync`).
     pub fn is_resyncing(&self) -> bool {
-        self.resync_region_index < self.resync_regions.len() || self.resync_in_flight > 0
+        self.resync_in_flight > 0
+            || (self.resync_region_index < self.resync_regions.len() && !self.resync_stalled())
     }
 
     /// Regions set in the bitmap (status).
@@ -494,9 +536,9 @@ impl Shard {
             next_in_stripe: None,
             pending: 0,
             issued_us: self.now_us,
-            result: Ok(()),
+            member_errors: false,
         });
-        if self.shutting_down {
+        if self.shutdown != ShutdownState::Running {
             self.finish_request(slot, Err(RequestError::ShuttingDown));
             return Ok(());
         }
@@ -560,8 +602,8 @@ impl Shard {
         if self.stripes.get(stripe).is_none()
             && self.stripes.insert(stripe, StripeEntry::default()).is_err()
         {
-            // The stripe table is sized for every op slot, and a request slot exists for
-            // this request, so a full table means the limits are inconsistent.
+            // The table holds a stripe per op slot plus one per request slot, so it cannot
+            // be full while this request holds a request slot.
             panic!("stripe table full with a free request slot: limits misconfigured");
         }
         let entry = self.stripes.get_mut(stripe).expect("present");
@@ -708,6 +750,9 @@ impl Shard {
             replans: 0,
             repaired: 0,
             resume: Resume::Begin,
+            zero_fallback: 0,
+            zero_fallback_issued: false,
+            fua_flushed: false,
         }
     }
 
@@ -745,6 +790,10 @@ impl Shard {
         let waiting = std::mem::take(&mut self.waiting_metadata);
         for op_slot in waiting {
             self.advance(op_slot);
+        }
+        let flushes = std::mem::take(&mut self.waiting_flushes);
+        for slot in flushes {
+            self.finish_flush(slot);
         }
     }
 
@@ -902,6 +951,18 @@ impl Shard {
                         if kind == OpKind::Read {
                             self.read_io_failed(op_slot, part, chunk);
                         }
+                    }
+                    Phase::Writing
+                        if error == IoError::Unsupported
+                            && matches!(kind, OpKind::Zero { .. })
+                            && !op.zero_fallback_issued
+                            && !op.fua_flushed =>
+                    {
+                        // The member cannot zero by command (e.g. no ZERO_RANGE on this
+                        // file system): not a fault; zeroes are written instead.
+                        op.errored &= !bit(chunk);
+                        op.zero_fallback |= bit(chunk);
+                        self.zero_unsupported[usize::from(member)] = true;
                     }
                     Phase::Writing | Phase::Repairing => {
                         let reason = if error == IoError::Gone {
@@ -1061,6 +1122,8 @@ impl Shard {
             .collect();
         for stripe in idle {
             if self.free_ops.is_empty() {
+                // Stripes are left waiting: look again when the next slot frees.
+                self.stripes_waiting_for_op = true;
                 break;
             }
             if self.stripes.get(stripe).is_some_and(|e| e.op.is_none()) {
@@ -1090,6 +1153,14 @@ impl Shard {
     /// After the writes of a write, resync or zero: release the bitmap region, wait for the
     /// metadata of any member this operation skipped, then finish.
     fn after_writes(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        if op.phase == Phase::Writing && matches!(op.kind, OpKind::Zero { .. }) {
+            // Zeroes still to write where the zeroing command was refused, then the FUA
+            // flush; each is another round of the Writing phase.
+            if self.zero_write_fallback(op_slot) || self.zero_flush_for_fua(op_slot) {
+                return;
+            }
+        }
         let op = self.ops[op_slot].as_mut().expect("live");
         if op.phase == Phase::Writing {
             if op.bitmap_target.is_some() {

@@ -29,6 +29,13 @@ impl Shard {
 
     pub(super) fn begin_read(&mut self, op_slot: usize) -> bool {
         let mirror = self.is_mirror();
+        // Copies of a stripe an unclean shutdown left dirty may differ until resync makes
+        // them equal to the reference copy: read that one, so a later resync never changes
+        // what was read.
+        let reference_only = mirror && {
+            let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
+            self.stripe_needs_resync(stripe)
+        };
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = Phase::Reading;
         op.serial = op.serial.wrapping_add(1);
@@ -44,7 +51,11 @@ impl Shard {
             };
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
-                let chunk = if mirror { self.pick_copy(stripe, i, 0) } else { Some(i) };
+                let chunk = match (mirror, reference_only) {
+                    (true, true) => self.reference_copy(stripe, i),
+                    (true, false) => self.pick_copy(stripe, i, 0),
+                    (false, _) => Some(i),
+                };
                 let readable = chunk.filter(|&c| {
                     let op = self.ops[op_slot].as_ref().expect("live");
                     self.available(op.chunk_member[c])
@@ -83,6 +94,15 @@ impl Shard {
             let usable = self.members[member].health == Health::Active && !has(avoid, member);
             usable.then_some(member)
         })
+    }
+
+    /// For mirrors: the copy resync treats as the truth for data position `i`, the lowest
+    /// available member holding it (see `resync_after_reads`).
+    pub(super) fn reference_copy(&self, stripe: StripeIndex, i: usize) -> Option<usize> {
+        (0..self.geometry.copies())
+            .map(|copy| self.geometry.data_member(stripe, i, copy).get())
+            .filter(|&member| self.members[member].health == Health::Active)
+            .min()
     }
 
     /// A read IO failed (the error is already counted and `errored` updated).

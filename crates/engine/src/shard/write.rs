@@ -204,7 +204,11 @@ impl Shard {
     fn write_reconstruct_old(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
         let plan = op.plan.expect("planned");
-        let erased = self.unreadable_chunks(op);
+        // Erased = what the plan did not read, fixed when it was made: a member failing since
+        // (its reads already succeeded) must not grow the pattern past the parity count.
+        let chunks = self.geometry.data_chunks() + self.geometry.parity_chunks();
+        let all_chunks: ChunkSet = if chunks == 64 { u64::MAX } else { (1u64 << chunks) - 1 };
+        let erased = all_chunks & !plan.reads;
         let targets = plan.reconstruct;
         let len = usize::try_from(plan.range.len()).expect("fits");
         let codec = self.codec.expect("parity level");

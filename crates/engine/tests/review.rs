@@ -1,0 +1,245 @@
+//! Regression tests for defects found in review of the shard state machine, driven at the
+//! shard's own seam: requests in, member IOs out, completions (with chosen results) back in.
+//! No member data is simulated; these tests are about ordering and state, not bytes.
+
+use flashraid_engine::{
+    BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo, MemberIoKind,
+    MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp, ShardReply,
+    ShardRequest, ShardSetup, ShutdownState, ZeroHow,
+};
+use flashraid_format::Uuid;
+use flashraid_iobuf::IoBuf;
+use flashraid_layout::{ArrayOffset, Geometry, Level, MemberIndex, Role, StripeIndex};
+use flashraid_parity::Kernel;
+
+const CHUNK: u64 = 16384;
+const DATA_OFFSET: u64 = 1 << 20;
+const BITMAP_OFFSET: u64 = 4096 * 4;
+
+fn shard(level: Level, n: usize, failed: &[usize], dirty: &[u32]) -> Shard {
+    let geometry = Geometry::new(level, n, CHUNK, 64 * CHUNK).unwrap();
+    let members = (0..n)
+        .map(|m| MemberSetup {
+            health: if failed.contains(&m) { Health::Failed } else { Health::Active },
+            zeroes_after_discard: false,
+        })
+        .collect();
+    Shard::new(ShardSetup {
+        geometry,
+        shard_index: 0,
+        shard_count: 1,
+        config: ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() },
+        kernel: Kernel::best(),
+        data_offset_bytes: DATA_OFFSET,
+        members,
+        bitmap: BitmapSetup {
+            array_uuid: Uuid([7; 16]),
+            area_offset_bytes: BITMAP_OFFSET,
+            region_bytes: 4 * CHUNK,
+            dirty_regions: dirty.to_vec(),
+        },
+    })
+    .unwrap()
+}
+
+fn ios(shard: &mut Shard) -> Vec<MemberIo> {
+    std::iter::from_fn(|| shard.poll_io()).collect()
+}
+
+fn complete(
+    shard: &mut Shard,
+    ios: Vec<MemberIo>,
+    result: impl Fn(&MemberIo) -> Result<(), IoError>,
+) {
+    for io in ios {
+        let r = result(&io);
+        shard.complete_io(MemberCompletion { token: io.token, result: r });
+    }
+}
+
+/// Complete every IO the shard issues with `result` until it issues no more.
+fn settle(shard: &mut Shard, result: impl Fn(&MemberIo) -> Result<(), IoError>) {
+    for _ in 0..1000 {
+        let batch = ios(shard);
+        if batch.is_empty() {
+            return;
+        }
+        complete(shard, batch, &result);
+    }
+    panic!("the shard never stopped issuing IO");
+}
+
+fn replies(shard: &mut Shard) -> Vec<ShardReply> {
+    std::iter::from_fn(|| shard.poll_reply()).collect()
+}
+
+fn write(id: u64, offset: u64, len: u32) -> ShardRequest {
+    let mut buf = IoBuf::new(len as usize);
+    buf.as_mut_slice().fill(0x5a);
+    ShardRequest {
+        id: RequestId(id),
+        op: ShardOp::Write {
+            offset: ArrayOffset(offset),
+            len_bytes: len,
+            durability: Durability::Cached,
+        },
+        buf: Some(buf),
+    }
+}
+
+fn is_bitmap(io: &MemberIo) -> bool {
+    matches!(io.kind, MemberIoKind::Write { offset_bytes, .. } if offset_bytes < DATA_OFFSET)
+}
+
+/// A flush whose member flush failed must not succeed before that member is durably failed:
+/// acknowledged writes on it may never have become durable.
+#[test]
+fn a_flush_waits_for_a_member_that_failed_its_flush() {
+    let mut s = shard(Level::Raid5, 4, &[], &[]);
+    s.submit(ShardRequest { id: RequestId(1), op: ShardOp::Flush, buf: None }).unwrap();
+    let batch = ios(&mut s);
+    assert_eq!(batch.len(), 4);
+    complete(&mut s, batch, |io| if io.member.get() == 2 { Err(IoError::Gone) } else { Ok(()) });
+    assert!(replies(&mut s).is_empty(), "flush acknowledged before the failure was durable");
+    assert!(matches!(
+        s.poll_event(),
+        Some(ShardEvent::MemberFailed { member: MemberIndex(2), .. })
+    ));
+    s.apply_failed(&[MemberIndex(2)]);
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].result, Ok(()));
+}
+
+/// A degraded write whose plan was made with one member out must not panic when another
+/// member fails between the plan and the parity computation.
+#[test]
+fn a_degraded_write_survives_a_second_failure_after_its_reads() {
+    let mut s = shard(Level::Raid5, 4, &[0], &[]);
+    let g = *s.geometry();
+    // A stripe where member 0 holds data, and a data chunk of it on another member.
+    let (stripe, index) = (0..g.stripes())
+        .map(StripeIndex)
+        .find_map(|st| {
+            let on_zero = matches!(g.role(st, MemberIndex(0)), Role::Data { .. });
+            let other = (0..g.data_chunks()).find(|&i| g.data_member(st, i, 0).get() != 0);
+            on_zero.then_some(other.map(|i| (st, i))).flatten()
+        })
+        .unwrap();
+    let offset = stripe.0 * g.stripe_data_bytes() + index as u64 * CHUNK;
+    s.submit(write(1, offset, 4096)).unwrap();
+    let reads = ios(&mut s);
+    assert!(
+        !reads.is_empty() && reads.iter().all(|io| matches!(io.kind, MemberIoKind::Read { .. }))
+    );
+    let lost = reads[0].member;
+    s.apply_failed(&[lost]);
+    complete(&mut s, reads, |_| Ok(()));
+    settle(&mut s, |_| Ok(()));
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].result, Err(RequestError::ArrayFailed));
+}
+
+/// Writes waiting for a bitmap image when no member is left to carry it fail instead of
+/// waiting forever.
+#[test]
+fn writes_waiting_for_the_bitmap_fail_when_no_member_is_left() {
+    let mut s = shard(Level::Raid1, 2, &[], &[]);
+    s.submit(write(1, 0, 4096)).unwrap();
+    let image = ios(&mut s);
+    assert!(image.iter().all(is_bitmap) && image.len() == 2);
+    // Another region: needs the next image.
+    s.submit(write(2, 32 * CHUNK, 4096)).unwrap();
+    complete(&mut s, image, |_| Err(IoError::Gone));
+    settle(&mut s, |_| Err(IoError::Gone));
+    s.apply_failed(&[MemberIndex(0), MemberIndex(1)]);
+    settle(&mut s, |_| Err(IoError::Gone));
+    let mut r = replies(&mut s);
+    r.sort_by_key(|r| r.id.0);
+    assert_eq!(r.len(), 2, "a write never got a reply");
+    assert!(r.iter().all(|r| r.result == Err(RequestError::ArrayFailed)));
+    assert!(s.is_idle());
+}
+
+/// A member that refuses the zeroing command gets zeroes written instead and is not failed;
+/// a FUA zero flushes what it zeroed before it completes.
+#[test]
+fn zeroing_falls_back_to_writes_and_fua_zero_flushes() {
+    let mut s = shard(Level::Raid5, 4, &[], &[]);
+    let how = ZeroHow::WriteZeroes;
+    let op = ShardOp::Zero { stripe: StripeIndex(0), how, durability: Durability::Fua };
+    s.submit(ShardRequest { id: RequestId(1), op, buf: None }).unwrap();
+    let image = ios(&mut s);
+    assert!(image.iter().all(is_bitmap));
+    complete(&mut s, image, |_| Ok(()));
+    let zeroes = ios(&mut s);
+    assert_eq!(zeroes.len(), 4);
+    assert!(zeroes.iter().all(|io| matches!(io.kind, MemberIoKind::WriteZeroes { .. })));
+    complete(&mut s, zeroes, |_| Err(IoError::Unsupported));
+    let writes = ios(&mut s);
+    assert_eq!(writes.len(), 4, "zeroes written instead");
+    for io in &writes {
+        let MemberIoKind::Write { len_bytes, .. } = io.kind else { panic!("{io:?}") };
+        assert_eq!(u64::from(len_bytes), CHUNK);
+    }
+    complete(&mut s, writes, |_| Ok(()));
+    let flushes = ios(&mut s);
+    assert_eq!(flushes.len(), 4);
+    assert!(flushes.iter().all(|io| matches!(io.kind, MemberIoKind::Flush)));
+    assert!(replies(&mut s).is_empty(), "FUA zero acknowledged before its flush");
+    complete(&mut s, flushes, |_| Ok(()));
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].result, Ok(()));
+    assert!(s.poll_event().is_none(), "no member failed");
+    // The next zero of that member goes straight to writes.
+    let op = ShardOp::Zero { stripe: StripeIndex(1), how, durability: Durability::Cached };
+    s.submit(ShardRequest { id: RequestId(2), op, buf: None }).unwrap();
+    settle(&mut s, |io| match io.kind {
+        MemberIoKind::WriteZeroes { .. } | MemberIoKind::Discard { .. } => {
+            panic!("zeroing command sent to a member that refused it")
+        }
+        _ => Ok(()),
+    });
+    assert_eq!(replies(&mut s)[0].result, Ok(()));
+}
+
+/// Clean shutdown: flushes, clears what is flushed, ends clean; with resync unfinished it
+/// keeps the untrusted regions and ends dirty.
+#[test]
+fn shutdown_is_clean_only_when_everything_is_vouched_for() {
+    let mut s = shard(Level::Raid6, 6, &[], &[]);
+    s.submit(write(1, 0, 4096)).unwrap();
+    settle(&mut s, |_| Ok(()));
+    assert_eq!(replies(&mut s)[0].result, Ok(()));
+    s.begin_shutdown();
+    let mut flushed = false;
+    for _ in 0..100 {
+        let batch = ios(&mut s);
+        flushed |= batch.iter().any(|io| matches!(io.kind, MemberIoKind::Flush));
+        complete(&mut s, batch, |_| Ok(()));
+        s.tick(1);
+        if matches!(s.shutdown_state(), ShutdownState::Done { .. }) {
+            break;
+        }
+    }
+    assert!(flushed, "shutdown flushed nothing");
+    assert_eq!(s.shutdown_state(), ShutdownState::Done { clean: true });
+    assert_eq!(s.bitmap_regions_set(), 0);
+
+    // Dirty regions from an unclean shutdown, resync barely started.
+    let mut s = shard(Level::Raid6, 6, &[], &[0, 5]);
+    s.tick(1);
+    s.begin_shutdown();
+    for _ in 0..1000 {
+        let batch = ios(&mut s);
+        complete(&mut s, batch, |_| Ok(()));
+        s.tick(2);
+        if matches!(s.shutdown_state(), ShutdownState::Done { .. }) {
+            break;
+        }
+    }
+    assert_eq!(s.shutdown_state(), ShutdownState::Done { clean: false });
+    assert!(s.bitmap_regions_set() >= 1, "unresynced regions were cleared");
+}
