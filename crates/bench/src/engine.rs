@@ -16,7 +16,9 @@
 //! - full-stripe sequential writes: `(N - M) / N` of the raw write bandwidth (mirrors:
 //!   `1 / copies`).
 
-use crate::load::{Measured, Pattern, RawArea, run_array, run_raw, run_raw_memory};
+use crate::load::{
+    Drive, Measured, Pattern, RawArea, run_array, run_array_pollers, run_raw, run_raw_memory,
+};
 use crate::median;
 use flashraid_control::{Init, Overwrite};
 use flashraid_layout::Level;
@@ -108,6 +110,7 @@ pub struct Config {
     pub workloads: Vec<Workload>,
     pub merge_window_us: u64,
     pub backend: Backend,
+    pub drive: Drive,
 }
 
 /// One workload's result.
@@ -137,6 +140,7 @@ pub struct Report {
     pub repetitions: usize,
     pub dir: String,
     pub backend: Backend,
+    pub drive: Drive,
     pub rows: Vec<Row>,
 }
 
@@ -295,7 +299,11 @@ fn run_inner(
                     run_raw_memory(list, area, raw_pattern, config.jobs, config.run_time, seed)?
                 }
             };
-            let on_array = run_array(
+            let drive = match config.drive {
+                Drive::Threads => run_array,
+                Drive::Pollers => run_array_pollers,
+            };
+            let on_array = drive(
                 &array,
                 array_pattern,
                 config.jobs,
@@ -361,6 +369,7 @@ fn run_inner(
         repetitions: config.repetitions,
         dir: config.dir.display().to_string(),
         backend: config.backend,
+        drive: config.drive,
         rows,
     })
 }

@@ -10,7 +10,7 @@ use cpu_time::ProcessTime;
 use flashraid_engine::{ArrayOp, Durability};
 use flashraid_iobuf::IoBuf;
 use flashraid_layout::ArrayOffset;
-use flashraid_runtime::{Array, Event, MemMember};
+use flashraid_runtime::{Array, Event, JobStatus, MemMember, ShardJob};
 use flashraid_uring::{Device, Op, Ring, check_transfer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -440,6 +440,199 @@ fn array_job(
         }
     }
     Ok((ios, bytes, histogram))
+}
+
+/// How array load reaches the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Drive {
+    /// One thread per job, handing requests to the reactor threads (how a program with its
+    /// own threads embeds flashraid).
+    Threads,
+    /// Jobs run inside the reactor threads, polling (`Array::run_on_shards`): no hand-off on
+    /// the client side, reactors never sleep while jobs run.
+    Pollers,
+}
+
+/// The next request of one job: random over the whole array, or sequential through the job's
+/// own slice of it.
+struct OpGen {
+    pattern: Pattern,
+    block: u64,
+    blocks: u64,
+    slice: u64,
+    job: u64,
+    cursor: u64,
+    rng: SmallRng,
+}
+
+impl OpGen {
+    fn new(size: u64, pattern: Pattern, job: usize, jobs: usize, seed: u64) -> Self {
+        let block = u64::from(pattern.block_bytes);
+        let blocks = size / block;
+        Self {
+            pattern,
+            block,
+            blocks,
+            slice: (blocks / jobs as u64).max(1),
+            job: job as u64,
+            cursor: 0,
+            rng: SmallRng::seed_from_u64(seed ^ (job as u64) << 40),
+        }
+    }
+
+    fn next(&mut self) -> ArrayOp {
+        let index = if self.pattern.sequential {
+            let i = self.job * self.slice + self.cursor % self.slice;
+            self.cursor += 1;
+            i.min(self.blocks - 1)
+        } else {
+            self.rng.random_range(0..self.blocks)
+        };
+        let offset = ArrayOffset(index * self.block);
+        if self.pattern.write {
+            ArrayOp::Write { offset, len_bytes: self.block, durability: Durability::Cached }
+        } else {
+            ArrayOp::Read { offset, len_bytes: self.block }
+        }
+    }
+}
+
+/// One job of the poller mode: all its state, advanced once per reactor turn.
+struct PollerJob {
+    session: flashraid_runtime::Session,
+    ops: OpGen,
+    data: Vec<u8>,
+    started: Vec<Instant>,
+    finished: Vec<usize>,
+    queue_depth: usize,
+    in_flight: usize,
+    primed: bool,
+    deadline: Instant,
+    ios: u64,
+    bytes: u64,
+    histogram: Histogram,
+    failure: Option<String>,
+    report: std::sync::mpsc::Sender<Result<(u64, u64, Histogram), String>>,
+}
+
+impl PollerJob {
+    fn submit(&mut self, slot: usize, now: Instant) -> Result<(), String> {
+        let op = self.ops.next();
+        self.started[slot] = now;
+        let data = self.ops.pattern.write.then_some(self.data.as_slice());
+        submit_retrying(&mut self.session, op, data, slot as u64)
+    }
+
+    fn turn(&mut self) -> JobStatus {
+        if !self.primed {
+            self.primed = true;
+            self.deadline = Instant::now() + (self.deadline - self.started[0]);
+            let now = Instant::now();
+            for slot in 0..self.queue_depth {
+                if let Err(e) = self.submit(slot, now) {
+                    return self.end(Err(e));
+                }
+                self.in_flight += 1;
+            }
+            self.session.kick();
+            return JobStatus::Running;
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        let failure = &mut self.failure;
+        self.session.poll(false, &mut |event| {
+            if let Event::Done { tag, result } = event {
+                if let Err(e) = result {
+                    failure.get_or_insert(e.to_string());
+                }
+                finished.push(usize::try_from(tag).expect("fits"));
+            }
+        });
+        if let Some(e) = self.failure.take() {
+            return self.end(Err(format!("array IO failed: {e}")));
+        }
+        if finished.is_empty() {
+            self.finished = finished;
+            return JobStatus::Running;
+        }
+        let now = Instant::now();
+        let more = now < self.deadline;
+        for &slot in &finished {
+            self.histogram.record(now - self.started[slot]);
+            self.ios += 1;
+            self.bytes += self.ops.block;
+            if more {
+                if let Err(e) = self.submit(slot, now) {
+                    return self.end(Err(e));
+                }
+            } else {
+                self.in_flight -= 1;
+            }
+        }
+        finished.clear();
+        self.finished = finished;
+        if self.in_flight == 0 {
+            let result = Ok((self.ios, self.bytes, std::mem::take(&mut self.histogram)));
+            return self.end(result);
+        }
+        JobStatus::Running
+    }
+
+    fn end(&mut self, result: Result<(u64, u64, Histogram), String>) -> JobStatus {
+        let _ = self.report.send(result);
+        JobStatus::Finished
+    }
+}
+
+/// Array load in poller mode (see [`Drive::Pollers`]): `jobs` jobs spread over the shards.
+pub fn run_array_pollers(
+    array: &Array,
+    pattern: Pattern,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<Measured, String> {
+    let size = array.size_bytes();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut list: Vec<ShardJob> = Vec::with_capacity(jobs);
+    for job in 0..jobs {
+        let now = Instant::now();
+        let mut state = PollerJob {
+            session: array.session().map_err(|e| e.to_string())?,
+            ops: OpGen::new(size, pattern, job, jobs, seed),
+            data: vec![0x5au8; pattern.block_bytes as usize],
+            started: vec![now; queue_depth.max(1)],
+            finished: Vec::with_capacity(queue_depth),
+            queue_depth,
+            in_flight: 0,
+            primed: false,
+            // Re-based when the job first runs (`turn`): the duration counts from there.
+            deadline: now + duration,
+            ios: 0,
+            bytes: 0,
+            histogram: Histogram::new(),
+            failure: None,
+            report: tx.clone(),
+        };
+        list.push(Box::new(move || state.turn()));
+    }
+    drop(tx);
+    let cpu_start = ProcessTime::now();
+    let start = Instant::now();
+    array.run_on_shards(list).map_err(|e| e.to_string())?;
+    let wall = start.elapsed();
+    let cpu = cpu_start.elapsed();
+    let mut ios = 0;
+    let mut bytes = 0;
+    let mut histogram = Histogram::new();
+    for result in rx.iter() {
+        let (i, b, h) = result?;
+        ios += i;
+        bytes += b;
+        histogram.merge(&h);
+    }
+    Ok(measured(ios, bytes, wall, cpu, &histogram))
 }
 
 /// Submit one request. The bench sizes the session's buffers for its queue depth, so a

@@ -33,6 +33,10 @@ pub struct EngineArgs {
     /// alone: no kernel in the IO path; needs members x member-size of RAM).
     #[arg(long, default_value = "files", value_parser = ["files", "memory"])]
     backend: String,
+    /// How the array load reaches the engine: `pollers` (jobs run inside the reactor threads,
+    /// which poll) or `threads` (a thread per job hands requests to the reactors).
+    #[arg(long, default_value = "pollers", value_parser = ["pollers", "threads"])]
+    drive: String,
     /// Directory for the member files (tmpfs: O_DIRECT works there on Linux 6.6+).
     #[arg(long, default_value = "/dev/shm/flashraid-bench")]
     dir: PathBuf,
@@ -132,6 +136,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
 
 fn run_engine(args: EngineArgs) -> Result<()> {
     use flashraid_bench::engine::{Backend, Config, Workload, format_report, run};
+    use flashraid_bench::load::Drive;
     let workloads = if args.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
@@ -157,9 +162,10 @@ fn run_engine(args: EngineArgs) -> Result<()> {
         workloads,
         merge_window_us: args.merge_window_us,
         backend: if args.backend == "memory" { Backend::Memory } else { Backend::Files },
+        drive: if args.drive == "threads" { Drive::Threads } else { Drive::Pollers },
     };
     println!(
-        "flashraid engine benchmark: {} x{} members, {} KiB chunks, {} per member in {}; {} shards, {} jobs x QD {}, {} x {:.1} s",
+        "flashraid engine benchmark: {} x{} members, {} KiB chunks, {} per member in {}; {} shards, {} jobs x QD {} ({}), {} x {:.1} s",
         config.level,
         config.members,
         args.chunk_kib,
@@ -172,6 +178,7 @@ fn run_engine(args: EngineArgs) -> Result<()> {
         config.shards,
         config.jobs,
         config.queue_depth,
+        args.drive,
         config.repetitions,
         config.run_time.as_secs_f64()
     );

@@ -9,7 +9,9 @@ use crate::ArrayError;
 use crate::device::MemberDevice;
 use crate::driver::UringDriver;
 use crate::memory::{MemDriver, MemMember};
-use crate::reactor::{Backend, Control, Reactor, ShardStatus, ToReactor, member_ring};
+use crate::reactor::{
+    Backend, Control, Doorbell, Reactor, ShardJob, ShardStatus, ToReactor, member_ring,
+};
 use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
 use flashraid_engine::{Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
@@ -354,22 +356,16 @@ impl Array {
             let waker = Waker::new().map_err(|e| ArrayError::Other(e.to_string()))?;
             let (tx, rx) = mpsc::sync_channel(options.config.requests_max * 2);
             let events = controller_tx.clone();
-            let thread_waker = waker.clone();
-            links.push(ReactorLink { tx, waker });
+            let bell = Arc::new(Doorbell::new(waker));
+            links.push(ReactorLink { tx, bell: bell.clone() });
             // The shard is built on its own thread: it owns raw buffer pointers that must
             // never cross threads while IO is in flight, so it is never sent anywhere.
             let thread = std::thread::Builder::new()
                 .name(format!("flashraid-shard-{shard_index}"))
                 .spawn(move || {
                     let shard = Shard::new(setup).expect("validated above");
-                    let reactor = Reactor {
-                        shard,
-                        driver: backend,
-                        waker: thread_waker,
-                        inbox: rx,
-                        events,
-                        shard_index,
-                    };
+                    let reactor =
+                        Reactor { shard, driver: backend, bell, inbox: rx, events, shard_index };
                     reactor.run();
                 })
                 .map_err(|e| ArrayError::Other(e.to_string()))?;
@@ -414,6 +410,17 @@ impl Array {
 
     /// A new session: a client's own buffers and reply channel.
     pub fn session(&self) -> Result<Session, ArrayError> {
+        self.new_session(None)
+    }
+
+    /// A session for an event loop that waits with `poll(2)`: its `notify_fd` becomes
+    /// readable when replies arrive while it sleeps (see `Session::prepare_to_sleep`).
+    pub fn session_with_bell(&self) -> Result<Session, ArrayError> {
+        let waker = Waker::new().map_err(|e| ArrayError::Other(e.to_string()))?;
+        self.new_session(Some(Arc::new(Doorbell::new(waker))))
+    }
+
+    fn new_session(&self, bell: Option<Arc<Doorbell>>) -> Result<Session, ArrayError> {
         let id = self.next_session.fetch_add(1, Ordering::Relaxed);
         if usize::try_from(id).expect("fits") >= crate::reactor::SESSIONS_MAX {
             return Err(ArrayError::Other("too many sessions".to_string()));
@@ -421,12 +428,45 @@ impl Array {
         let (tx, rx) = mpsc::channel();
         for link in self.reactors.iter() {
             link.tx
-                .send(ToReactor::Session { id, replies: tx.clone() })
+                .send(ToReactor::Session { id, replies: tx.clone(), bell: bell.clone() })
                 .map_err(|_| ArrayError::Stopped)?;
-            link.waker.wake();
+            link.bell.ring();
         }
         let pool = session_pool(self.session_buffer_bytes, self.piece_bytes_max)?;
-        Ok(Session::new(id, self.router, self.reactors.clone(), rx, pool))
+        Ok(Session::new(id, self.router, self.reactors.clone(), rx, pool, bell))
+    }
+
+    /// Run `jobs` inside the reactor threads (job `i` on shard `i % shards`), each once per
+    /// turn until it returns [`JobStatus::Finished`]; returns when all have. This is the
+    /// "poller" mode: a client with no thread of its own, so no hand-off between its thread
+    /// and a reactor's. A job must never block (use `Session::poll(false, ..)`); while a
+    /// shard runs jobs its reactor polls instead of sleeping, so the cores it runs on stay
+    /// busy. At most `SHARD_JOBS_MAX` jobs per shard.
+    pub fn run_on_shards(&self, jobs: Vec<ShardJob>) -> Result<(), ArrayError> {
+        let mut done = Vec::with_capacity(jobs.len());
+        for (index, job) in jobs.into_iter().enumerate() {
+            let link = &self.reactors[index % self.reactors.len()];
+            let (tx, rx) = mpsc::channel();
+            link.tx
+                .send(ToReactor::Control(Control::RunJob(job, tx)))
+                .map_err(|_| ArrayError::Stopped)?;
+            link.bell.ring();
+            done.push(rx);
+        }
+        let mut first_error = None;
+        for rx in done {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(ArrayError::Other(e));
+                }
+                // The reactor stopped (or the job panicked) before the job finished.
+                Err(_) => {
+                    first_error.get_or_insert(ArrayError::Stopped);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     pub fn status(&self) -> Result<ArrayStatus, ArrayError> {
@@ -561,7 +601,7 @@ impl Controller {
                     for link in self.reactors.iter() {
                         let (tx, rx) = mpsc::channel();
                         let _ = link.tx.send(ToReactor::Control(Control::CleanShutdown(tx)));
-                        link.waker.wake();
+                        link.bell.ring();
                         acks.push(Some(rx));
                     }
                     shutdown = Some(PendingShutdown { reply, acks, clean: true });
@@ -606,7 +646,7 @@ impl Controller {
     fn broadcast(&self, control: impl Fn() -> Control) {
         for link in self.reactors.iter() {
             let _ = link.tx.send(ToReactor::Control(control()));
-            link.waker.wake();
+            link.bell.ring();
         }
     }
 
@@ -627,7 +667,7 @@ impl Controller {
         for link in self.reactors.iter() {
             let (tx, rx) = mpsc::channel();
             if link.tx.send(ToReactor::Control(Control::Status(tx))).is_ok() {
-                link.waker.wake();
+                link.bell.ring();
                 if let Ok(status) = rx.recv() {
                     out.push(status);
                 }

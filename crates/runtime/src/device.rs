@@ -45,7 +45,7 @@ impl MetaDevice for MemberDevice {
     fn sync(&self) -> Result<(), String> {
         match self {
             MemberDevice::Device(d) => d.sync().map_err(|e| e.to_string()),
-            MemberDevice::Memory(_) => Ok(()),
+            MemberDevice::Memory(m) => m.flush(),
         }
     }
 

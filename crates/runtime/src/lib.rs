@@ -22,6 +22,7 @@
 mod array;
 mod device;
 mod driver;
+mod faults;
 mod memory;
 mod reactor;
 mod session;
@@ -31,9 +32,10 @@ pub use array::{
     create_in_memory, inspect,
 };
 pub use device::MemberDevice;
+pub use faults::{FaultRule, Faults, Healing, PowerDomain, SECTOR_BYTES, TornReport, Trigger};
 pub use memory::MemMember;
-pub use reactor::ShardStatus;
-pub use session::{Event, SESSION_REQUESTS_MAX, Session, SubmitError};
+pub use reactor::{JobStatus, SHARD_JOBS_MAX, ShardJob, ShardStatus};
+pub use session::{Event, SESSION_PIECES_MAX, SESSION_REQUESTS_MAX, Session, SubmitError};
 
 use flashraid_engine::{ArrayOp, Durability, RequestError};
 use flashraid_layout::ArrayOffset;

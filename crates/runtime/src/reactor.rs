@@ -1,14 +1,28 @@
 //! One reactor thread per shard: it owns the shard, its io_uring ring and its buffers, and
 //! talks to everything else by message.
 //!
-//! Loop: take messages (requests from sessions, control from the controller), let time pass,
-//! move the shard's member IO into the ring, hand completions back, route replies to their
-//! sessions and events to the controller. When nothing happened it blocks in the ring until a
-//! completion, a wake (another thread queued a message) or a short timeout (for the shard's
-//! timers).
+//! A turn: take messages (requests from sessions, control from the controller), let time
+//! pass, move the shard's member IO into the ring, hand completions back, route replies to
+//! their sessions and events to the controller, and run the jobs placed on this shard. When a
+//! turn did nothing and no job runs, the reactor sleeps: in the ring (files) until a
+//! completion, a ring of its doorbell or a short timeout (for the shard's timers), or on its
+//! inbox (memory members).
 //!
-//! Limits: sessions per array `SESSIONS_MAX`; messages queued to a reactor bounded by its
-//! channel; IO queued beyond the ring's room waits in the shard.
+//! Doorbell: a thread that queued a message rings the doorbell, which costs a syscall only if
+//! the reactor said it is about to sleep. The reactor announces sleep, then looks at its inbox
+//! once more before blocking; senders publish the message, then look at the announcement. With
+//! a SeqCst fence on both sides one of them sees the other, so no wake is lost and a busy
+//! reactor is never woken by syscall.
+//!
+//! Jobs ("poller" mode): a closure placed on a shard runs once per turn inside the reactor
+//! thread, like an SPDK poller: a client with no thread of its own (a benchmark worker, later
+//! an NBD connection) submits and collects with no thread hand-off on its side. While a shard
+//! has jobs its reactor never sleeps.
+//!
+//! Limits: sessions per array `SESSIONS_MAX`; jobs per shard `SHARD_JOBS_MAX`; messages
+//! queued to a reactor bounded by its channel; requests taken from the channel and not yet
+//! accepted by the shard at most `HELD_REQUESTS_MAX` (beyond that the channel holds them);
+//! IO queued beyond the ring's room waits in the shard.
 
 use crate::driver::UringDriver;
 use crate::memory::MemDriver;
@@ -19,11 +33,17 @@ use flashraid_engine::{
 use flashraid_layout::MemberIndex;
 use flashraid_uring::{Ring, Waker};
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// Sessions (clients) one array serves at once.
 pub const SESSIONS_MAX: usize = 4096;
+/// Jobs one shard runs at once.
+pub const SHARD_JOBS_MAX: usize = 64;
+/// Requests a reactor holds after taking them from its channel while the shard is busy.
+const HELD_REQUESTS_MAX: usize = 4096;
 /// User data of the waker's completion (shard tokens never have origin 0).
 pub(crate) const WAKER_TAG: u64 = 0;
 /// How long an idle reactor sleeps before ticking the shard's timers.
@@ -39,20 +59,70 @@ pub struct ShardStatus {
     pub idle: bool,
 }
 
+/// What a job says after a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobStatus {
+    /// Call again next turn.
+    Running,
+    /// Done: the reactor drops the job and reports it finished.
+    Finished,
+}
+
+/// Work run inside a reactor thread, once per turn. It must not block: it submits and
+/// collects through a session with `poll(false, ..)`.
+pub type ShardJob = Box<dyn FnMut() -> JobStatus + Send>;
+
 pub(crate) enum Control {
     ApplyFailed(Vec<MemberIndex>),
     Status(Sender<ShardStatus>),
     /// Stop taking requests; once idle flush, clear the bitmap and acknowledge with whether
     /// the shard ended clean.
     CleanShutdown(Sender<bool>),
+    /// Run a job each turn until it finishes; the sender hears when (or why not).
+    RunJob(ShardJob, Sender<Result<(), String>>),
     /// Exit the thread now (after a clean shutdown, or to simulate a crash).
     Stop,
 }
 
 pub(crate) enum ToReactor {
     Request(ShardRequest),
-    Session { id: u32, replies: Sender<ShardReply> },
+    Session { id: u32, replies: Sender<ShardReply>, bell: Option<Arc<Doorbell>> },
     Control(Control),
+}
+
+/// How other threads get a sleeping thread's attention (module doc: Doorbell). Reactors have
+/// one; so do sessions that wait with `poll(2)` (`Array::session_with_bell`).
+#[derive(Debug)]
+pub(crate) struct Doorbell {
+    waker: Waker,
+    sleeping: AtomicBool,
+}
+
+impl Doorbell {
+    pub fn new(waker: Waker) -> Self {
+        Self { waker, sleeping: AtomicBool::new(false) }
+    }
+
+    /// Call after queueing a message: wakes the reactor if it sleeps or is about to.
+    pub fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.waker.wake();
+        }
+    }
+
+    pub fn announce_sleep(&self) {
+        self.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    pub fn awake(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    pub fn waker(&self) -> &Waker {
+        &self.waker
+    }
 }
 
 /// Where a reactor's member IO goes.
@@ -80,22 +150,34 @@ impl Backend {
         }
     }
 
-    /// Submit queued IO and, when nothing happened, sleep until there is something to do.
-    /// A message received while sleeping is returned.
+    /// Submit queued IO and, when `sleep`, wait until there is something to do. A message
+    /// taken from the inbox while deciding or sleeping is returned.
     fn wait(
         &mut self,
-        progress: bool,
+        sleep: bool,
         inbox: &Receiver<ToReactor>,
+        bell: &Doorbell,
     ) -> Result<Option<ToReactor>, String> {
         match self {
-            Backend::Uring(d) => {
-                let wait_for = usize::from(!progress);
-                let timeout = if progress { None } else { Some(IDLE_WAIT) };
-                d.ring().submit(wait_for, timeout).map_err(|e| e.to_string())?;
-                Ok(None)
+            Backend::Uring(d) if sleep => {
+                bell.announce_sleep();
+                let result = match inbox.try_recv() {
+                    // A message slipped in: no sleep, but send what is queued.
+                    Ok(message) => d.ring().submit(0, None).map(|_| Some(message)),
+                    Err(_) => d.ring().submit(1, Some(IDLE_WAIT)).map(|_| None),
+                };
+                bell.awake();
+                result.map_err(|e| e.to_string())
             }
-            Backend::Memory(_) if progress => Ok(None),
-            Backend::Memory(_) => Ok(inbox.recv_timeout(IDLE_WAIT).ok()),
+            Backend::Uring(d) => d.ring().submit(0, None).map(|_| None).map_err(|e| e.to_string()),
+            Backend::Memory(d) if sleep => {
+                // Delayed completions (fault injection) are due at a known time.
+                let wait = d.next_due_at().map_or(IDLE_WAIT, |at| {
+                    at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+                });
+                Ok(inbox.recv_timeout(wait).ok())
+            }
+            Backend::Memory(_) => Ok(None),
         }
     }
 }
@@ -104,112 +186,172 @@ impl Backend {
 pub(crate) struct Reactor {
     pub shard: Shard,
     pub driver: Backend,
-    pub waker: Waker,
+    pub bell: Arc<Doorbell>,
     pub inbox: Receiver<ToReactor>,
     pub events: Sender<crate::array::ToController>,
     pub shard_index: u32,
 }
 
+/// Where a session's replies go, and its bell if it sleeps in `poll(2)`.
+type SessionLink = (Sender<ShardReply>, Option<Arc<Doorbell>>);
+
+/// What a reactor keeps between turns.
+struct TurnState {
+    start: Instant,
+    sessions: Vec<Option<SessionLink>>,
+    held_requests: VecDeque<ShardRequest>,
+    held_io: Option<MemberIo>,
+    shutdown_ack: Option<Sender<bool>>,
+    woke_with: Option<ToReactor>,
+    jobs: Vec<(ShardJob, Sender<Result<(), String>>)>,
+}
+
+/// Whether the reactor goes on after a turn.
+enum Next {
+    Continue { progress: bool },
+    Exit,
+}
+
 impl Reactor {
     pub fn run(mut self) {
-        let start = Instant::now();
-        let mut sessions: Vec<Option<Sender<ShardReply>>> = Vec::new();
-        let mut held_requests: VecDeque<ShardRequest> = VecDeque::new();
-        let mut held_io: Option<MemberIo> = None;
-        let mut shutdown_ack: Option<Sender<bool>> = None;
-        if let Err(e) = self.driver.arm(&self.waker) {
+        if let Err(e) = self.driver.arm(&self.bell.waker) {
             panic!("reactor {}: cannot arm its waker: {e}", self.shard_index);
         }
-        let mut woke_with: Option<ToReactor> = None;
+        let mut state = TurnState {
+            start: Instant::now(),
+            sessions: Vec::new(),
+            held_requests: VecDeque::with_capacity(HELD_REQUESTS_MAX),
+            held_io: None,
+            shutdown_ack: None,
+            woke_with: None,
+            jobs: Vec::with_capacity(SHARD_JOBS_MAX),
+        };
         loop {
-            let mut progress = false;
-            // Messages.
-            loop {
-                let message = match woke_with.take() {
-                    Some(m) => Ok(m),
-                    None => self.inbox.try_recv(),
-                };
-                match message {
-                    Ok(ToReactor::Request(request)) => {
-                        progress = true;
-                        held_requests.push_back(request);
-                    }
-                    Ok(ToReactor::Session { id, replies }) => {
-                        let id = usize::try_from(id).expect("fits");
-                        if sessions.len() <= id {
-                            sessions.resize_with(id + 1, || None);
-                        }
-                        sessions[id] = Some(replies);
-                    }
-                    Ok(ToReactor::Control(control)) => {
-                        progress = true;
-                        match control {
-                            Control::ApplyFailed(members) => self.shard.apply_failed(&members),
-                            Control::Status(reply) => {
-                                let _ = reply.send(self.status());
-                            }
-                            Control::CleanShutdown(ack) => {
-                                self.shard.begin_shutdown();
-                                shutdown_ack = Some(ack);
-                            }
-                            Control::Stop => return,
-                        }
-                    }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return,
-                }
-            }
-            while let Some(request) = held_requests.pop_front() {
-                if let Err(Rejected::Busy(request)) = self.shard.submit(request) {
-                    held_requests.push_front(request);
-                    break;
-                }
-            }
-            let now_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-            self.shard.tick(now_us);
-            progress |= self.push_io(&mut held_io);
-            let mut completed = 0usize;
-            let mut woken = false;
-            {
-                let shard = &mut self.shard;
-                self.driver.driver().poll(&mut |completion| {
-                    if completion.token.0 == WAKER_TAG {
-                        woken = true;
-                    } else {
-                        completed += 1;
-                        shard.complete_io(completion);
-                    }
-                });
-            }
-            if woken {
-                let _ = self.driver.arm(&self.waker);
-            }
-            progress |= completed > 0 || woken;
-            progress |= self.push_io(&mut held_io);
-            while let Some(reply) = self.shard.poll_reply() {
-                progress = true;
-                let session =
-                    usize::try_from(reply.id.0 >> crate::session::SESSION_SHIFT).expect("fits");
-                if let Some(Some(tx)) = sessions.get(session) {
-                    // A session that went away drops its reply (and the buffer with it).
-                    let _ = tx.send(reply);
-                }
-            }
-            while let Some(event) = self.shard.poll_event() {
-                let _ =
-                    self.events.send(crate::array::ToController::Event(self.shard_index, event));
-            }
-            if let ShutdownState::Done { clean } = self.shard.shutdown_state()
-                && let Some(ack) = shutdown_ack.take()
-            {
-                let _ = ack.send(clean);
-            }
-            // Submit what was queued; sleep only when nothing happened.
-            match self.driver.wait(progress, &self.inbox) {
-                Ok(message) => woke_with = message,
+            let progress = match self.turn(&mut state) {
+                Next::Continue { progress } => progress,
+                Next::Exit => return,
+            };
+            // Submit what was queued; sleep only when nothing happened and no job runs.
+            let sleep = !progress && state.jobs.is_empty();
+            match self.driver.wait(sleep, &self.inbox, &self.bell) {
+                Ok(message) => state.woke_with = message,
                 Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
             }
+            if !progress && !sleep {
+                // Polling with nothing to do: let the kernel's own IO workers (io_uring
+                // punts some IO to them) and other threads have this core.
+                std::thread::yield_now();
+            }
         }
+    }
+
+    fn turn(&mut self, state: &mut TurnState) -> Next {
+        let mut progress = false;
+        // Messages, while there is room to hold requests the shard cannot take yet.
+        while state.held_requests.len() < HELD_REQUESTS_MAX {
+            let message = match state.woke_with.take() {
+                Some(m) => Ok(m),
+                None => self.inbox.try_recv(),
+            };
+            match message {
+                Ok(ToReactor::Request(request)) => {
+                    progress = true;
+                    state.held_requests.push_back(request);
+                }
+                Ok(ToReactor::Session { id, replies, bell }) => {
+                    let id = usize::try_from(id).expect("fits");
+                    if state.sessions.len() <= id {
+                        state.sessions.resize_with(id + 1, || None);
+                    }
+                    state.sessions[id] = Some((replies, bell));
+                }
+                Ok(ToReactor::Control(control)) => {
+                    progress = true;
+                    match control {
+                        Control::ApplyFailed(members) => self.shard.apply_failed(&members),
+                        Control::Status(reply) => {
+                            let _ = reply.send(self.status());
+                        }
+                        Control::CleanShutdown(ack) => {
+                            self.shard.begin_shutdown();
+                            state.shutdown_ack = Some(ack);
+                        }
+                        Control::RunJob(job, done) => {
+                            if state.jobs.len() < SHARD_JOBS_MAX {
+                                state.jobs.push((job, done));
+                            } else {
+                                let _ = done.send(Err(format!(
+                                    "shard {} already runs {SHARD_JOBS_MAX} jobs",
+                                    self.shard_index
+                                )));
+                            }
+                        }
+                        Control::Stop => return Next::Exit,
+                    }
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Next::Exit,
+            }
+        }
+        while let Some(request) = state.held_requests.pop_front() {
+            if let Err(Rejected::Busy(request)) = self.shard.submit(request) {
+                state.held_requests.push_front(request);
+                break;
+            }
+        }
+        let now_us = u64::try_from(state.start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.shard.tick(now_us);
+        progress |= self.push_io(&mut state.held_io);
+        let mut completed = 0usize;
+        let mut woken = false;
+        {
+            let shard = &mut self.shard;
+            self.driver.driver().poll(&mut |completion| {
+                if completion.token.0 == WAKER_TAG {
+                    woken = true;
+                } else {
+                    completed += 1;
+                    shard.complete_io(completion);
+                }
+            });
+        }
+        if woken {
+            let _ = self.driver.arm(&self.bell.waker);
+        }
+        progress |= completed > 0 || woken;
+        progress |= self.push_io(&mut state.held_io);
+        while let Some(reply) = self.shard.poll_reply() {
+            progress = true;
+            let session =
+                usize::try_from(reply.id.0 >> crate::session::SESSION_SHIFT).expect("fits");
+            if let Some(Some((tx, bell))) = state.sessions.get(session) {
+                // A session that went away drops its reply (and the buffer with it).
+                let _ = tx.send(reply);
+                if let Some(bell) = bell {
+                    bell.ring();
+                }
+            }
+        }
+        while let Some(event) = self.shard.poll_event() {
+            let _ = self.events.send(crate::array::ToController::Event(self.shard_index, event));
+        }
+        if let ShutdownState::Done { clean } = self.shard.shutdown_state()
+            && let Some(ack) = state.shutdown_ack.take()
+        {
+            let _ = ack.send(clean);
+        }
+        // Jobs run last, so what they submit reaches the shard at the top of the next turn
+        // (their own replies were routed just above).
+        let mut index = 0;
+        while index < state.jobs.len() {
+            if (state.jobs[index].0)() == JobStatus::Finished {
+                let (_, done) = state.jobs.swap_remove(index);
+                let _ = done.send(Ok(()));
+            } else {
+                index += 1;
+            }
+        }
+        Next::Continue { progress }
     }
 
     /// Move the shard's IO into the ring until it is full. True if anything moved.

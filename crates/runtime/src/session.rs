@@ -9,10 +9,12 @@
 //! Not thread-safe by design: one session per client thread, no locks between them.
 
 use crate::ArrayError;
-use crate::reactor::ToReactor;
-use flashraid_engine::{ArrayOp, PieceOp, RequestId, Router, ShardOp, ShardReply, ShardRequest};
+use crate::reactor::{Doorbell, ToReactor};
+use flashraid_engine::{
+    ArrayOp, Piece, PieceOp, RequestId, Router, ShardOp, ShardReply, ShardRequest,
+};
 use flashraid_iobuf::{BufPool, IoBuf};
-use flashraid_uring::Waker;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::Duration;
@@ -23,12 +25,14 @@ const TICKET_SHIFT: u32 = 20;
 const PIECES_MAX: u64 = 1 << TICKET_SHIFT;
 /// Requests one session has in flight at most.
 pub const SESSION_REQUESTS_MAX: usize = 1 << 16;
+/// Pieces (shard requests) one session has in flight at most; also bounds its outbox.
+pub const SESSION_PIECES_MAX: usize = 1 << 16;
 
 /// A reactor as seen from a session.
 #[derive(Clone, Debug)]
 pub(crate) struct ReactorLink {
     pub tx: SyncSender<ToReactor>,
-    pub waker: Waker,
+    pub bell: Arc<Doorbell>,
 }
 
 /// Something that happened to a submitted request.
@@ -48,32 +52,59 @@ pub enum SubmitError {
     Full,
     #[error(transparent)]
     Invalid(#[from] flashraid_engine::RouteError),
+    #[error("the request needs {pieces} pieces; a session takes at most {max}")]
+    TooLarge { pieces: usize, max: usize },
     #[error("the array is stopped")]
     Stopped,
 }
 
+/// A request slot. Slots are reused; `read_pieces` keeps its capacity across requests so a
+/// warmed-up session allocates nothing per request.
 #[derive(Debug)]
 struct Ticket {
+    live: bool,
     tag: u64,
     pieces_left: u32,
     result: Result<(), ArrayError>,
-    /// Per piece: (offset in the request, length) for reads.
-    reads: bool,
+    /// Per piece index of a read: (offset in the request, length).
+    read_pieces: Vec<(u64, usize)>,
 }
 
 /// One client's connection to the array.
-#[derive(Debug)]
 pub struct Session {
     id: u32,
     router: Router,
     reactors: Arc<Vec<ReactorLink>>,
     replies: Receiver<ShardReply>,
     pool: BufPool,
-    tickets: Vec<Option<Ticket>>,
+    tickets: Vec<Ticket>,
     free_tickets: Vec<usize>,
-    /// Per in-flight read piece id: where its data goes in the request, and its length.
-    piece_offsets: std::collections::HashMap<u64, (u64, usize)>,
+    live_tickets: usize,
+    pieces_in_flight: usize,
+    /// Messages a full reactor inbox could not take yet, in order; sent by `kick`. Never
+    /// longer than `SESSION_PIECES_MAX`.
+    outbox: VecDeque<(usize, ToReactor)>,
+    /// Requests that needed no piece, to report done at the next poll.
+    finished_empty: Vec<usize>,
     wake: Vec<bool>,
+    // Scratch reused by every `submit`.
+    pieces: Vec<Piece>,
+    bufs: Vec<Option<IoBuf>>,
+    /// Rung by reactors after replying while this session sleeps in `poll(2)`.
+    bell: Option<Arc<Doorbell>>,
+    /// A reply taken while checking whether it is safe to sleep; handled first by `poll`.
+    stashed: Option<ShardReply>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("requests_in_flight", &self.live_tickets)
+            .field("pieces_in_flight", &self.pieces_in_flight)
+            .field("outbox", &self.outbox.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Session {
@@ -83,6 +114,7 @@ impl Session {
         reactors: Arc<Vec<ReactorLink>>,
         replies: Receiver<ShardReply>,
         pool: BufPool,
+        bell: Option<Arc<Doorbell>>,
     ) -> Self {
         let shards = reactors.len();
         Self {
@@ -93,8 +125,15 @@ impl Session {
             pool,
             tickets: Vec::new(),
             free_tickets: Vec::new(),
-            piece_offsets: std::collections::HashMap::with_capacity(1024),
+            live_tickets: 0,
+            pieces_in_flight: 0,
+            outbox: VecDeque::new(),
+            finished_empty: Vec::new(),
             wake: vec![false; shards],
+            pieces: Vec::with_capacity(64),
+            bufs: Vec::with_capacity(64),
+            bell,
+            stashed: None,
         }
     }
 
@@ -105,7 +144,13 @@ impl Session {
         if self.tickets.len() >= SESSION_REQUESTS_MAX {
             return None;
         }
-        self.tickets.push(None);
+        self.tickets.push(Ticket {
+            live: false,
+            tag: 0,
+            pieces_left: 0,
+            result: Ok(()),
+            read_pieces: Vec::new(),
+        });
         Some(self.tickets.len() - 1)
     }
 
@@ -116,15 +161,35 @@ impl Session {
         data: Option<&[u8]>,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        let mut pieces = Vec::new();
+        let mut pieces = std::mem::take(&mut self.pieces);
+        let mut bufs = std::mem::take(&mut self.bufs);
+        pieces.clear();
+        bufs.clear();
+        let result = self.submit_pieces(op, data, tag, &mut pieces, &mut bufs);
+        self.pieces = pieces;
+        self.bufs = bufs;
+        result
+    }
+
+    fn submit_pieces(
+        &mut self,
+        op: ArrayOp,
+        data: Option<&[u8]>,
+        tag: u64,
+        pieces: &mut Vec<Piece>,
+        bufs: &mut Vec<Option<IoBuf>>,
+    ) -> Result<(), SubmitError> {
         self.router.split(op, &mut |p| pieces.push(p))?;
-        if pieces.len() as u64 >= PIECES_MAX {
-            return Err(SubmitError::Invalid(flashraid_engine::RouteError::Empty));
+        if pieces.len() as u64 >= PIECES_MAX || pieces.len() > SESSION_PIECES_MAX {
+            let max = SESSION_PIECES_MAX.min(PIECES_MAX as usize - 1);
+            return Err(SubmitError::TooLarge { pieces: pieces.len(), max });
+        }
+        if self.pieces_in_flight + pieces.len() > SESSION_PIECES_MAX {
+            return Err(SubmitError::Full);
         }
         let slot = self.ticket_slot().ok_or(SubmitError::Full)?;
         // Take every buffer first so a request is sent whole or not at all.
-        let mut bufs: Vec<Option<IoBuf>> = Vec::with_capacity(pieces.len());
-        for piece in &pieces {
+        for piece in pieces.iter() {
             let needs = match piece.op {
                 PieceOp::Read { len_bytes, .. } | PieceOp::Write { len_bytes, .. } => {
                     Some(len_bytes)
@@ -135,7 +200,7 @@ impl Session {
             match needs.map(|len| self.pool.take(usize::try_from(len).expect("fits"))) {
                 Some(Some(buf)) => bufs.push(Some(buf)),
                 Some(None) => {
-                    for buf in bufs.into_iter().flatten() {
+                    for buf in bufs.drain(..).flatten() {
                         self.pool.give(buf);
                     }
                     self.free_tickets.push(slot);
@@ -144,21 +209,32 @@ impl Session {
                 None => bufs.push(None),
             }
         }
-        let reads = matches!(op, ArrayOp::Read { .. });
         let count = u32::try_from(pieces.len()).expect("fits");
-        self.tickets[slot] = Some(Ticket { tag, pieces_left: count, result: Ok(()), reads });
+        let ticket = &mut self.tickets[slot];
+        ticket.live = true;
+        ticket.tag = tag;
+        ticket.pieces_left = count;
+        ticket.result = Ok(());
+        ticket.read_pieces.clear();
+        self.live_tickets += 1;
         if count == 0 {
-            // Nothing to do (a discard smaller than a stripe).
+            // Nothing to do (a discard smaller than a stripe): finished at the next poll.
+            self.finished_empty.push(slot);
             return Ok(());
         }
-        for (index, (piece, mut buf)) in pieces.into_iter().zip(bufs).enumerate() {
+        self.pieces_in_flight += pieces.len();
+        for (index, (piece, mut buf)) in pieces.drain(..).zip(bufs.drain(..)).enumerate() {
             let id = (u64::from(self.id) << SESSION_SHIFT)
                 | ((slot as u64) << TICKET_SHIFT)
                 | index as u64;
             let op = match piece.op {
                 PieceOp::Read { offset, len_bytes, request_offset } => {
                     let len = usize::try_from(len_bytes).expect("fits");
-                    self.piece_offsets.insert(id, (request_offset, len));
+                    let reads = &mut self.tickets[slot].read_pieces;
+                    if reads.len() <= index {
+                        reads.resize(index + 1, (0, 0));
+                    }
+                    reads[index] = (request_offset, len);
                     ShardOp::Read { offset, len_bytes }
                 }
                 PieceOp::Write { offset, len_bytes, request_offset, durability } => {
@@ -186,30 +262,50 @@ impl Session {
         Ok(())
     }
 
+    /// Queue a message to a reactor. A full inbox never blocks the session (it may run
+    /// inside a reactor, which would then wait on itself): the message waits in the outbox.
     fn send(&mut self, shard: usize, message: ToReactor) -> Result<(), SubmitError> {
-        let mut message = message;
-        loop {
+        if !self.outbox.is_empty() {
+            self.outbox.push_back((shard, message));
+            return Ok(());
+        }
+        match self.reactors[shard].tx.try_send(message) {
+            Ok(()) => {
+                self.wake[shard] = true;
+                Ok(())
+            }
+            Err(TrySendError::Full(m)) => {
+                self.outbox.push_back((shard, m));
+                self.reactors[shard].bell.ring();
+                Ok(())
+            }
+            Err(TrySendError::Disconnected(_)) => Err(SubmitError::Stopped),
+        }
+    }
+
+    /// Send what the outbox holds, as far as the inboxes take it.
+    fn drain_outbox(&mut self) {
+        while let Some((shard, message)) = self.outbox.pop_front() {
             match self.reactors[shard].tx.try_send(message) {
-                Ok(()) => {
-                    self.wake[shard] = true;
-                    return Ok(());
-                }
+                Ok(()) => self.wake[shard] = true,
                 Err(TrySendError::Full(m)) => {
-                    // The reactor's inbox is full: wake it and wait for room.
-                    self.reactors[shard].waker.wake();
-                    message = m;
-                    std::thread::yield_now();
+                    self.outbox.push_front((shard, m));
+                    self.reactors[shard].bell.ring();
+                    return;
                 }
-                Err(TrySendError::Disconnected(_)) => return Err(SubmitError::Stopped),
+                // The reactor is gone: its replies never come; `poll` sees the session's
+                // reply channel close... or times out. Drop the message.
+                Err(TrySendError::Disconnected(_)) => {}
             }
         }
     }
 
-    /// Wake every reactor that has new messages (once per batch of submissions).
+    /// Ring every reactor that has new messages (once per batch of submissions).
     pub fn kick(&mut self) {
+        self.drain_outbox();
         for (shard, wake) in self.wake.iter_mut().enumerate() {
             if std::mem::take(wake) {
-                self.reactors[shard].waker.wake();
+                self.reactors[shard].bell.ring();
             }
         }
     }
@@ -219,26 +315,36 @@ impl Session {
     pub fn poll(&mut self, wait: bool, handler: &mut dyn FnMut(Event<'_>)) -> usize {
         self.kick();
         let mut finished = 0;
-        let mut first = true;
-        loop {
-            let reply = if wait && first && finished == 0 {
-                match self.replies.recv_timeout(Duration::from_secs(1)) {
-                    Ok(reply) => Some(reply),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => None,
-                }
-            } else {
-                self.replies.try_recv().ok()
-            };
-            first = false;
-            let Some(reply) = reply else {
-                if wait && finished == 0 && !self.is_idle() {
-                    first = true;
-                    continue;
-                }
-                return finished;
-            };
+        while let Some(slot) = self.finished_empty.pop() {
+            finished += self.finish(slot, handler);
+        }
+        if let Some(reply) = self.stashed.take() {
             finished += self.on_reply(reply, handler);
+        }
+        loop {
+            let reply = match self.replies.try_recv() {
+                Ok(reply) => Some(reply),
+                Err(_) if !wait || finished > 0 || self.is_idle() => return finished,
+                Err(_) => {
+                    // Messages still in the outbox: come back soon to send them.
+                    let patience = if self.outbox.is_empty() {
+                        Duration::from_secs(1)
+                    } else {
+                        Duration::from_micros(50)
+                    };
+                    match self.replies.recv_timeout(patience) {
+                        Ok(reply) => Some(reply),
+                        Err(RecvTimeoutError::Timeout) => {
+                            self.kick();
+                            None
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return finished,
+                    }
+                }
+            };
+            if let Some(reply) = reply {
+                finished += self.on_reply(reply, handler);
+            }
         }
     }
 
@@ -247,20 +353,23 @@ impl Session {
             (reply.id.0 >> TICKET_SHIFT) & ((1 << (SESSION_SHIFT - TICKET_SHIFT)) - 1),
         )
         .expect("fits");
-        let ticket = self.tickets[slot].as_mut().expect("reply for a live ticket");
-        let tag = ticket.tag;
+        let index = usize::try_from(reply.id.0 & (PIECES_MAX - 1)).expect("fits");
+        self.pieces_in_flight -= 1;
+        let ticket = &mut self.tickets[slot];
+        assert!(ticket.live, "a reply for request slot {slot}, which is not in flight");
         if let Some(buf) = reply.buf {
-            let read = self.piece_offsets.remove(&reply.id.0);
-            if let (true, Some((offset, len)), Ok(())) = (ticket.reads, read, reply.result) {
+            if let (Some(&(offset, len)), Ok(())) = (ticket.read_pieces.get(index), reply.result)
+                && len > 0
+            {
                 handler(Event::Data {
-                    tag,
+                    tag: ticket.tag,
                     offset_in_request: offset,
                     data: &buf.as_slice()[..len],
                 });
             }
             self.pool.give(buf);
         }
-        let ticket = self.tickets[slot].as_mut().expect("live");
+        let ticket = &mut self.tickets[slot];
         if let Err(e) = reply.result {
             ticket.result = Err(ArrayError::Request(e));
         }
@@ -268,14 +377,56 @@ impl Session {
         if ticket.pieces_left > 0 {
             return 0;
         }
-        let ticket = self.tickets[slot].take().expect("live");
+        self.finish(slot, handler)
+    }
+
+    fn finish(&mut self, slot: usize, handler: &mut dyn FnMut(Event<'_>)) -> usize {
+        let ticket = &mut self.tickets[slot];
+        ticket.live = false;
+        let result = std::mem::replace(&mut ticket.result, Ok(()));
+        let tag = ticket.tag;
+        self.live_tickets -= 1;
         self.free_tickets.push(slot);
-        handler(Event::Done { tag, result: ticket.result });
+        handler(Event::Done { tag, result });
         1
+    }
+
+    /// The descriptor that becomes readable when this session should `poll` again (sessions
+    /// from `Array::session_with_bell` only).
+    pub fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.bell.as_ref().map(|b| b.waker().raw_fd())
+    }
+
+    /// Before waiting on `notify_fd` with `poll(2)`: sends what is queued, then says whether
+    /// sleeping is safe (false: replies are already here, call `poll`). After the wait, call
+    /// `woke`. Without a bell, always false.
+    pub fn prepare_to_sleep(&mut self) -> bool {
+        self.kick();
+        let Some(bell) = &self.bell else { return false };
+        if !self.outbox.is_empty() || self.stashed.is_some() || !self.finished_empty.is_empty() {
+            return false;
+        }
+        bell.announce_sleep();
+        match self.replies.try_recv() {
+            Ok(reply) => {
+                self.stashed = Some(reply);
+                bell.awake();
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// After a `poll(2)` wait prepared by `prepare_to_sleep`.
+    pub fn woke(&mut self) {
+        if let Some(bell) = &self.bell {
+            bell.awake();
+            bell.waker().drain();
+        }
     }
 
     /// Nothing in flight.
     pub fn is_idle(&self) -> bool {
-        self.tickets.iter().all(Option::is_none)
+        self.live_tickets == 0
     }
 }

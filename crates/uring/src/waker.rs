@@ -46,6 +46,14 @@ impl Waker {
         let _ = (&*self.eventfd).write(&one.to_ne_bytes());
     }
 
+    /// Consume pending wakes (for a thread that waits on the descriptor with `poll(2)`
+    /// rather than through a ring). Never blocks.
+    pub fn drain(&self) {
+        let mut count = [0u8; 8];
+        // EAGAIN: nothing pending. The eventfd is non-blocking, so this never waits.
+        let _ = std::io::Read::read(&mut &*self.eventfd, &mut count);
+    }
+
     /// The eventfd, for rings that read it.
     pub fn raw_fd(&self) -> RawFd {
         self.eventfd.as_raw_fd()
