@@ -8,7 +8,9 @@ set -eu
 cd "$(dirname "$0")/.."
 . scripts/lib/packages.sh
 
-need_packages libisal-dev
+# ISA-L: the parity oracle. The rest: the real NBD clients of the end-to-end test.
+need_packages libisal-dev fio nbdkit libnbd-bin python3-libnbd nbdfuse fuse3 qemu-utils \
+    xfsprogs e2fsprogs
 need_rust_components rustfmt clippy
 
 echo "== parity kernels on this CPU (the differential tests cover every supported one)"
@@ -22,6 +24,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+echo "== end to end: flashraid serve with nbdinfo, nbdsh, qemu-io, nbdcopy, fio, XFS and ext4"
+cargo build --release --locked -p flashraid-cli
+scripts/e2e-nbd.sh target/release/flashraid
 
 fuzz_seconds="${FLASHRAID_FUZZ_SECONDS:-15}"
 if [ "$fuzz_seconds" != 0 ]; then

@@ -11,6 +11,7 @@
 
 mod array_cmds;
 mod bench;
+mod serve;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -35,6 +36,8 @@ enum Command {
     Inspect(array_cmds::InspectArgs),
     /// Show how devices would assemble (read-only).
     Assemble(array_cmds::AssembleArgs),
+    /// Start an array and export it over NBD (Unix socket, TCP on loopback).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +57,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Create(args) => array_cmds::run_create(args),
         Command::Inspect(args) => array_cmds::run_inspect(args),
         Command::Assemble(args) => array_cmds::run_assemble(args),
+        Command::Serve(args) => serve::run_serve(args),
         Command::Kernels => {
             let best = flashraid_parity::Kernel::best();
             for kernel in flashraid_parity::Kernel::ALL {

@@ -142,6 +142,9 @@ pub struct Array {
     router: Router,
     geometry: Geometry,
     next_session: AtomicU32,
+    /// Session ids given back by dropped sessions (at most `SESSIONS_MAX`); taken before new
+    /// ones, so a long-running server never runs out. Not on the data path.
+    free_sessions: Arc<Mutex<Vec<u32>>>,
     session_buffer_bytes: usize,
     piece_bytes_max: u64,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -381,6 +384,7 @@ impl Array {
             router,
             geometry,
             next_session: AtomicU32::new(1),
+            free_sessions: Arc::new(Mutex::new(Vec::new())),
             session_buffer_bytes: options.session_buffer_bytes,
             piece_bytes_max,
             threads: Mutex::new(threads),
@@ -421,10 +425,21 @@ impl Array {
     }
 
     fn new_session(&self, bell: Option<Arc<Doorbell>>) -> Result<Session, ArrayError> {
-        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
-        if usize::try_from(id).expect("fits") >= crate::reactor::SESSIONS_MAX {
-            return Err(ArrayError::Other("too many sessions".to_string()));
-        }
+        let reused = self.free_sessions.lock().expect("not poisoned").pop();
+        let id = match reused {
+            Some(id) => id,
+            None => {
+                let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+                if usize::try_from(id).expect("fits") >= crate::reactor::SESSIONS_MAX {
+                    self.next_session.fetch_sub(1, Ordering::Relaxed);
+                    return Err(ArrayError::Other(format!(
+                        "{} sessions are open: the most an array serves",
+                        crate::reactor::SESSIONS_MAX - 1
+                    )));
+                }
+                id
+            }
+        };
         let (tx, rx) = mpsc::channel();
         for link in self.reactors.iter() {
             link.tx
@@ -433,7 +448,15 @@ impl Array {
             link.bell.ring();
         }
         let pool = session_pool(self.session_buffer_bytes, self.piece_bytes_max)?;
-        Ok(Session::new(id, self.router, self.reactors.clone(), rx, pool, bell))
+        Ok(Session::new(
+            id,
+            self.router,
+            self.reactors.clone(),
+            rx,
+            pool,
+            bell,
+            self.free_sessions.clone(),
+        ))
     }
 
     /// Run `jobs` inside the reactor threads (job `i` on shard `i % shards`), each once per

@@ -34,7 +34,7 @@ pub use array::{
 pub use device::MemberDevice;
 pub use faults::{FaultRule, Faults, Healing, PowerDomain, SECTOR_BYTES, TornReport, Trigger};
 pub use memory::MemMember;
-pub use reactor::{JobStatus, SHARD_JOBS_MAX, ShardJob, ShardStatus};
+pub use reactor::{JobStatus, SESSIONS_MAX, SHARD_JOBS_MAX, ShardJob, ShardStatus};
 pub use session::{Event, SESSION_PIECES_MAX, SESSION_REQUESTS_MAX, Session, SubmitError};
 
 use flashraid_engine::{ArrayOp, Durability, RequestError};

@@ -59,6 +59,15 @@ pub struct ShardStatus {
     pub idle: bool,
 }
 
+thread_local! {
+    static IN_REACTOR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a reactor (code there must never wait for a reactor).
+pub(crate) fn in_reactor_thread() -> bool {
+    IN_REACTOR.with(|flag| flag.get())
+}
+
 /// What a job says after a turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobStatus {
@@ -214,6 +223,7 @@ enum Next {
 
 impl Reactor {
     pub fn run(mut self) {
+        IN_REACTOR.with(|flag| flag.set(true));
         if let Err(e) = self.driver.arm(&self.bell.waker) {
             panic!("reactor {}: cannot arm its waker: {e}", self.shard_index);
         }

@@ -94,6 +94,27 @@ pub struct Session {
     bell: Option<Arc<Doorbell>>,
     /// A reply taken while checking whether it is safe to sleep; handled first by `poll`.
     stashed: Option<ShardReply>,
+    /// Where the id goes back when the session is dropped with nothing in flight.
+    id_pool: Arc<std::sync::Mutex<Vec<u32>>>,
+}
+
+impl Drop for Session {
+    /// Requests in flight finish first (outside reactor threads), so no reply meant for
+    /// this session can reach the next one with its id; only then is the id given back. A
+    /// session dropped inside a reactor (a job) cannot wait on its own reactor: if it still
+    /// has requests in flight its id is never reused.
+    fn drop(&mut self) {
+        if !crate::reactor::in_reactor_thread() {
+            while !self.is_idle() {
+                if self.poll(true, &mut |_| {}) == 0 && !self.is_idle() {
+                    break; // the reactors are gone: nothing more will come
+                }
+            }
+        }
+        if self.is_idle() && self.outbox.is_empty() {
+            self.id_pool.lock().expect("not poisoned").push(self.id);
+        }
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -115,6 +136,7 @@ impl Session {
         replies: Receiver<ShardReply>,
         pool: BufPool,
         bell: Option<Arc<Doorbell>>,
+        id_pool: Arc<std::sync::Mutex<Vec<u32>>>,
     ) -> Self {
         let shards = reactors.len();
         Self {
@@ -134,6 +156,7 @@ impl Session {
             bufs: Vec::with_capacity(64),
             bell,
             stashed: None,
+            id_pool,
         }
     }
 

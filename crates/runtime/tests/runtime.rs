@@ -181,3 +181,41 @@ fn in_memory_members_write_read_shutdown_reopen() {
     drop(session);
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }
+
+#[test]
+fn session_ids_are_reused_so_a_server_never_runs_out() {
+    use flashraid_runtime::{MemMember, create_in_memory};
+    let members: Vec<_> = (0..4).map(|i| MemMember::new(&format!("mem{i}"), 8 << 20)).collect();
+    let mut spec = spec(std::path::Path::new("/nonexistent"), Level::Raid5, 4);
+    spec.members.clear();
+    create_in_memory(&spec, &members).unwrap();
+    let mut o = options();
+    o.session_buffer_bytes = 1 << 20;
+    let array = Array::open_in_memory(&members, &o).unwrap();
+    // More sessions over the array's life than it serves at once, each dropped with a
+    // request still in flight (the drop waits for it) or idle.
+    for i in 0..(flashraid_runtime::SESSIONS_MAX as u64 + 100) {
+        let mut session = array.session().unwrap();
+        if i % 500 == 0 {
+            let data = vec![i as u8; 4096];
+            let op = ArrayOp::Write {
+                offset: ArrayOffset(i * 4096 % (4 << 20)),
+                len_bytes: 4096,
+                durability: Durability::Cached,
+            };
+            session.submit(op, Some(&data), 1).unwrap();
+        }
+    }
+    let mut session = array.session().unwrap();
+    let mut back = vec![0u8; 4096];
+    session.read(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+    drop(session);
+    // At once, the limit still holds.
+    let open: Vec<_> =
+        (1..flashraid_runtime::SESSIONS_MAX).map(|_| array.session().unwrap()).collect();
+    assert!(array.session().is_err());
+    drop(open);
+    assert!(array.session().is_ok());
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+}

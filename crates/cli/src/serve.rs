@@ -1,0 +1,123 @@
+//! `flashraid serve`: assemble an array from its members and export it over NBD until
+//! SIGTERM or SIGINT, then drain, flush, mark it clean and exit.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use flashraid_nbd::{ExportConfig, Listener, Server};
+use flashraid_runtime::{Array, OpenOptions, Stopped};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Unix socket to listen on (nbd+unix:///NAME?socket=PATH).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Also listen on TCP at this address (loopback only until TLS exists), e.g.
+    /// 127.0.0.1:10809.
+    #[arg(long)]
+    tcp: Option<SocketAddr>,
+    /// Export read-only.
+    #[arg(long)]
+    read_only: bool,
+    /// Only the array with this name (the export's name is the array's).
+    #[arg(long)]
+    name: Option<String>,
+    /// Reactor threads (default: one per CPU).
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Start a dirty, degraded array (see the refusal message for what that risks).
+    #[arg(long)]
+    force: bool,
+    /// The array's members.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+/// A socket file left by a server that is gone may be replaced; a live one may not.
+fn unix_listener(path: &Path) -> Result<UnixListener> {
+    if path.exists() {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = std::fs::symlink_metadata(path)?.file_type();
+        if !kind.is_socket() {
+            bail!("{} exists and is not a socket: refusing to replace it", path.display());
+        }
+        if UnixStream::connect(path).is_ok() {
+            bail!("{}: another server is listening there", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))
+}
+
+pub fn run_serve(args: ServeArgs) -> Result<()> {
+    if args.socket.is_none() && args.tcp.is_none() {
+        bail!("give --socket PATH, --tcp ADDR, or both");
+    }
+    if let Some(addr) = args.tcp
+        && !addr.ip().is_loopback()
+    {
+        bail!(
+            "{addr} is not a loopback address: serving beyond this machine needs TLS, which \
+             flashraid does not have yet"
+        );
+    }
+    let signals = flashraid_nbd::signals::StopSignals::block();
+    let mut options = OpenOptions::recommended();
+    options.name = args.name.clone();
+    if args.shards.is_some() {
+        options.shards = args.shards;
+    }
+    if args.force {
+        options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
+    }
+    let array = Arc::new(Array::open(&args.members, &options).context("cannot start the array")?);
+    let status = array.status()?;
+    let mut listeners = vec![];
+    if let Some(path) = &args.socket {
+        listeners.push(Listener::Unix(unix_listener(path)?));
+    }
+    if let Some(addr) = args.tcp {
+        let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        listeners.push(Listener::Tcp(l));
+    }
+    let export = ExportConfig { name: status.name.clone(), read_only: args.read_only };
+    let server = Server::start(array.clone(), export, listeners)?;
+    println!(
+        "serving array {:?} ({}, {}, {} members{}) as export {:?}{}",
+        status.name,
+        status.level,
+        crate::array_cmds::human(status.array_bytes),
+        status.members.len(),
+        if status.degraded { ", DEGRADED" } else { "" },
+        status.name,
+        if args.read_only { " read-only" } else { "" },
+    );
+    if let Some(path) = &args.socket {
+        println!("  unix: nbd+unix:///{}?socket={}", status.name, path.display());
+    }
+    if let Some(addr) = args.tcp {
+        println!("  tcp:  nbd://{addr}/{}", status.name);
+    }
+    println!(
+        "SIGTERM or Ctrl-C stops: in-flight IO finishes, the array is flushed and marked clean."
+    );
+    let signal = signals.wait();
+    eprintln!("flashraid serve: signal {signal}: draining connections");
+    server.stop();
+    server.join();
+    if let Some(path) = &args.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    let array =
+        Arc::try_unwrap(array).map_err(|_| anyhow::anyhow!("connections still hold the array"))?;
+    match array.shutdown()? {
+        Stopped::Clean => eprintln!("flashraid serve: array stopped clean"),
+        Stopped::Dirty => {
+            eprintln!("flashraid serve: array stopped dirty: the next start resyncs it")
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! flashraid's NBD frontend: arrays served to the kernel's nbd-client, qemu, libnbd tools
+//! and fio over the Network Block Device protocol.
+//!
+//! Owns: [`proto`], the wire format (pure: no IO, fuzzable), and [`server`], the sockets,
+//! the handshake and the per-connection event loops (the edge).
+
+pub mod proto;
+pub mod server;
+pub mod signals;
+
+pub use server::{ConnectionError, ExportConfig, Listener, Server, serve_connection};

@@ -1,0 +1,842 @@
+//! The NBD server: listeners, the handshake, and one event loop per connection.
+//!
+//! Owns: sockets and the threads that serve them (one per listener, one per connection; no
+//! thread per request). A connection's loop owns one array session: it reads requests
+//! without blocking, submits them (many in flight), assembles read replies as the pieces
+//! arrive, and writes replies in completion order. It sleeps in `poll(2)` on the socket and
+//! the session's notify descriptor, so an idle connection costs nothing.
+//!
+//! Invariants: a request is answered exactly once, after the engine finished it (so a write
+//! acknowledged to the client is in the engine, and FUA/flush semantics are the engine's);
+//! bytes from the client never size an allocation beyond `REQUEST_BYTES_MAX`; a protocol
+//! violation closes the connection, and requests already submitted still finish in the
+//! engine (the array stays consistent; only the replies are lost).
+//!
+//! Limits: `CONNECTIONS_MAX` connections per server; `CONNECTION_REQUESTS_MAX` requests in
+//! flight per connection; `REQUEST_BYTES_MAX` per request; replies not yet written at most
+//! `REPLY_BACKLOG_BYTES_MAX` (beyond it, no new request is read). Simple replies only
+//! (structured replies are refused; every client falls back). No TLS yet, so TCP listens on
+//! loopback only.
+
+use crate::proto::{self, Decoded};
+use flashraid_engine::{ArrayOp, Durability, RequestError};
+use flashraid_layout::ArrayOffset;
+use flashraid_runtime::{Array, ArrayError, Event, Session, SubmitError};
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Connections one server serves at once.
+pub const CONNECTIONS_MAX: usize = 256;
+/// Requests in flight per connection.
+pub const CONNECTION_REQUESTS_MAX: usize = 128;
+/// Largest request (the block size maximum advertised to clients).
+pub const REQUEST_BYTES_MAX: u32 = 32 << 20;
+/// Reply bytes waiting for the socket before the connection stops reading requests.
+pub const REPLY_BACKLOG_BYTES_MAX: usize = 64 << 20;
+/// Smallest request alignment (the engine's block).
+pub const BLOCK_BYTES_MIN: u32 = 4096;
+/// Trim and write-zeroes have no payload, so clients send them as large as the export (the
+/// block size maximum bounds payloads only). The engine gets them in steps of this size, one
+/// at a time per request, which bounds the pieces a session has in flight.
+pub const RANGE_STEP_BYTES: u64 = 256 << 20;
+/// How often sleeping loops look at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
+
+/// What is exported, and how.
+#[derive(Clone, Debug)]
+pub struct ExportConfig {
+    /// The export's name (clients may also ask for the default export, "").
+    pub name: String,
+    pub read_only: bool,
+}
+
+/// A socket stream either kind of listener gives.
+pub trait Stream: Read + Write + AsRawFd + Send {
+    fn set_nonblocking(&self, on: bool) -> io::Result<()>;
+}
+impl Stream for UnixStream {
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        UnixStream::set_nonblocking(self, on)
+    }
+}
+impl Stream for TcpStream {
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        let _ = self.set_nodelay(true);
+        TcpStream::set_nonblocking(self, on)
+    }
+}
+
+/// A listening socket.
+#[derive(Debug)]
+pub enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<Box<dyn Stream>> {
+        match self {
+            Listener::Unix(l) => l.accept().map(|(s, _)| Box::new(s) as Box<dyn Stream>),
+            Listener::Tcp(l) => l.accept().map(|(s, _)| Box::new(s) as Box<dyn Stream>),
+        }
+    }
+    fn fd(&self) -> RawFd {
+        match self {
+            Listener::Unix(l) => l.as_raw_fd(),
+            Listener::Tcp(l) => l.as_raw_fd(),
+        }
+    }
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Listener::Unix(l) => l.set_nonblocking(true),
+            Listener::Tcp(l) => l.set_nonblocking(true),
+        }
+    }
+}
+
+/// A running server: stop it with `stop`, then `join`.
+#[derive(Debug)]
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Server {
+    /// Serve `array` on `listeners` until `stop`.
+    pub fn start(
+        array: Arc<Array>,
+        export: ExportConfig,
+        listeners: Vec<Listener>,
+    ) -> io::Result<Server> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let mut threads = vec![];
+        for listener in listeners {
+            listener.set_nonblocking()?;
+            let (array, export, stop, connections) =
+                (array.clone(), export.clone(), stop.clone(), connections.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("flashraid-nbd-accept".into())
+                    .spawn(move || accept_loop(listener, array, export, stop, connections))?,
+            );
+        }
+        Ok(Server { stop, threads, connections })
+    }
+
+    /// Stop accepting; connections finish what is in flight, write their replies and close.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Wait for every listener and connection to end (after `stop`).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+        while self.connections.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn accept_loop(
+    listener: Listener,
+    array: Arc<Array>,
+    export: ExportConfig,
+    stop: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        if !wait_readable(listener.fd(), STOP_POLL) {
+            continue;
+        }
+        let stream = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                eprintln!("flashraid serve: accept failed: {e}");
+                std::thread::sleep(STOP_POLL);
+                continue;
+            }
+        };
+        if connections.fetch_add(1, Ordering::SeqCst) >= CONNECTIONS_MAX {
+            connections.fetch_sub(1, Ordering::SeqCst);
+            eprintln!("flashraid serve: {CONNECTIONS_MAX} connections already; refusing one");
+            continue;
+        }
+        let (array, export, stop, count) =
+            (array.clone(), export.clone(), stop.clone(), connections.clone());
+        let spawned =
+            std::thread::Builder::new().name("flashraid-nbd-conn".into()).spawn(move || {
+                if let Err(e) = serve_connection(stream, &array, &export, &stop) {
+                    eprintln!("flashraid serve: connection closed: {e}");
+                }
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Why a connection ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+    #[error("protocol violation: {0}")]
+    Protocol(#[from] proto::ProtocolError),
+    #[error("client does not speak fixed newstyle negotiation")]
+    NotFixedNewstyle,
+    #[error("client asked for unknown export {0:?}")]
+    UnknownExport(String),
+    #[error("array: {0}")]
+    Array(#[from] ArrayError),
+}
+
+/// Serve one client: handshake, then transmission until it disconnects or the server stops.
+pub fn serve_connection(
+    mut stream: Box<dyn Stream>,
+    array: &Array,
+    export: &ExportConfig,
+    stop: &AtomicBool,
+) -> Result<(), ConnectionError> {
+    stream.set_nonblocking(false)?;
+    if !handshake(&mut *stream, array, export)? {
+        return Ok(());
+    }
+    stream.set_nonblocking(true)?;
+    let session = array.session_with_bell()?;
+    Transmission::new(stream, session, array.size_bytes(), export.read_only).run(stop)
+}
+
+fn transmission_flags(read_only: bool) -> u16 {
+    let mut flags = proto::TFLAG_HAS_FLAGS
+        | proto::TFLAG_SEND_FLUSH
+        | proto::TFLAG_SEND_FUA
+        | proto::TFLAG_CAN_MULTI_CONN;
+    if read_only {
+        flags |= proto::TFLAG_READ_ONLY;
+    } else {
+        flags |= proto::TFLAG_SEND_TRIM | proto::TFLAG_SEND_WRITE_ZEROES;
+    }
+    flags
+}
+
+fn name_matches(asked: &str, export: &ExportConfig) -> bool {
+    asked.is_empty() || asked == export.name
+}
+
+/// Fixed newstyle negotiation. True when the client entered transmission, false when it
+/// ended the negotiation cleanly (ABORT).
+fn handshake(
+    stream: &mut dyn Stream,
+    array: &Array,
+    export: &ExportConfig,
+) -> Result<bool, ConnectionError> {
+    stream.write_all(&proto::greeting())?;
+    let mut flags = [0u8; 4];
+    stream.read_exact(&mut flags)?;
+    let client_flags = u32::from_be_bytes(flags);
+    if client_flags & proto::CLIENT_FIXED_NEWSTYLE == 0 {
+        return Err(ConnectionError::NotFixedNewstyle);
+    }
+    let no_zeroes = client_flags & proto::CLIENT_NO_ZEROES != 0;
+    let size = array.size_bytes();
+    let tflags = transmission_flags(export.read_only);
+    // One full stripe of data, rounded up to a power of two (the protocol requires one): a
+    // request that size always covers a whole stripe, so it is written without reads.
+    let preferred = u32::try_from(array.geometry().stripe_data_bytes())
+        .unwrap_or(REQUEST_BYTES_MAX)
+        .next_power_of_two()
+        .clamp(BLOCK_BYTES_MIN, REQUEST_BYTES_MAX);
+    let mut out = Vec::with_capacity(256);
+    loop {
+        let mut header = [0u8; proto::OPTION_HEADER_BYTES];
+        stream.read_exact(&mut header)?;
+        let Decoded::Item(h, _) = proto::decode_option_header(&header)? else {
+            unreachable!("a whole header was read")
+        };
+        let mut payload = vec![0u8; h.len as usize];
+        stream.read_exact(&mut payload)?;
+        out.clear();
+        match h.option {
+            proto::OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&payload).into_owned();
+                if !name_matches(&name, export) {
+                    // The protocol has no error reply for this option: close.
+                    return Err(ConnectionError::UnknownExport(name));
+                }
+                proto::export_name_reply(size, tflags, no_zeroes, &mut out);
+                stream.write_all(&out)?;
+                return Ok(true);
+            }
+            proto::OPT_ABORT => {
+                proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
+                let _ = stream.write_all(&out);
+                return Ok(false);
+            }
+            proto::OPT_LIST => {
+                if payload.is_empty() {
+                    let mut entry = Vec::with_capacity(4 + export.name.len());
+                    entry.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
+                    entry.extend_from_slice(export.name.as_bytes());
+                    proto::option_reply(h.option, proto::REP_SERVER, &entry, &mut out);
+                    proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
+                } else {
+                    proto::option_reply(h.option, proto::REP_ERR_INVALID, &[], &mut out);
+                }
+            }
+            proto::OPT_INFO | proto::OPT_GO => match proto::decode_info_request(&payload) {
+                None => proto::option_reply(h.option, proto::REP_ERR_INVALID, &[], &mut out),
+                Some(req) if !name_matches(&req.name, export) => {
+                    proto::option_reply(h.option, proto::REP_ERR_UNKNOWN, &[], &mut out)
+                }
+                Some(req) => {
+                    let info = proto::info_export(size, tflags);
+                    proto::option_reply(h.option, proto::REP_INFO, &info, &mut out);
+                    let block =
+                        proto::info_block_size(BLOCK_BYTES_MIN, preferred, REQUEST_BYTES_MAX);
+                    proto::option_reply(h.option, proto::REP_INFO, &block, &mut out);
+                    if req.requests.contains(&proto::INFO_NAME) {
+                        let mut name = proto::INFO_NAME.to_be_bytes().to_vec();
+                        name.extend_from_slice(export.name.as_bytes());
+                        proto::option_reply(h.option, proto::REP_INFO, &name, &mut out);
+                    }
+                    proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
+                    if h.option == proto::OPT_GO {
+                        stream.write_all(&out)?;
+                        return Ok(true);
+                    }
+                }
+            },
+            proto::OPT_STARTTLS => {
+                let why = b"TLS is not configured on this server";
+                proto::option_reply(h.option, proto::REP_ERR_POLICY, why, &mut out);
+            }
+            _ => proto::option_reply(h.option, proto::REP_ERR_UNSUP, &[], &mut out),
+        }
+        stream.write_all(&out)?;
+    }
+}
+
+/// A request in flight.
+#[derive(Debug)]
+struct Slot {
+    live: bool,
+    cookie: u64,
+    /// Read data, assembled as the pieces arrive (capacity kept between requests).
+    data: Vec<u8>,
+    reads: bool,
+    /// A trim or write-zeroes larger than `RANGE_STEP_BYTES` goes to the engine one step at
+    /// a time: what is left after the step in flight.
+    rest: Option<RangeRest>,
+    /// The first error of any step (0: none).
+    error: u32,
+}
+
+/// What remains of a stepped trim or write-zeroes.
+#[derive(Clone, Copy, Debug)]
+struct RangeRest {
+    zeroes: bool,
+    durability: Durability,
+    offset: u64,
+    end: u64,
+}
+
+impl RangeRest {
+    /// The next step's request, and what remains after it.
+    fn step(self) -> (ArrayOp, Option<RangeRest>) {
+        let len_bytes = (self.end - self.offset).min(RANGE_STEP_BYTES);
+        let offset = ArrayOffset(self.offset);
+        let op = if self.zeroes {
+            ArrayOp::WriteZeroes { offset, len_bytes, durability: self.durability }
+        } else {
+            ArrayOp::Discard { offset, len_bytes }
+        };
+        let next = self.offset + len_bytes;
+        (op, (next < self.end).then_some(RangeRest { offset: next, ..self }))
+    }
+}
+
+struct Transmission {
+    stream: Box<dyn Stream>,
+    session: Session,
+    size_bytes: u64,
+    read_only: bool,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// Bytes received, `rbuf[rstart..rend]` not yet consumed.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    /// Payload bytes of a refused write still to throw away.
+    skip_bytes: u64,
+    /// Replies, `wbuf[wpos..]` not yet written.
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// The client said goodbye or the server stops: take no more requests.
+    closing: bool,
+    /// The socket is dead: replies are dropped.
+    dead: bool,
+    /// Slots whose next range step waits to be submitted (at most one entry per slot).
+    stepping: Vec<usize>,
+    /// Slots whose engine request finished in this poll (scratch, at most one per slot).
+    done_scratch: Vec<usize>,
+}
+
+impl Transmission {
+    fn new(stream: Box<dyn Stream>, session: Session, size_bytes: u64, read_only: bool) -> Self {
+        Self {
+            stream,
+            session,
+            size_bytes,
+            read_only,
+            slots: (0..CONNECTION_REQUESTS_MAX)
+                .map(|_| Slot {
+                    live: false,
+                    cookie: 0,
+                    data: Vec::new(),
+                    reads: false,
+                    rest: None,
+                    error: 0,
+                })
+                .collect(),
+            free: (0..CONNECTION_REQUESTS_MAX).rev().collect(),
+            rbuf: vec![0u8; 256 << 10],
+            rstart: 0,
+            rend: 0,
+            skip_bytes: 0,
+            wbuf: Vec::with_capacity(256 << 10),
+            wpos: 0,
+            closing: false,
+            dead: false,
+            stepping: Vec::with_capacity(CONNECTION_REQUESTS_MAX),
+            done_scratch: Vec::with_capacity(CONNECTION_REQUESTS_MAX),
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        CONNECTION_REQUESTS_MAX - self.free.len()
+    }
+
+    fn backlog(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    fn run(mut self, stop: &AtomicBool) -> Result<(), ConnectionError> {
+        let mut protocol_error = None;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                self.closing = true;
+            }
+            let mut progress = false;
+            let can_take = !self.closing && !self.dead && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
+            if can_take {
+                match self.receive() {
+                    Ok(p) => progress |= p,
+                    Err(e) => {
+                        self.closing = true;
+                        self.dead = true;
+                        protocol_error.get_or_insert(ConnectionError::Io(e));
+                    }
+                }
+            }
+            if !self.closing {
+                match self.process() {
+                    Ok(p) => progress |= p,
+                    Err(e) => {
+                        // Bytes that can never be a request: nothing more can be parsed.
+                        self.closing = true;
+                        self.rstart = self.rend;
+                        protocol_error.get_or_insert(e);
+                    }
+                }
+            }
+            progress |= self.complete() > 0;
+            progress |= self.advance_ranges();
+            progress |= self.send_replies();
+            if self.closing && self.in_flight() == 0 && (self.backlog() == 0 || self.dead) {
+                return protocol_error.map_or(Ok(()), Err);
+            }
+            if !progress {
+                self.sleep();
+            }
+        }
+    }
+
+    /// Read what the socket has. True if bytes arrived.
+    fn receive(&mut self) -> io::Result<bool> {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        if self.rend == self.rbuf.len() {
+            if self.rstart > 0 {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            } else {
+                // A request larger than the buffer (bounded by `process`): wait for it.
+                return Ok(false);
+            }
+        }
+        match self.stream.read(&mut self.rbuf[self.rend..]) {
+            Ok(0) => {
+                // The client went away (without NBD_CMD_DISC): finish what was submitted.
+                self.closing = true;
+                Ok(true)
+            }
+            Ok(n) => {
+                self.rend += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Parse and submit complete requests. True if any was consumed.
+    fn process(&mut self) -> Result<bool, ConnectionError> {
+        let mut progress = false;
+        loop {
+            if self.skip_bytes > 0 {
+                let n = (self.rend - self.rstart)
+                    .min(usize::try_from(self.skip_bytes).unwrap_or(usize::MAX));
+                if n == 0 {
+                    return Ok(progress);
+                }
+                self.rstart += n;
+                self.skip_bytes -= n as u64;
+                progress = true;
+                continue;
+            }
+            let request = match proto::decode_request(&self.rbuf[self.rstart..self.rend])? {
+                Decoded::Incomplete => return Ok(progress),
+                Decoded::Item(r, _) => r,
+            };
+            let payload = request.payload_bytes();
+            if request.kind == proto::CMD_WRITE && request.len > REQUEST_BYTES_MAX {
+                // Too large to buffer: refuse it and throw its payload away as it arrives.
+                self.rstart += proto::REQUEST_BYTES;
+                self.skip_bytes = u64::from(request.len);
+                self.reply_now(request.cookie, proto::EOVERFLOW);
+                progress = true;
+                continue;
+            }
+            let need = proto::REQUEST_BYTES + payload;
+            if self.rend - self.rstart < need {
+                if self.rbuf.len() - self.rstart < need {
+                    // Make room for the whole request (at most REQUEST_BYTES_MAX + header).
+                    self.rbuf.copy_within(self.rstart..self.rend, 0);
+                    self.rend -= self.rstart;
+                    self.rstart = 0;
+                    if self.rbuf.len() < need {
+                        self.rbuf.resize(need, 0);
+                    }
+                }
+                return Ok(progress);
+            }
+            if request.kind == proto::CMD_DISC {
+                self.rstart += need;
+                self.closing = true;
+                return Ok(true);
+            }
+            let Some(slot) = self.free.pop() else { return Ok(progress) };
+            let start = self.rstart + proto::REQUEST_BYTES;
+            match self.submit(slot, &request, start, payload) {
+                Submitted::Yes => {}
+                Submitted::Refused(errno) => {
+                    self.free.push(slot);
+                    self.reply_now(request.cookie, errno);
+                }
+                Submitted::Later => {
+                    self.free.push(slot);
+                    return Ok(progress);
+                }
+            }
+            self.rstart += need;
+            progress = true;
+        }
+    }
+
+    fn check(&self, r: &proto::Request, modifies: bool) -> Result<(), u32> {
+        if modifies && self.read_only {
+            return Err(proto::EPERM);
+        }
+        let end = r.offset.checked_add(u64::from(r.len));
+        match end {
+            Some(end) if end <= self.size_bytes => {}
+            _ => {
+                return Err(if r.kind == proto::CMD_WRITE { proto::ENOSPC } else { proto::EINVAL });
+            }
+        }
+        let block = u64::from(BLOCK_BYTES_MIN);
+        if !r.offset.is_multiple_of(block) || !u64::from(r.len).is_multiple_of(block) {
+            return Err(proto::EINVAL);
+        }
+        if matches!(r.kind, proto::CMD_READ | proto::CMD_WRITE) && r.len > REQUEST_BYTES_MAX {
+            return Err(proto::EINVAL);
+        }
+        Ok(())
+    }
+
+    fn submit(
+        &mut self,
+        slot: usize,
+        r: &proto::Request,
+        start: usize,
+        payload: usize,
+    ) -> Submitted {
+        let durability =
+            if r.flags & proto::CMD_FLAG_FUA != 0 { Durability::Fua } else { Durability::Cached };
+        let offset = ArrayOffset(r.offset);
+        let len_bytes = u64::from(r.len);
+        let (op, modifies) = match r.kind {
+            proto::CMD_READ => (ArrayOp::Read { offset, len_bytes }, false),
+            proto::CMD_WRITE => (ArrayOp::Write { offset, len_bytes, durability }, true),
+            proto::CMD_FLUSH => (ArrayOp::Flush, false),
+            proto::CMD_TRIM => (ArrayOp::Discard { offset, len_bytes }, true),
+            proto::CMD_WRITE_ZEROES => {
+                (ArrayOp::WriteZeroes { offset, len_bytes, durability }, true)
+            }
+            _ => return Submitted::Refused(proto::EINVAL),
+        };
+        // Trim is advisory: an unaligned one (nbdfuse passes FUSE's through) is shrunk to
+        // the whole blocks inside it rather than refused.
+        let trimmed;
+        let end = r.offset.checked_add(u64::from(r.len)).filter(|&end| end <= self.size_bytes);
+        let r = if let (proto::CMD_TRIM, false, Some(end)) = (r.kind, self.read_only, end) {
+            let block = u64::from(BLOCK_BYTES_MIN);
+            let start = r.offset.next_multiple_of(block).min(end);
+            let len = (end - start) / block * block;
+            trimmed = proto::Request { offset: start, len: len as u32, ..*r };
+            &trimmed
+        } else {
+            r
+        };
+        let (offset, len_bytes) = (ArrayOffset(r.offset), u64::from(r.len));
+        let op = match op {
+            ArrayOp::Discard { .. } => ArrayOp::Discard { offset, len_bytes },
+            other => other,
+        };
+        if r.kind != proto::CMD_FLUSH {
+            if let Err(errno) = self.check(r, modifies) {
+                return Submitted::Refused(errno);
+            }
+            if r.len == 0 {
+                return Submitted::Refused(0);
+            }
+        }
+        let data = (r.kind == proto::CMD_WRITE).then(|| &self.rbuf[start..start + payload]);
+        let (op, rest) = match r.kind {
+            proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => RangeRest {
+                zeroes: r.kind == proto::CMD_WRITE_ZEROES,
+                durability,
+                offset: r.offset,
+                end: r.offset + u64::from(r.len),
+            }
+            .step(),
+            _ => (op, None),
+        };
+        match self.session.submit(op, data, slot as u64) {
+            Ok(()) => {
+                let s = &mut self.slots[slot];
+                s.live = true;
+                s.cookie = r.cookie;
+                s.reads = r.kind == proto::CMD_READ;
+                s.rest = rest;
+                s.error = 0;
+                if s.reads {
+                    s.data.clear();
+                    s.data.resize(r.len as usize, 0);
+                }
+                Submitted::Yes
+            }
+            Err(SubmitError::Full) => Submitted::Later,
+            Err(SubmitError::Stopped) => Submitted::Refused(proto::ESHUTDOWN),
+            Err(SubmitError::Invalid(_)) | Err(SubmitError::TooLarge { .. }) => {
+                Submitted::Refused(proto::EINVAL)
+            }
+        }
+    }
+
+    /// Submit the next step of stepped ranges whose previous step finished. True if any
+    /// went out.
+    fn advance_ranges(&mut self) -> bool {
+        let mut progress = false;
+        let mut index = 0;
+        while index < self.stepping.len() {
+            let slot = self.stepping[index];
+            let rest = self.slots[slot].rest.expect("a stepping slot has a rest");
+            let (op, next) = rest.step();
+            match self.session.submit(op, None, slot as u64) {
+                Ok(()) => {
+                    self.slots[slot].rest = next;
+                    self.stepping.swap_remove(index);
+                    progress = true;
+                }
+                Err(SubmitError::Full) => index += 1,
+                Err(e) => {
+                    let errno = match e {
+                        SubmitError::Stopped => proto::ESHUTDOWN,
+                        _ => proto::EINVAL,
+                    };
+                    self.stepping.swap_remove(index);
+                    self.finish(slot, errno);
+                    progress = true;
+                }
+            }
+        }
+        progress
+    }
+
+    /// Answer the request in `slot` (errno 0: success) and free the slot.
+    fn finish(&mut self, slot: usize, errno: u32) {
+        let s = &mut self.slots[slot];
+        s.live = false;
+        s.rest = None;
+        if !self.dead {
+            self.wbuf.extend_from_slice(&proto::simple_reply(errno, s.cookie));
+            if errno == 0 && s.reads {
+                self.wbuf.extend_from_slice(&s.data);
+            }
+        }
+        self.free.push(slot);
+    }
+
+    fn reply_now(&mut self, cookie: u64, errno: u32) {
+        if !self.dead {
+            self.wbuf.extend_from_slice(&proto::simple_reply(errno, cookie));
+        }
+    }
+
+    /// Collect finished requests into replies. Returns how many engine requests finished.
+    fn complete(&mut self) -> usize {
+        let slots = &mut self.slots;
+        let done = &mut self.done_scratch;
+        let finished = self.session.poll(false, &mut |event| match event {
+            Event::Data { tag, offset_in_request, data } => {
+                let s = &mut slots[tag as usize];
+                let at = offset_in_request as usize;
+                s.data[at..at + data.len()].copy_from_slice(data);
+            }
+            Event::Done { tag, result } => {
+                let s = &mut slots[tag as usize];
+                assert!(s.live, "a completion for connection slot {tag}, which is free");
+                if let Err(e) = result
+                    && s.error == 0
+                {
+                    s.error = errno(&e);
+                }
+                done.push(tag as usize);
+            }
+        });
+        let mut done = std::mem::take(&mut self.done_scratch);
+        for &slot in &done {
+            let s = &self.slots[slot];
+            if s.rest.is_some() && s.error == 0 {
+                self.stepping.push(slot);
+            } else {
+                let errno = s.error;
+                self.finish(slot, errno);
+            }
+        }
+        done.clear();
+        self.done_scratch = done;
+        finished
+    }
+
+    /// Write pending replies. True if bytes left.
+    fn send_replies(&mut self) -> bool {
+        if self.dead {
+            self.wbuf.clear();
+            self.wpos = 0;
+            return false;
+        }
+        let mut progress = false;
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => {
+                    self.dead = true;
+                    self.closing = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.wpos += n;
+                    progress = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // The client is gone: what it had in flight still finishes in the engine.
+                    self.dead = true;
+                    self.closing = true;
+                    break;
+                }
+            }
+        }
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        progress
+    }
+
+    /// Nothing to do: sleep until the socket or the session has something.
+    fn sleep(&mut self) {
+        if !self.session.prepare_to_sleep() {
+            return;
+        }
+        let want_read = !self.closing
+            && !self.dead
+            && !self.free.is_empty()
+            && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
+        let mut events = 0;
+        if want_read {
+            events |= libc::POLLIN;
+        }
+        if self.backlog() > 0 && !self.dead {
+            events |= libc::POLLOUT;
+        }
+        let notify = self.session.notify_fd().expect("a session with a bell");
+        let mut fds = [
+            libc::pollfd { fd: self.stream.as_raw_fd(), events, revents: 0 },
+            libc::pollfd { fd: notify, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, STOP_POLL.as_millis() as i32) };
+        self.session.woke();
+    }
+}
+
+enum Submitted {
+    Yes,
+    /// Answer now with this error (0: success with no data, for empty requests).
+    Refused(u32),
+    /// The session is full: try again after completions.
+    Later,
+}
+
+fn errno(e: &ArrayError) -> u32 {
+    match e {
+        ArrayError::Request(RequestError::OutOfRange | RequestError::Malformed(_)) => proto::EINVAL,
+        ArrayError::Request(RequestError::ShuttingDown) | ArrayError::Stopped => proto::ESHUTDOWN,
+        _ => proto::EIO,
+    }
+}
+
+fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+    n > 0
+}

@@ -1,0 +1,34 @@
+//! Stop signals for a daemon: SIGTERM and SIGINT are blocked in every thread (threads
+//! inherit the mask, so block before starting any) and taken synchronously with `sigwait`
+//! by one thread, which then stops the server in order. No handler runs asynchronously.
+
+/// The blocked stop signals.
+#[derive(Debug)]
+pub struct StopSignals {
+    set: libc::sigset_t,
+}
+
+impl StopSignals {
+    /// Block SIGTERM and SIGINT in this thread and every thread it starts afterwards.
+    pub fn block() -> StopSignals {
+        // SAFETY: sigset_t is plain data that sigemptyset initialises; sigaddset and
+        // pthread_sigmask only read and write it through the pointers given, during the calls.
+        let set = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            set
+        };
+        StopSignals { set }
+    }
+
+    /// Wait for one of them; returns its number.
+    pub fn wait(&self) -> i32 {
+        let mut signal = 0;
+        // SAFETY: `self.set` is initialised; `signal` is a valid out pointer for the call.
+        unsafe { libc::sigwait(&self.set, &mut signal) };
+        signal
+    }
+}
