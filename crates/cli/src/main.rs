@@ -11,6 +11,7 @@
 
 mod array_cmds;
 mod bench;
+mod control;
 mod serve;
 
 use anyhow::Result;
@@ -38,6 +39,10 @@ enum Command {
     Assemble(array_cmds::AssembleArgs),
     /// Start an array and export it over NBD (Unix socket, TCP on loopback).
     Serve(serve::ServeArgs),
+    /// A served array's state, members, counters and connections (`--json` for scripts).
+    Status(control::StatusArgs),
+    /// Fail a member of a served array now (like `mdadm --fail`).
+    Fail(control::FailArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,12 +57,17 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if !matches!(cli.command, Command::Serve(_)) {
+        flashraid_nbd::signals::default_sigpipe();
+    }
     match cli.command {
         Command::Bench(command) => bench::run(command),
         Command::Create(args) => array_cmds::run_create(args),
         Command::Inspect(args) => array_cmds::run_inspect(args),
         Command::Assemble(args) => array_cmds::run_assemble(args),
         Command::Serve(args) => serve::run_serve(args),
+        Command::Status(args) => control::run_status(args),
+        Command::Fail(args) => control::run_fail(args),
         Command::Kernels => {
             let best = flashraid_parity::Kernel::best();
             for kernel in flashraid_parity::Kernel::ALL {

@@ -19,6 +19,10 @@ pub struct ServeArgs {
     /// 127.0.0.1:10809.
     #[arg(long)]
     tcp: Option<SocketAddr>,
+    /// Control socket for `flashraid status` and `flashraid fail` (default:
+    /// /run/flashraid/NAME.control).
+    #[arg(long)]
+    control: Option<PathBuf>,
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
@@ -83,8 +87,26 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
         listeners.push(Listener::Tcp(l));
     }
+    let control_path =
+        args.control.clone().unwrap_or_else(|| crate::control::default_control_path(&status.name));
+    let control_listener = crate::control::bind(&control_path)?;
     let export = ExportConfig { name: status.name.clone(), read_only: args.read_only };
-    let server = Server::start(array.clone(), export, listeners)?;
+    let server = Arc::new(Server::start(array.clone(), export, listeners)?);
+    let control_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let control_thread = {
+        let context = crate::control::ControlContext {
+            array: array.clone(),
+            connections: {
+                let server = server.clone();
+                Box::new(move || server.connections())
+            },
+            exports: vec![status.name.clone()],
+        };
+        let stop = control_stop.clone();
+        std::thread::Builder::new()
+            .name("flashraid-control-socket".into())
+            .spawn(move || crate::control::serve(control_listener, context, stop))?
+    };
     println!(
         "serving array {:?} ({}, {}, {} members{}) as export {:?}{}",
         status.name,
@@ -101,13 +123,17 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if let Some(addr) = args.tcp {
         println!("  tcp:  nbd://{addr}/{}", status.name);
     }
+    println!("  control: {} (flashraid status, flashraid fail)", control_path.display());
     println!(
         "SIGTERM or Ctrl-C stops: in-flight IO finishes, the array is flushed and marked clean."
     );
     let signal = signals.wait();
     eprintln!("flashraid serve: signal {signal}: draining connections");
     server.stop();
-    server.join();
+    control_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = control_thread.join();
+    let _ = std::fs::remove_file(&control_path);
+    Arc::try_unwrap(server).map_err(|_| anyhow::anyhow!("the server is still referenced"))?.join();
     if let Some(path) = &args.socket {
         let _ = std::fs::remove_file(path);
     }

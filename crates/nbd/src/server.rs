@@ -130,6 +130,11 @@ impl Server {
         Ok(Server { stop, threads, connections })
     }
 
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
     /// Stop accepting; connections finish what is in flight, write their replies and close.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);

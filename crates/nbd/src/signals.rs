@@ -32,3 +32,11 @@ impl StopSignals {
         signal
     }
 }
+
+/// Let SIGPIPE end the process, as command-line tools do (`flashraid status | head` then
+/// exits quietly instead of failing on a closed pipe). Never for a server: a client that
+/// goes away would kill it.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

@@ -1,0 +1,262 @@
+//! The control socket of `flashraid serve`, and the commands that talk to it (`status`,
+//! `fail`).
+//!
+//! Protocol: a client connects to the Unix socket, sends one line (`status` or
+//! `fail ROLE`), and reads one line of JSON back; then the server closes. One line each way
+//! keeps it scriptable with `socat` as well as with the CLI. Requests are bounded
+//! (`COMMAND_BYTES_MAX`) and served one at a time by one thread: the control path is never
+//! on the data path.
+//!
+//! The socket is created mode 0600 (only the owner, normally root, may fail members).
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use flashraid_runtime::{Array, ArrayStatus};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Longest command line accepted.
+const COMMAND_BYTES_MAX: u64 = 4096;
+/// Where control sockets go unless `--control` says otherwise.
+pub const CONTROL_DIR: &str = "/run/flashraid";
+
+pub fn default_control_path(array_name: &str) -> PathBuf {
+    Path::new(CONTROL_DIR).join(format!("{array_name}.control"))
+}
+
+/// What the control thread needs besides the array.
+pub struct ControlContext {
+    pub array: Arc<Array>,
+    /// Connections open on the NBD server.
+    pub connections: Box<dyn Fn() -> usize + Send + Sync>,
+    pub exports: Vec<String>,
+}
+
+pub fn bind(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("{}: another server is listening there", path.display());
+        }
+        use std::os::unix::fs::FileTypeExt;
+        if !std::fs::symlink_metadata(path)?.file_type().is_socket() {
+            bail!("{} exists and is not a socket: refusing to replace it", path.display());
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Serve control requests until `stop`.
+pub fn serve(listener: UnixListener, context: ControlContext, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = handle(stream, &context);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(COMMAND_BYTES_MAX)).read_line(&mut line)?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let reply = match words.as_slice() {
+        ["status"] => match context.array.status() {
+            Ok(status) => status_json(&status, (context.connections)(), &context.exports),
+            Err(e) => json!({ "error": e.to_string() }),
+        },
+        ["fail", role] => match role.parse::<usize>() {
+            Ok(role) => match context.array.fail_member(role) {
+                Ok(()) => json!({ "ok": true, "failed_role": role }),
+                Err(e) => json!({ "error": e.to_string() }),
+            },
+            Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
+        },
+        _ => {
+            json!({ "error": format!("unknown command {:?}: try status or fail ROLE", line.trim()) })
+        }
+    };
+    let mut out = reply.to_string();
+    out.push('\n');
+    (&stream).write_all(out.as_bytes())
+}
+
+fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value {
+    let c = &s.counters;
+    let state = if s.failed {
+        "failed"
+    } else if s.degraded {
+        "degraded"
+    } else if s.resyncing {
+        "resyncing"
+    } else {
+        "optimal"
+    };
+    json!({
+        "name": s.name,
+        "uuid": s.uuid.to_string(),
+        "level": s.level.name(),
+        "state": state,
+        "size_bytes": s.array_bytes,
+        "chunk_bytes": s.chunk_bytes,
+        "degraded": s.degraded,
+        "failed": s.failed,
+        "resyncing": s.resyncing,
+        "bitmap_regions_dirty": s.bitmap_regions_set,
+        "shards": s.shards,
+        "event": s.event,
+        "members": s.members.iter().map(|m| json!({
+            "role": m.role,
+            "path": m.path,
+            "health": format!("{:?}", m.health).to_lowercase(),
+        })).collect::<Vec<_>>(),
+        "counters": {
+            "reads": c.reads, "writes": c.writes, "read_bytes": c.read_bytes,
+            "write_bytes": c.write_bytes, "flushes": c.flushes,
+            "full_stripe_writes": c.full_stripe_writes, "rmw_writes": c.rmw_writes,
+            "rcw_writes": c.rcw_writes, "degraded_reads": c.degraded_reads,
+            "degraded_writes": c.degraded_writes, "errors_corrected": c.errors_corrected,
+            "member_reads": c.member_reads, "member_writes": c.member_writes,
+            "bitmap_writes": c.bitmap_writes, "resync_stripes": c.resync_stripes,
+            "resync_repairs": c.resync_repairs,
+        },
+        "nbd": { "exports": exports, "connections": connections },
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The server's control socket (default: the only one in /run/flashraid, or
+    /// /run/flashraid/NAME.control with --name).
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// The array's name, to find its control socket.
+    #[arg(long)]
+    name: Option<String>,
+    /// Print JSON (for scripts) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FailArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    /// The member's role (its position in the array, as `status` lists it).
+    role: usize,
+}
+
+fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf> {
+    if let Some(path) = control {
+        return Ok(path);
+    }
+    if let Some(name) = name {
+        return Ok(default_control_path(name));
+    }
+    let found: Vec<PathBuf> = std::fs::read_dir(CONTROL_DIR)
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "control"))
+                .collect()
+        })
+        .unwrap_or_default();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!(
+            "no flashraid server is running here (no socket in {CONTROL_DIR}); give --control"
+        ),
+        _ => bail!("several arrays are served here; say which with --name or --control"),
+    }
+}
+
+fn ask(path: &Path, command: &str) -> Result<Value> {
+    let mut stream = UnixStream::connect(path)
+        .with_context(|| format!("cannot reach the server at {}", path.display()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.write_all(format!("{command}\n").as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line)?;
+    let value: Value = serde_json::from_str(&line).context("the server's reply is not JSON")?;
+    if let Some(error) = value.get("error").and_then(Value::as_str) {
+        bail!("{error}");
+    }
+    Ok(value)
+}
+
+pub fn run_status(args: StatusArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    let v = ask(&path, "status")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let size = v["size_bytes"].as_u64().unwrap_or(0);
+    println!(
+        "{} ({}): {}, {}, chunk {} KiB, {} shards, event {}",
+        v["name"].as_str().unwrap_or("?"),
+        v["uuid"].as_str().unwrap_or("?"),
+        v["level"].as_str().unwrap_or("?"),
+        crate::array_cmds::human(size),
+        v["chunk_bytes"].as_u64().unwrap_or(0) >> 10,
+        v["shards"],
+        v["event"],
+    );
+    println!("state: {}", v["state"].as_str().unwrap_or("?"));
+    if v["bitmap_regions_dirty"].as_u64().unwrap_or(0) > 0 {
+        println!("write-intent bitmap: {} regions dirty", v["bitmap_regions_dirty"]);
+    }
+    println!("members:");
+    for m in v["members"].as_array().into_iter().flatten() {
+        println!(
+            "  {:>3}  {:<8} {}",
+            m["role"],
+            m["health"].as_str().unwrap_or("?"),
+            m["path"].as_str().unwrap_or("(missing)")
+        );
+    }
+    let c = &v["counters"];
+    println!(
+        "io: {} reads ({}), {} writes ({}); writes: {} full-stripe, {} read-modify-write, {} reconstruct; {} degraded reads, {} errors corrected",
+        c["reads"],
+        crate::array_cmds::human(c["read_bytes"].as_u64().unwrap_or(0)),
+        c["writes"],
+        crate::array_cmds::human(c["write_bytes"].as_u64().unwrap_or(0)),
+        c["full_stripe_writes"],
+        c["rmw_writes"],
+        c["rcw_writes"],
+        c["degraded_reads"],
+        c["errors_corrected"],
+    );
+    println!("nbd: exports {}, {} connections", v["nbd"]["exports"], v["nbd"]["connections"]);
+    Ok(())
+}
+
+pub fn run_fail(args: FailArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    ask(&path, &format!("fail {}", args.role))?;
+    println!("member {} is failed; the array runs degraded until it is replaced", args.role);
+    Ok(())
+}
