@@ -112,7 +112,8 @@ qemu-img info --image-opts "driver=nbd,path=$SOCK,export=e2e" | grep -q "virtual
     || fail "qemu-img info"
 qemu-io -f raw "$URI" -c 'write -P 0x5a 40M 8M' -c 'read -P 0x5a 40M 8M' \
     -c 'write -P 0xc3 1000 5000' -c 'read -P 0xc3 1000 5000' -c 'aio_write -P 0x11 64M 1M' \
-    -c 'aio_flush' -c 'read -P 0x11 64M 1M' | tee "$WORK/qemu-io.log" | grep -v "^[0-9.]* " || true
+    -c 'aio_flush' -c 'read -P 0x11 64M 1M' -c 'write -P 0x3c 80M 32M' -c 'read -P 0x3c 80M 32M' \
+    -c 'read -P 0x3c 81M 1000' | tee "$WORK/qemu-io.log" | grep -v "^[0-9.]* " || true
 if grep -qi "pattern verification failed\|error\|failed" "$WORK/qemu-io.log"; then
     fail "qemu-io reported a failure"
 fi

@@ -35,8 +35,18 @@ pub struct ServeArgs {
     /// Start a dirty, degraded array (see the refusal message for what that risks).
     #[arg(long)]
     force: bool,
+    /// Instead of member devices: a new array on this many in-memory members (for
+    /// benchmarks and trials; its data is gone when the server stops), e.g. `--memory 8x256M`.
+    #[arg(long, value_name = "COUNTxSIZE", conflicts_with = "members")]
+    memory: Option<String>,
+    /// RAID level of a `--memory` array.
+    #[arg(long, default_value = "6", requires = "memory")]
+    level: flashraid_layout::Level,
+    /// Chunk size of a `--memory` array, KiB.
+    #[arg(long, default_value_t = 16, requires = "memory")]
+    chunk_kib: u64,
     /// The array's members.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "memory")]
     members: Vec<PathBuf>,
 }
 
@@ -54,6 +64,34 @@ fn unix_listener(path: &Path) -> Result<UnixListener> {
         std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
     UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))
+}
+
+/// A fresh array on in-memory members: `COUNTxSIZE`.
+fn memory_array(spec: &str, args: &ServeArgs, options: &OpenOptions) -> Result<Array> {
+    let (count, size) = spec
+        .split_once('x')
+        .with_context(|| format!("--memory {spec:?}: expected COUNTxSIZE, e.g. 8x256M"))?;
+    let count: usize = count.parse().with_context(|| format!("--memory: bad count {count:?}"))?;
+    let size = crate::array_cmds::parse_size(size).map_err(|e| anyhow::anyhow!("--memory: {e}"))?;
+    let members: Vec<_> = (0..count)
+        .map(|i| flashraid_runtime::MemMember::new(&format!("memory{i}"), size))
+        .collect();
+    let create = flashraid_runtime::CreateSpec {
+        name: args.name.clone().unwrap_or_else(|| "memory".to_string()),
+        level: args.level,
+        chunk_bytes: args.chunk_kib << 10,
+        members: vec![],
+        spares: vec![],
+        create_files_bytes: None,
+        overwrite: flashraid_control::Overwrite::Refuse,
+        init: None,
+        bitmap_region_bytes: None,
+        shards: options
+            .shards
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
+    };
+    flashraid_runtime::create_in_memory(&create, &members)?;
+    Array::open_in_memory(&members, options).context("cannot start the in-memory array")
 }
 
 pub fn run_serve(args: ServeArgs) -> Result<()> {
@@ -77,7 +115,11 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
-    let array = Arc::new(Array::open(&args.members, &options).context("cannot start the array")?);
+    let array = match &args.memory {
+        None => Array::open(&args.members, &options).context("cannot start the array")?,
+        Some(spec) => memory_array(spec, &args, &options)?,
+    };
+    let array = Arc::new(array);
     let status = array.status()?;
     let mut listeners = vec![];
     if let Some(path) = &args.socket {
@@ -128,7 +170,17 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         "SIGTERM or Ctrl-C stops: in-flight IO finishes, the array is flushed and marked clean."
     );
     let signal = signals.wait();
-    eprintln!("flashraid serve: signal {signal}: draining connections");
+    eprintln!(
+        "flashraid serve: signal {signal}: draining connections (a second signal exits at once)"
+    );
+    std::thread::spawn(move || {
+        signals.wait();
+        eprintln!(
+            "flashraid serve: second signal: exiting now; the array stays dirty and its \
+             write-intent bitmap is resynced at the next start"
+        );
+        std::process::exit(1);
+    });
     server.stop();
     control_stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = control_thread.join();

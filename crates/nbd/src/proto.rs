@@ -58,6 +58,7 @@ pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+pub const REP_ERR_TOO_BIG: u32 = (1 << 31) + 9;
 
 /// Info types (NBD_OPT_INFO / NBD_OPT_GO).
 pub const INFO_EXPORT: u16 = 0;
@@ -68,6 +69,8 @@ pub const INFO_BLOCK_SIZE: u16 = 3;
 /// Command flags.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+/// Command flags this server understands (others are refused with EINVAL).
+pub const CMD_FLAGS_KNOWN: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
 
 /// Command types.
 pub const CMD_READ: u16 = 0;

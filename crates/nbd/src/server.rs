@@ -28,14 +28,25 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Connections one server serves at once.
-pub const CONNECTIONS_MAX: usize = 256;
+/// Connections one server serves at once. Each holds its session's buffers
+/// (`OpenOptions::session_buffer_bytes`, 32 MiB by default) while it lives.
+pub const CONNECTIONS_MAX: usize = 128;
 /// Requests in flight per connection.
 pub const CONNECTION_REQUESTS_MAX: usize = 128;
-/// Largest request (the block size maximum advertised to clients).
-pub const REQUEST_BYTES_MAX: u32 = 32 << 20;
+/// Largest read or write (the block size maximum advertised to clients). A request this
+/// large must fit in a session's buffers with room to spare; clients split larger ones.
+pub const REQUEST_BYTES_MAX: u32 = 8 << 20;
+/// A client has this long to finish negotiating.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the server is told to stop, how long a connection may take to finish its requests
+/// and write their replies before its socket is treated as dead.
+pub const STOP_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Buffers grown beyond this by one large request are given back once it is answered.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
+/// The receive buffer's usual size (it grows to hold one whole large write).
+const RBUF_BYTES: usize = 256 << 10;
 /// Reply bytes waiting for the socket before the connection stops reading requests.
 pub const REPLY_BACKLOG_BYTES_MAX: usize = 64 << 20;
 /// Smallest request alignment (the engine's block).
@@ -180,14 +191,27 @@ fn accept_loop(
             (array.clone(), export.clone(), stop.clone(), connections.clone());
         let spawned =
             std::thread::Builder::new().name("flashraid-nbd-conn".into()).spawn(move || {
+                // Declared first, dropped last (also when unwinding): the count falls only
+                // after this thread let go of the array, so `join` then `Arc::try_unwrap`
+                // in the daemon cannot see a stale reference.
+                let _counted = Counted(count);
+                let array = array;
                 if let Err(e) = serve_connection(stream, &array, &export, &stop) {
                     eprintln!("flashraid serve: connection closed: {e}");
                 }
-                count.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
             connections.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// Decrements the connection count when dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -200,6 +224,12 @@ pub enum ConnectionError {
     Protocol(#[from] proto::ProtocolError),
     #[error("client does not speak fixed newstyle negotiation")]
     NotFixedNewstyle,
+    #[error("client sent unknown handshake flags {0:#x}")]
+    UnknownClientFlags(u32),
+    #[error("client did not finish negotiating within {0:?}")]
+    HandshakeTimeout(Duration),
+    #[error("the server is stopping")]
+    Stopping,
     #[error("client asked for unknown export {0:?}")]
     UnknownExport(String),
     #[error("array: {0}")]
@@ -214,7 +244,7 @@ pub fn serve_connection(
     stop: &AtomicBool,
 ) -> Result<(), ConnectionError> {
     stream.set_nonblocking(false)?;
-    if !handshake(&mut *stream, array, export)? {
+    if !handshake(&mut *stream, array, export, stop)? {
         return Ok(());
     }
     stream.set_nonblocking(true)?;
@@ -245,33 +275,52 @@ fn handshake(
     stream: &mut dyn Stream,
     array: &Array,
     export: &ExportConfig,
+    stop: &AtomicBool,
 ) -> Result<bool, ConnectionError> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     stream.write_all(&proto::greeting())?;
     let mut flags = [0u8; 4];
-    stream.read_exact(&mut flags)?;
+    read_full(stream, &mut flags, stop, deadline)?;
     let client_flags = u32::from_be_bytes(flags);
     if client_flags & proto::CLIENT_FIXED_NEWSTYLE == 0 {
         return Err(ConnectionError::NotFixedNewstyle);
     }
+    let known = proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES;
+    if client_flags & !known != 0 {
+        // The protocol: a server that does not understand a client flag must disconnect.
+        return Err(ConnectionError::UnknownClientFlags(client_flags));
+    }
     let no_zeroes = client_flags & proto::CLIENT_NO_ZEROES != 0;
     let size = array.size_bytes();
     let tflags = transmission_flags(export.read_only);
-    // One full stripe of data, rounded up to a power of two (the protocol requires one): a
-    // request that size always covers a whole stripe, so it is written without reads.
+    // One full stripe of data rounded up to a power of two (the protocol requires one). When
+    // the data chunks per stripe are a power of two that is exactly a stripe, written without
+    // reads; otherwise a request that size still covers at least one whole stripe.
     let preferred = u32::try_from(array.geometry().stripe_data_bytes())
+        .ok()
+        .and_then(u32::checked_next_power_of_two)
         .unwrap_or(REQUEST_BYTES_MAX)
-        .next_power_of_two()
         .clamp(BLOCK_BYTES_MIN, REQUEST_BYTES_MAX);
     let mut out = Vec::with_capacity(256);
     loop {
         let mut header = [0u8; proto::OPTION_HEADER_BYTES];
-        stream.read_exact(&mut header)?;
-        let Decoded::Item(h, _) = proto::decode_option_header(&header)? else {
-            unreachable!("a whole header was read")
+        read_full(stream, &mut header, stop, deadline)?;
+        out.clear();
+        let h = match proto::decode_option_header(&header) {
+            Ok(Decoded::Item(h, _)) => h,
+            Ok(Decoded::Incomplete) => unreachable!("a whole header was read"),
+            Err(proto::ProtocolError::OptionTooLarge(len)) => {
+                // Skip the payload and say so; the option stream stays in step.
+                let option = u32::from_be_bytes(header[8..12].try_into().expect("4 bytes"));
+                skip(stream, u64::from(len), stop, deadline)?;
+                proto::option_reply(option, proto::REP_ERR_TOO_BIG, &[], &mut out);
+                stream.write_all(&out)?;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
         };
         let mut payload = vec![0u8; h.len as usize];
-        stream.read_exact(&mut payload)?;
-        out.clear();
+        read_full(stream, &mut payload, stop, deadline)?;
         match h.option {
             proto::OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&payload).into_owned();
@@ -345,6 +394,9 @@ struct Slot {
     rest: Option<RangeRest>,
     /// The first error of any step (0: none).
     error: u32,
+    /// For reads: the part of `data` the client asked for (offset, length); an unaligned
+    /// read reads the whole blocks around it.
+    reply: (usize, usize),
 }
 
 /// What remains of a stepped trim or write-zeroes.
@@ -391,6 +443,9 @@ struct Transmission {
     closing: bool,
     /// The socket is dead: replies are dropped.
     dead: bool,
+    /// The request at the head of `rbuf` waits for a slot or for session buffers: reading
+    /// more would only fill the buffer (and `poll` would spin on a readable socket).
+    stalled: bool,
     /// Slots whose next range step waits to be submitted (at most one entry per slot).
     stepping: Vec<usize>,
     /// Slots whose engine request finished in this poll (scratch, at most one per slot).
@@ -412,10 +467,11 @@ impl Transmission {
                     reads: false,
                     rest: None,
                     error: 0,
+                    reply: (0, 0),
                 })
                 .collect(),
             free: (0..CONNECTION_REQUESTS_MAX).rev().collect(),
-            rbuf: vec![0u8; 256 << 10],
+            rbuf: vec![0u8; RBUF_BYTES],
             rstart: 0,
             rend: 0,
             skip_bytes: 0,
@@ -423,6 +479,7 @@ impl Transmission {
             wpos: 0,
             closing: false,
             dead: false,
+            stalled: false,
             stepping: Vec::with_capacity(CONNECTION_REQUESTS_MAX),
             done_scratch: Vec::with_capacity(CONNECTION_REQUESTS_MAX),
         }
@@ -438,12 +495,25 @@ impl Transmission {
 
     fn run(mut self, stop: &AtomicBool) -> Result<(), ConnectionError> {
         let mut protocol_error = None;
+        let mut stopping_since: Option<Instant> = None;
         loop {
-            if stop.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) && stopping_since.is_none() {
+                stopping_since = Some(Instant::now());
+                // Requests already received are answered, not dropped.
+                self.refuse_received(proto::ESHUTDOWN);
                 self.closing = true;
             }
+            if let Some(since) = stopping_since
+                && since.elapsed() > STOP_DRAIN_TIMEOUT
+            {
+                // A client that does not read its replies must not hold the shutdown.
+                self.dead = true;
+            }
             let mut progress = false;
-            let can_take = !self.closing && !self.dead && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
+            let can_take = !self.closing
+                && !self.dead
+                && !self.stalled
+                && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
             if can_take {
                 match self.receive() {
                     Ok(p) => progress |= p,
@@ -477,11 +547,34 @@ impl Transmission {
         }
     }
 
+    /// Answer every whole request already received with `errno`, without submitting it
+    /// (the server is stopping).
+    fn refuse_received(&mut self, errno: u32) {
+        while let Ok(Decoded::Item(r, _)) =
+            proto::decode_request(&self.rbuf[self.rstart..self.rend])
+        {
+            let need = proto::REQUEST_BYTES + r.payload_bytes();
+            if self.rend - self.rstart < need {
+                break;
+            }
+            self.rstart += need;
+            if r.kind == proto::CMD_DISC {
+                break;
+            }
+            self.reply_now(r.cookie, errno);
+        }
+    }
+
     /// Read what the socket has. True if bytes arrived.
     fn receive(&mut self) -> io::Result<bool> {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
+            if self.rbuf.len() > RBUF_BYTES {
+                // Grown for one large write: give the memory back.
+                self.rbuf.truncate(RBUF_BYTES);
+                self.rbuf.shrink_to_fit();
+            }
         }
         if self.rend == self.rbuf.len() {
             if self.rstart > 0 {
@@ -512,6 +605,7 @@ impl Transmission {
     /// Parse and submit complete requests. True if any was consumed.
     fn process(&mut self) -> Result<bool, ConnectionError> {
         let mut progress = false;
+        self.stalled = false;
         loop {
             if self.skip_bytes > 0 {
                 let n = (self.rend - self.rstart)
@@ -555,7 +649,10 @@ impl Transmission {
                 self.closing = true;
                 return Ok(true);
             }
-            let Some(slot) = self.free.pop() else { return Ok(progress) };
+            let Some(slot) = self.free.pop() else {
+                self.stalled = true;
+                return Ok(progress);
+            };
             let start = self.rstart + proto::REQUEST_BYTES;
             match self.submit(slot, &request, start, payload) {
                 Submitted::Yes => {}
@@ -565,6 +662,7 @@ impl Transmission {
                 }
                 Submitted::Later => {
                     self.free.push(slot);
+                    self.stalled = true;
                     return Ok(progress);
                 }
             }
@@ -601,8 +699,34 @@ impl Transmission {
         start: usize,
         payload: usize,
     ) -> Submitted {
+        if r.flags & !proto::CMD_FLAGS_KNOWN != 0 {
+            return Submitted::Refused(proto::EINVAL);
+        }
         let durability =
             if r.flags & proto::CMD_FLAG_FUA != 0 { Durability::Fua } else { Durability::Cached };
+        // An unaligned read is served by reading the whole blocks around it (reads have no
+        // side effects; unaligned writes would need a read-modify-write of blocks other
+        // requests may be writing, so they are refused).
+        let mut read_skip = 0usize;
+        let reply_len = r.len as usize;
+        let widened;
+        let r = match r.offset.checked_add(u64::from(r.len)) {
+            Some(end)
+                if r.kind == proto::CMD_READ
+                    && end <= self.size_bytes
+                    && r.len <= REQUEST_BYTES_MAX
+                    && !(r.offset | u64::from(r.len))
+                        .is_multiple_of(u64::from(BLOCK_BYTES_MIN)) =>
+            {
+                let block = u64::from(BLOCK_BYTES_MIN);
+                let start = r.offset / block * block;
+                let end = end.next_multiple_of(block);
+                read_skip = (r.offset - start) as usize;
+                widened = proto::Request { offset: start, len: (end - start) as u32, ..*r };
+                &widened
+            }
+            _ => r,
+        };
         let offset = ArrayOffset(r.offset);
         let len_bytes = u64::from(r.len);
         let (op, modifies) = match r.kind {
@@ -663,14 +787,17 @@ impl Transmission {
                 if s.reads {
                     s.data.clear();
                     s.data.resize(r.len as usize, 0);
+                    s.reply = (read_skip, reply_len);
                 }
                 Submitted::Yes
             }
             Err(SubmitError::Full) => Submitted::Later,
             Err(SubmitError::Stopped) => Submitted::Refused(proto::ESHUTDOWN),
-            Err(SubmitError::Invalid(_)) | Err(SubmitError::TooLarge { .. }) => {
-                Submitted::Refused(proto::EINVAL)
-            }
+            Err(
+                SubmitError::Invalid(_)
+                | SubmitError::TooLarge { .. }
+                | SubmitError::NeverFits { .. },
+            ) => Submitted::Refused(proto::EINVAL),
         }
     }
 
@@ -712,8 +839,12 @@ impl Transmission {
         if !self.dead {
             self.wbuf.extend_from_slice(&proto::simple_reply(errno, s.cookie));
             if errno == 0 && s.reads {
-                self.wbuf.extend_from_slice(&s.data);
+                let (at, len) = s.reply;
+                self.wbuf.extend_from_slice(&s.data[at..at + len]);
             }
+        }
+        if s.data.capacity() > KEEP_BUFFER_BYTES {
+            s.data = Vec::new();
         }
         self.free.push(slot);
     }
@@ -792,6 +923,9 @@ impl Transmission {
         if self.wpos == self.wbuf.len() {
             self.wbuf.clear();
             self.wpos = 0;
+            if self.wbuf.capacity() > 16 * KEEP_BUFFER_BYTES {
+                self.wbuf.shrink_to(RBUF_BYTES);
+            }
         }
         progress
     }
@@ -803,18 +937,22 @@ impl Transmission {
         }
         let want_read = !self.closing
             && !self.dead
+            && !self.stalled
             && !self.free.is_empty()
             && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
         let mut events = 0;
         if want_read {
-            events |= libc::POLLIN;
+            events |= libc::POLLIN | libc::POLLRDHUP;
         }
         if self.backlog() > 0 && !self.dead {
             events |= libc::POLLOUT;
         }
+        // A socket we wait on for nothing would still report POLLHUP and spin the loop:
+        // leave it out (poll ignores negative descriptors).
+        let socket = if events == 0 { -1 } else { self.stream.as_raw_fd() };
         let notify = self.session.notify_fd().expect("a session with a bell");
         let mut fds = [
-            libc::pollfd { fd: self.stream.as_raw_fd(), events, revents: 0 },
+            libc::pollfd { fd: socket, events, revents: 0 },
             libc::pollfd { fd: notify, events: libc::POLLIN, revents: 0 },
         ];
         // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
@@ -844,4 +982,51 @@ fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
     // SAFETY: one valid pollfd for the duration of the call.
     let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
     n > 0
+}
+
+/// Read exactly `buf.len()` bytes during negotiation: gives up at `deadline` or when the
+/// server stops (a client that connects and says nothing must not hold a slot or the
+/// shutdown forever).
+fn read_full(
+    stream: &mut dyn Stream,
+    buf: &mut [u8],
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<(), ConnectionError> {
+    let mut at = 0;
+    while at < buf.len() {
+        if stop.load(Ordering::Relaxed) {
+            return Err(ConnectionError::Stopping);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ConnectionError::HandshakeTimeout(HANDSHAKE_TIMEOUT));
+        }
+        if !wait_readable(stream.as_raw_fd(), (deadline - now).min(STOP_POLL)) {
+            continue;
+        }
+        match stream.read(&mut buf[at..]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Read and drop `len` bytes during negotiation.
+fn skip(
+    stream: &mut dyn Stream,
+    mut len: u64,
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<(), ConnectionError> {
+    let mut sink = [0u8; 4096];
+    while len > 0 {
+        let n = len.min(sink.len() as u64) as usize;
+        read_full(stream, &mut sink[..n], stop, deadline)?;
+        len -= n as u64;
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! by one thread, which then stops the server in order. No handler runs asynchronously.
 
 /// The blocked stop signals.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct StopSignals {
     set: libc::sigset_t,
 }

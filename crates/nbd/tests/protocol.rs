@@ -202,7 +202,7 @@ fn negotiation_answers_every_option_and_refuses_what_it_must() {
     send_option(&mut s, proto::OPT_GO, &[0, 0, 0, 9, b'x']);
     assert_eq!(read_option_reply(&mut s, proto::OPT_GO).0, proto::REP_ERR_INVALID);
     // INFO reports the block sizes: 4 KiB minimum, a power-of-two preferred size covering a
-    // stripe (4 data chunks of 16 KiB: 64 KiB), 32 MiB maximum.
+    // stripe (4 data chunks of 16 KiB: 64 KiB), 8 MiB maximum.
     send_option(&mut s, proto::OPT_INFO, &go_payload("t", &[proto::INFO_BLOCK_SIZE]));
     let mut saw_block_size = false;
     loop {
@@ -212,7 +212,7 @@ fn negotiation_answers_every_option_and_refuses_what_it_must() {
         }
         if u16::from_be_bytes([p[0], p[1]]) == proto::INFO_BLOCK_SIZE {
             let be = |i: usize| u32::from_be_bytes(p[i..i + 4].try_into().unwrap());
-            assert_eq!((be(2), be(6), be(10)), (4096, 65536, 32 << 20));
+            assert_eq!((be(2), be(6), be(10)), (4096, 65536, 8 << 20));
             saw_block_size = true;
         }
     }
@@ -231,12 +231,19 @@ fn negotiation_answers_every_option_and_refuses_what_it_must() {
     greet(&mut s);
     s.write_all(&[0xee; 16]).unwrap();
     assert!(closed(&mut s));
+    // An option too large to take: its payload is skipped, NBD_REP_ERR_TOO_BIG, and the
+    // negotiation goes on.
     let mut s = f.connect();
     greet(&mut s);
-    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
-    b.extend_from_slice(&proto::OPT_GO.to_be_bytes());
-    b.extend_from_slice(&u32::MAX.to_be_bytes());
-    s.write_all(&b).unwrap();
+    send_option(&mut s, proto::OPT_GO, &vec![0u8; 9000]);
+    assert_eq!(read_option_reply(&mut s, proto::OPT_GO).0, proto::REP_ERR_TOO_BIG);
+    send_option(&mut s, proto::OPT_LIST, &[]);
+    assert_eq!(read_option_reply(&mut s, proto::OPT_LIST).0, proto::REP_SERVER);
+    // Client flags the server does not know: closed, as the protocol requires.
+    let mut s = f.connect();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&0xffu32.to_be_bytes()).unwrap();
     assert!(closed(&mut s));
     // EXPORT_NAME with an unknown name: closed (the option has no error reply).
     let mut s = f.connect();
@@ -259,22 +266,32 @@ fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     let data = pattern(3, 64 << 10);
     assert_eq!(c.write(8192, &data), 0);
     assert_eq!(c.read(8192, data.len() as u32), (0, data.clone()));
-    // Misaligned offset and length.
-    assert_eq!(c.read(100, 4096).0, proto::EINVAL);
-    assert_eq!(c.read(4096, 100).0, proto::EINVAL);
+    // Misaligned writes are refused (the export's minimum block is 4 KiB); misaligned reads
+    // are served (checked below).
     assert_eq!(c.write(512, &[1u8; 512]), proto::EINVAL);
+    assert_eq!(c.write(4096, &[1u8; 100]), proto::EINVAL);
     // Past the end: EINVAL for reads, ENOSPC for writes (whose payload is still consumed).
     let size = c.size;
     assert_eq!(c.read(size, 4096).0, proto::EINVAL);
     assert_eq!(c.read(u64::MAX - 4095, 4096).0, proto::EINVAL);
     assert_eq!(c.write(size - 4096, &[7u8; 8192]), proto::ENOSPC);
-    // Unknown command.
+    // Unknown command, unknown command flags.
     c.send(42, 0, 9, 0, 4096, &[]);
     assert_eq!(c.reply(0).0, proto::EINVAL);
+    c.send(proto::CMD_READ, 1 << 9, 9, 0, 4096, &[]);
+    assert_eq!(c.reply(0).0, proto::EINVAL);
+    // Requests of the advertised maximum work (they fit the session's buffers).
+    let max = pattern(4, 8 << 20);
+    assert_eq!(c.write(0, &max), 0);
+    assert_eq!(c.read(0, 8 << 20), (0, max.clone()));
+    // Unaligned reads are served from the blocks around them.
+    assert_eq!(c.read(8192 + 100, 5000), (0, max[8192 + 100..8192 + 5100].to_vec()));
+    assert_eq!(c.read(8192 + 4095, 1), (0, max[8192 + 4095..8192 + 4096].to_vec()));
+    assert_eq!(c.write(8192, &data), 0);
     // A read larger than the maximum.
-    assert_eq!(c.read(0, (32 << 20) + 4096).0, proto::EINVAL);
+    assert_eq!(c.read(0, (8 << 20) + 4096).0, proto::EINVAL);
     // A write larger than the maximum: EOVERFLOW, and its payload is skipped, not parsed.
-    let huge = vec![0x25u8; (32 << 20) + 4096];
+    let huge = vec![0x25u8; (8 << 20) + 4096];
     c.send(proto::CMD_WRITE, 0, 77, 0, huge.len() as u32, &huge);
     assert_eq!(c.reply(0), (proto::EOVERFLOW, 77, vec![]));
     // After all that the data is intact and requests still work.
@@ -386,6 +403,25 @@ fn trims_and_zeroes_larger_than_the_payload_limit_work_in_steps() {
     assert_eq!(c.reply(0), (0, 2, vec![]));
     assert_eq!(c.read(0, 64 << 10), (0, vec![0u8; 64 << 10]));
     assert_eq!(c.read(size - (64 << 10), 64 << 10), (0, vec![0u8; 64 << 10]));
+}
+
+#[test]
+fn stopping_does_not_wait_for_a_silent_client() {
+    let mut f = Fixture::new(false);
+    // One client connects and says nothing; another is mid-negotiation.
+    let mut idle = f.connect();
+    let mut half = f.connect();
+    greet(&mut half);
+    std::thread::sleep(Duration::from_millis(100));
+    let server = f.server.take().unwrap();
+    let started = std::time::Instant::now();
+    server.stop();
+    server.join();
+    assert!(started.elapsed() < Duration::from_secs(5), "stop waited {:?}", started.elapsed());
+    assert!(closed(&mut half));
+    let mut g = [0u8; 18];
+    let _ = idle.read_exact(&mut g);
+    assert!(closed(&mut idle));
 }
 
 #[test]

@@ -440,14 +440,19 @@ impl Array {
                 id
             }
         };
+        let give_back = |e: ArrayError| {
+            self.free_sessions.lock().expect("not poisoned").push(id);
+            e
+        };
+        let pool =
+            session_pool(self.session_buffer_bytes, self.piece_bytes_max).map_err(give_back)?;
         let (tx, rx) = mpsc::channel();
         for link in self.reactors.iter() {
             link.tx
                 .send(ToReactor::Session { id, replies: tx.clone(), bell: bell.clone() })
-                .map_err(|_| ArrayError::Stopped)?;
+                .map_err(|_| give_back(ArrayError::Stopped))?;
             link.bell.ring();
         }
-        let pool = session_pool(self.session_buffer_bytes, self.piece_bytes_max)?;
         Ok(Session::new(
             id,
             self.router,

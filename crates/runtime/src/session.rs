@@ -54,6 +54,8 @@ pub enum SubmitError {
     Invalid(#[from] flashraid_engine::RouteError),
     #[error("the request needs {pieces} pieces; a session takes at most {max}")]
     TooLarge { pieces: usize, max: usize },
+    #[error("the request needs more buffer memory than the session has ({budget_bytes} B)")]
+    NeverFits { budget_bytes: usize },
     #[error("the array is stopped")]
     Stopped,
 }
@@ -227,6 +229,17 @@ impl Session {
                         self.pool.give(buf);
                     }
                     self.free_tickets.push(slot);
+                    if self.pool.is_full() {
+                        // Every buffer is free and still not enough: waiting cannot help.
+                        let budget_bytes = self
+                            .pool
+                            .class_bytes()
+                            .iter()
+                            .zip(self.pool.built_counts())
+                            .map(|(b, n)| b * n)
+                            .sum();
+                        return Err(SubmitError::NeverFits { budget_bytes });
+                    }
                     return Err(SubmitError::Full);
                 }
                 None => bufs.push(None),
@@ -334,7 +347,8 @@ impl Session {
     }
 
     /// Deliver events for finished work. With `wait`, block until at least one request
-    /// finishes (or a second passes). Returns the number of requests finished.
+    /// finishes (or the reactors are gone); nothing in flight returns at once. Returns the
+    /// number of requests finished.
     pub fn poll(&mut self, wait: bool, handler: &mut dyn FnMut(Event<'_>)) -> usize {
         self.kick();
         let mut finished = 0;
