@@ -46,6 +46,9 @@ pub const SHARD_JOBS_MAX: usize = 64;
 const HELD_REQUESTS_MAX: usize = 4096;
 /// User data of the waker's completion (shard tokens never have origin 0).
 pub(crate) const WAKER_TAG: u64 = 0;
+/// How long a reactor with nothing to do keeps polling (yielding its core between turns)
+/// before it sleeps.
+pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 /// How long an idle reactor sleeps before ticking the shard's timers.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
@@ -236,13 +239,27 @@ impl Reactor {
             woke_with: None,
             jobs: Vec::with_capacity(SHARD_JOBS_MAX),
         };
+        let mut idle_since: Option<Instant> = None;
         loop {
             let progress = match self.turn(&mut state) {
                 Next::Continue { progress } => progress,
                 Next::Exit => return,
             };
-            // Submit what was queued; sleep only when nothing happened and no job runs.
-            let sleep = !progress && state.jobs.is_empty();
+            // Submit what was queued; sleep only when nothing happened for a while and no
+            // job runs. The short spin (yielding the core) catches the next request of a busy
+            // client without the cost of a sleep and a wake-up, which dominate at high IOPS.
+            let idle_for = match (progress, idle_since) {
+                (true, _) => {
+                    idle_since = None;
+                    Duration::ZERO
+                }
+                (false, None) => {
+                    idle_since = Some(Instant::now());
+                    Duration::ZERO
+                }
+                (false, Some(since)) => since.elapsed(),
+            };
+            let sleep = !progress && state.jobs.is_empty() && idle_for >= SPIN_BEFORE_SLEEP;
             match self.driver.wait(sleep, &self.inbox, &self.bell) {
                 Ok(message) => state.woke_with = message,
                 Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
