@@ -5,8 +5,10 @@
 # loopback; then nbdinfo, nbdsh, qemu-img, qemu-io, nbdcopy and fio's nbd engine (with
 # verify, several connections at once) use it; a filesystem (XFS, then ext4) is made on it
 # through nbdfuse and a loop device, filled, the server restarted, and every file checked
-# after remounting; finally the server is killed with SIGKILL mid-write and the array must
-# start again with every flushed byte intact.
+# after remounting; a second server requires TLS with client certificates (nbdinfo, nbdsh,
+# qemu-io through it; plain and certificate-less clients refused); the server is killed with
+# SIGKILL mid-write and the array must start again with every flushed byte intact; status and
+# fail over the control socket; a dirty degraded array needs --force.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
 # Usage: scripts/e2e-nbd.sh [path/to/flashraid]     (default: target/release/flashraid)
@@ -21,6 +23,7 @@ PORT=$((20000 + RANDOM % 20000))
 URI="nbd+unix:///e2e?socket=$SOCK"
 TCP_URI="nbd://127.0.0.1:$PORT/e2e"
 SERVER_PID=
+TLS_PID=
 LOOP=
 FUSE_PID=
 
@@ -37,6 +40,7 @@ unmount_all() {
 cleanup() {
     unmount_all || true
     if [ -n "$SERVER_PID" ]; then kill -9 "$SERVER_PID" 2>/dev/null || true; fi
+    if [ -n "$TLS_PID" ]; then kill -9 "$TLS_PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -183,6 +187,61 @@ for fs in xfs ext4; do
     echo "$(wc -l <"$WORK/sums") files intact on $fs"
     unmount_all
 done
+
+step "TLS: STARTTLS with client certificates (nbdinfo, nbdsh, qemu-io); plain clients refused"
+PKI=$WORK/pki
+mkdir -p "$PKI/client" "$PKI/nocert"
+(
+    cd "$PKI"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca-cert.pem -days 2 \
+        -subj "/CN=flashraid e2e CA" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr \
+        -subj "/CN=localhost" 2>/dev/null
+    printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" >server.ext
+    openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
+        -out server-cert.pem -days 2 -extfile server.ext 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout client/client-key.pem -out client.csr \
+        -subj "/CN=client" 2>/dev/null
+    printf "extendedKeyUsage=clientAuth\n" >client.ext
+    openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
+        -out client/client-cert.pem -days 2 -extfile client.ext 2>/dev/null
+    cp ca-cert.pem client/
+    cp ca-cert.pem nocert/
+)
+TLS_PORT=$((PORT + 1))
+"$F" serve --memory 8x32M --level 6 --name tls --socket "$WORK/tls.sock" \
+    --tcp "127.0.0.1:$TLS_PORT" --control "$WORK/tls.control" \
+    --tls-cert "$PKI/server-cert.pem" --tls-key "$PKI/server-key.pem" \
+    --tls-client-ca "$PKI/ca-cert.pem" >"$WORK/tls.log" 2>&1 &
+TLS_PID=$!
+TLS_URI="nbds://127.0.0.1:$TLS_PORT/tls?tls-certificates=$PKI/client"
+for _ in $(seq 100); do nbdinfo --size "$TLS_URI" >/dev/null 2>&1 && break; sleep 0.1; done
+nbdinfo "$TLS_URI" | grep -q "with TLS" || { cat "$WORK/tls.log"; fail "no TLS session"; }
+nbdinfo --size "nbd://127.0.0.1:$TLS_PORT/tls" >/dev/null 2>&1 && fail "a plain client got in"
+nbdinfo --size "nbds://127.0.0.1:$TLS_PORT/tls?tls-certificates=$PKI/nocert" >/dev/null 2>&1 \
+    && fail "a client without a certificate got in"
+TLS_UNIX_URI="nbds+unix:///tls?socket=$WORK/tls.sock&tls-certificates=$PKI/client" nbdsh -c '
+import os
+h.set_uri_allow_local_file(True)
+h.connect_uri(os.environ["TLS_UNIX_URI"])
+data = os.urandom(5 << 20)
+h.pwrite(data, 1 << 20)
+h.flush()
+assert h.pread(len(data), 1 << 20) == data
+print("nbdsh over TLS ok")
+'
+qemu-io --object "tls-creds-x509,id=tls0,endpoint=client,dir=$PKI/client" \
+    --image-opts "driver=nbd,host=127.0.0.1,port=$TLS_PORT,export=tls,tls-creds=tls0" \
+    -c 'write -P 0x6d 16M 8M' -c 'read -P 0x6d 16M 8M' | tee "$WORK/qemu-tls.log" | grep -v "^[0-9.]* "
+grep -qi "fail\|error" "$WORK/qemu-tls.log" && fail "qemu-io over TLS"
+kill -TERM "$TLS_PID"
+wait "$TLS_PID" || { cat "$WORK/tls.log"; fail "TLS server exited with an error"; }
+TLS_PID=
+if "$F" serve --memory 4x16M --tcp 0.0.0.0:$((PORT + 2)) >"$WORK/open.log" 2>&1; then
+    fail "served on all addresses without TLS"
+fi
+grep -q "client certificates" "$WORK/open.log" || { cat "$WORK/open.log"; fail "refusal unclear"; }
+sed 's/^/   /' "$WORK/open.log"
 
 step "SIGKILL mid-write: the array starts again and flushed data is intact"
 nbdsh -u "$URI" -c '

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/packages.sh
 
 # ISA-L: the parity oracle. The rest: the real NBD clients of the end-to-end test.
-need_packages libisal-dev fio nbdkit libnbd-bin python3-libnbd nbdfuse fuse3 qemu-utils \
+need_packages libisal-dev fio nbdkit libnbd-bin python3-libnbd nbdfuse fuse3 qemu-utils openssl \
     xfsprogs e2fsprogs
 need_rust_components rustfmt clippy
 

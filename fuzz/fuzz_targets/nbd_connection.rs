@@ -48,7 +48,7 @@ fn array() -> &'static Array {
 fn exchange(input: &[u8]) -> Vec<u8> {
     let (client, server) = UnixStream::pair().expect("socketpair");
     let stop = AtomicBool::new(false);
-    let export = ExportConfig { name: "f".into(), read_only: false };
+    let export = ExportConfig { name: "f".into(), read_only: false, tls: None };
     std::thread::scope(|scope| {
         scope.spawn(|| {
             let _ = serve_connection(Box::new(server), array(), &export, &stop);

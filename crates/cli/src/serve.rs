@@ -15,10 +15,19 @@ pub struct ServeArgs {
     /// Unix socket to listen on (nbd+unix:///NAME?socket=PATH).
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Also listen on TCP at this address (loopback only until TLS exists), e.g.
-    /// 127.0.0.1:10809.
+    /// Also listen on TCP at this address, e.g. 127.0.0.1:10809. Addresses other than
+    /// loopback need TLS with client certificates (--tls-cert, --tls-key, --tls-client-ca).
     #[arg(long)]
     tcp: Option<SocketAddr>,
+    /// Require TLS (NBD STARTTLS) on every listener, with this certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Control socket for `flashraid status` and `flashraid fail` (default:
     /// /run/flashraid/NAME.control).
     #[arg(long)]
@@ -100,12 +109,20 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     }
     if let Some(addr) = args.tcp
         && !addr.ip().is_loopback()
+        && args.tls_client_ca.is_none()
     {
         bail!(
-            "{addr} is not a loopback address: serving beyond this machine needs TLS, which \
-             flashraid does not have yet"
+            "{addr} is not a loopback address: serving beyond this machine needs TLS with \
+             client certificates (--tls-cert, --tls-key and --tls-client-ca)"
         );
     }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            flashraid_nbd::tls::load(cert, key, args.tls_client_ca.as_deref())
+                .context("cannot set up TLS")?,
+        ),
+        _ => None,
+    };
     let signals = flashraid_nbd::signals::StopSignals::block();
     let mut options = OpenOptions::recommended();
     options.name = args.name.clone();
@@ -132,7 +149,12 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     let control_path =
         args.control.clone().unwrap_or_else(|| crate::control::default_control_path(&status.name));
     let control_listener = crate::control::bind(&control_path)?;
-    let export = ExportConfig { name: status.name.clone(), read_only: args.read_only };
+    let tls_note = match &tls {
+        None => "",
+        Some(t) if t.client_certificates => " (TLS required, client certificates checked)",
+        Some(_) => " (TLS required)",
+    };
+    let export = ExportConfig { name: status.name.clone(), read_only: args.read_only, tls };
     let server = Arc::new(Server::start(array.clone(), export, listeners)?);
     let control_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let control_thread = {
@@ -159,11 +181,12 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         status.name,
         if args.read_only { " read-only" } else { "" },
     );
+    let scheme = if tls_note.is_empty() { "nbd" } else { "nbds" };
     if let Some(path) = &args.socket {
-        println!("  unix: nbd+unix:///{}?socket={}", status.name, path.display());
+        println!("  unix: {scheme}+unix:///{}?socket={}{tls_note}", status.name, path.display());
     }
     if let Some(addr) = args.tcp {
-        println!("  tcp:  nbd://{addr}/{}", status.name);
+        println!("  tcp:  {scheme}://{addr}/{}{tls_note}", status.name);
     }
     println!("  control: {} (flashraid status, flashraid fail)", control_path.display());
     println!(

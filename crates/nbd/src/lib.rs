@@ -7,5 +7,6 @@
 pub mod proto;
 pub mod server;
 pub mod signals;
+pub mod tls;
 
 pub use server::{ConnectionError, ExportConfig, Listener, Server, serve_connection};

@@ -66,11 +66,26 @@ pub struct ExportConfig {
     /// The export's name (clients may also ask for the default export, "").
     pub name: String,
     pub read_only: bool,
+    /// When set, TLS is required: clients must STARTTLS before anything else.
+    pub tls: Option<crate::tls::TlsSetup>,
 }
 
-/// A socket stream either kind of listener gives.
+/// A socket stream either kind of listener gives, or TLS over one.
 pub trait Stream: Read + Write + AsRawFd + Send {
     fn set_nonblocking(&self, on: bool) -> io::Result<()>;
+    /// Bytes are ready to read though the socket may not be readable (TLS: decrypted bytes
+    /// waiting in the TLS layer).
+    fn input_waiting(&self) -> bool {
+        false
+    }
+    /// Bytes accepted by `write` still wait to go out (TLS: encrypted records).
+    fn output_waiting(&self) -> bool {
+        false
+    }
+    /// Send what `output_waiting` holds, as far as the socket takes it.
+    fn send_waiting(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 impl Stream for UnixStream {
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
@@ -232,6 +247,8 @@ pub enum ConnectionError {
     HandshakeTimeout(Duration),
     #[error("the server is stopping")]
     Stopping,
+    #[error("client asked for the export without TLS, which this server requires")]
+    TlsRequired,
     #[error("client asked for unknown export {0:?}")]
     UnknownExport(String),
     #[error("array: {0}")]
@@ -240,16 +257,15 @@ pub enum ConnectionError {
 
 /// Serve one client: handshake, then transmission until it disconnects or the server stops.
 pub fn serve_connection(
-    mut stream: Box<dyn Stream>,
+    stream: Box<dyn Stream>,
     array: &Array,
     export: &ExportConfig,
     stop: &AtomicBool,
 ) -> Result<(), ConnectionError> {
-    stream.set_nonblocking(false)?;
-    if !handshake(&mut *stream, array, export, stop)? {
-        return Ok(());
-    }
     stream.set_nonblocking(true)?;
+    let Some(stream) = handshake(stream, array, export, stop)? else {
+        return Ok(());
+    };
     let session = array.session_with_bell()?;
     Transmission::new(stream, session, array.size_bytes(), export.read_only).run(stop)
 }
@@ -271,18 +287,19 @@ fn name_matches(asked: &str, export: &ExportConfig) -> bool {
     asked.is_empty() || asked == export.name
 }
 
-/// Fixed newstyle negotiation. True when the client entered transmission, false when it
-/// ended the negotiation cleanly (ABORT).
+/// Fixed newstyle negotiation over a non-blocking socket. Returns the stream to transmit on
+/// (TLS after STARTTLS), or `None` when the client ended the negotiation cleanly (ABORT).
 fn handshake(
-    stream: &mut dyn Stream,
+    mut stream: Box<dyn Stream>,
     array: &Array,
     export: &ExportConfig,
     stop: &AtomicBool,
-) -> Result<bool, ConnectionError> {
+) -> Result<Option<Box<dyn Stream>>, ConnectionError> {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-    stream.write_all(&proto::greeting())?;
+    let mut tls_active = false;
+    write_full(&mut *stream, &proto::greeting(), stop, deadline)?;
     let mut flags = [0u8; 4];
-    read_full(stream, &mut flags, stop, deadline)?;
+    read_full(&mut *stream, &mut flags, stop, deadline)?;
     let client_flags = u32::from_be_bytes(flags);
     if client_flags & proto::CLIENT_FIXED_NEWSTYLE == 0 {
         return Err(ConnectionError::NotFixedNewstyle);
@@ -306,7 +323,7 @@ fn handshake(
     let mut out = Vec::with_capacity(256);
     loop {
         let mut header = [0u8; proto::OPTION_HEADER_BYTES];
-        read_full(stream, &mut header, stop, deadline)?;
+        read_full(&mut *stream, &mut header, stop, deadline)?;
         out.clear();
         let h = match proto::decode_option_header(&header) {
             Ok(Decoded::Item(h, _)) => h,
@@ -314,15 +331,28 @@ fn handshake(
             Err(proto::ProtocolError::OptionTooLarge(len)) => {
                 // Skip the payload and say so; the option stream stays in step.
                 let option = u32::from_be_bytes(header[8..12].try_into().expect("4 bytes"));
-                skip(stream, u64::from(len), stop, deadline)?;
+                skip(&mut *stream, u64::from(len), stop, deadline)?;
                 proto::option_reply(option, proto::REP_ERR_TOO_BIG, &[], &mut out);
-                stream.write_all(&out)?;
+                write_full(&mut *stream, &out, stop, deadline)?;
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
         let mut payload = vec![0u8; h.len as usize];
-        read_full(stream, &mut payload, stop, deadline)?;
+        read_full(&mut *stream, &mut payload, stop, deadline)?;
+        if export.tls.is_some()
+            && !tls_active
+            && h.option != proto::OPT_STARTTLS
+            && h.option != proto::OPT_ABORT
+        {
+            if h.option == proto::OPT_EXPORT_NAME {
+                // No error reply exists for this option: close.
+                return Err(ConnectionError::TlsRequired);
+            }
+            proto::option_reply(h.option, proto::REP_ERR_TLS_REQD, &[], &mut out);
+            write_full(&mut *stream, &out, stop, deadline)?;
+            continue;
+        }
         match h.option {
             proto::OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&payload).into_owned();
@@ -331,13 +361,13 @@ fn handshake(
                     return Err(ConnectionError::UnknownExport(name));
                 }
                 proto::export_name_reply(size, tflags, no_zeroes, &mut out);
-                stream.write_all(&out)?;
-                return Ok(true);
+                write_full(&mut *stream, &out, stop, deadline)?;
+                return Ok(Some(stream));
             }
             proto::OPT_ABORT => {
                 proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
-                let _ = stream.write_all(&out);
-                return Ok(false);
+                let _ = write_full(&mut *stream, &out, stop, deadline);
+                return Ok(None);
             }
             proto::OPT_LIST => {
                 if payload.is_empty() {
@@ -368,18 +398,50 @@ fn handshake(
                     }
                     proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
                     if h.option == proto::OPT_GO {
-                        stream.write_all(&out)?;
-                        return Ok(true);
+                        write_full(&mut *stream, &out, stop, deadline)?;
+                        return Ok(Some(stream));
                     }
                 }
             },
-            proto::OPT_STARTTLS => {
-                let why = b"TLS is not configured on this server";
-                proto::option_reply(h.option, proto::REP_ERR_POLICY, why, &mut out);
-            }
+            proto::OPT_STARTTLS => match &export.tls {
+                None => {
+                    let why = b"TLS is not configured on this server";
+                    proto::option_reply(h.option, proto::REP_ERR_POLICY, why, &mut out);
+                }
+                Some(_) if tls_active || !payload.is_empty() => {
+                    proto::option_reply(h.option, proto::REP_ERR_INVALID, &[], &mut out);
+                }
+                Some(setup) => {
+                    proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
+                    write_full(&mut *stream, &out, stop, deadline)?;
+                    stream = start_tls(stream, setup, stop, deadline)?;
+                    tls_active = true;
+                    continue;
+                }
+            },
             _ => proto::option_reply(h.option, proto::REP_ERR_UNSUP, &[], &mut out),
         }
-        stream.write_all(&out)?;
+        write_full(&mut *stream, &out, stop, deadline)?;
+    }
+}
+
+/// The TLS handshake after STARTTLS, under the negotiation's deadline.
+fn start_tls(
+    plain: Box<dyn Stream>,
+    setup: &crate::tls::TlsSetup,
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<Box<dyn Stream>, ConnectionError> {
+    let mut tls = crate::tls::TlsStream::new(plain, setup)?;
+    loop {
+        match tls.advance_handshake() {
+            Ok(()) => return Ok(Box::new(tls)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let events = if tls.output_waiting() { libc::POLLOUT } else { libc::POLLIN };
+                wait_until(&tls, events, stop, deadline)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -547,7 +609,8 @@ impl Transmission {
             progress |= self.complete() > 0;
             progress |= self.advance_ranges();
             progress |= self.send_replies();
-            if self.closing && self.in_flight() == 0 && (self.backlog() == 0 || self.dead) {
+            let all_sent = self.backlog() == 0 && !self.stream.output_waiting();
+            if self.closing && self.in_flight() == 0 && (all_sent || self.dead) {
                 return protocol_error.map_or(Ok(()), Err);
             }
             match (progress, idle_since) {
@@ -930,10 +993,21 @@ impl Transmission {
             return false;
         }
         let mut progress = false;
+        if self.stream.output_waiting() {
+            match self.stream.send_waiting() {
+                Ok(()) => progress = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(_) => {
+                    self.dead = true;
+                    self.closing = true;
+                    self.drop_replies();
+                    return false;
+                }
+            }
+        }
         while !self.outq.is_empty() {
             // Gather up to IOV_MAX_USED slices: headers and read data, in order.
-            let mut iov =
-                [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; IOV_MAX_USED];
+            let mut iov = [io::IoSlice::new(&[]); IOV_MAX_USED];
             let mut count = 0;
             let mut skip = self.out_pos;
             for out in self.outq.iter() {
@@ -952,34 +1026,32 @@ impl Transmission {
                         skip -= part.len();
                         continue;
                     }
-                    let part = &part[skip..];
+                    iov[count] = io::IoSlice::new(&part[skip..]);
                     skip = 0;
-                    iov[count] = libc::iovec {
-                        iov_base: part.as_ptr() as *mut libc::c_void,
-                        iov_len: part.len(),
-                    };
                     count += 1;
                 }
             }
-            // SAFETY: `iov[..count]` points into `self.outq` headers and slot buffers, which
-            // are neither moved nor changed during the call; writev only reads them.
-            let n = unsafe { libc::writev(self.stream.as_raw_fd(), iov.as_ptr(), count as i32) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        // The client is gone: what it had in flight still finishes in the engine.
-                        self.dead = true;
-                        self.closing = true;
-                        self.drop_replies();
-                        break;
-                    }
+            // writev on a socket; TLS encrypts the same slices.
+            let n = match self.stream.write_vectored(&iov[..count]) {
+                Ok(0) => {
+                    self.dead = true;
+                    self.closing = true;
+                    self.drop_replies();
+                    break;
                 }
-            }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // The client is gone: what it had in flight still finishes in the engine.
+                    self.dead = true;
+                    self.closing = true;
+                    self.drop_replies();
+                    break;
+                }
+            };
             progress = true;
-            let mut written = n as usize;
+            let mut written = n;
             self.out_bytes -= written;
             while written > 0 {
                 let front = self.outq.front().expect("bytes written belong to queued replies");
@@ -1013,6 +1085,9 @@ impl Transmission {
 
     /// Nothing to do: sleep until the socket or the session has something.
     fn sleep(&mut self) {
+        if self.stream.input_waiting() && !self.closing && !self.stalled {
+            return; // decrypted bytes wait in the TLS layer: no socket event would say so
+        }
         if !self.session.prepare_to_sleep() {
             return;
         }
@@ -1025,7 +1100,7 @@ impl Transmission {
         if want_read {
             events |= libc::POLLIN | libc::POLLRDHUP;
         }
-        if self.backlog() > 0 && !self.dead {
+        if (self.backlog() > 0 || self.stream.output_waiting()) && !self.dead {
             events |= libc::POLLOUT;
         }
         // A socket we wait on for nothing would still report POLLHUP and spin the loop:
@@ -1070,15 +1145,39 @@ fn errno(e: &ArrayError) -> u32 {
 }
 
 fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    wait_fd(fd, libc::POLLIN, timeout)
+}
+
+fn wait_fd(fd: RawFd, events: i16, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd, events, revents: 0 };
     // SAFETY: one valid pollfd for the duration of the call.
     let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
     n > 0
 }
 
-/// Read exactly `buf.len()` bytes during negotiation: gives up at `deadline` or when the
-/// server stops (a client that connects and says nothing must not hold a slot or the
-/// shutdown forever).
+/// Wait until `stream`'s socket has `events`, giving up at `deadline` or when the server
+/// stops (a client that connects and says nothing must not hold a slot or the shutdown).
+fn wait_until(
+    stream: &dyn Stream,
+    events: i16,
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<(), ConnectionError> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(ConnectionError::Stopping);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ConnectionError::HandshakeTimeout(HANDSHAKE_TIMEOUT));
+        }
+        if wait_fd(stream.as_raw_fd(), events, (deadline - now).min(STOP_POLL)) {
+            return Ok(());
+        }
+    }
+}
+
+/// Read exactly `buf.len()` bytes during negotiation.
 fn read_full(
     stream: &mut dyn Stream,
     buf: &mut [u8],
@@ -1087,20 +1186,43 @@ fn read_full(
 ) -> Result<(), ConnectionError> {
     let mut at = 0;
     while at < buf.len() {
-        if stop.load(Ordering::Relaxed) {
-            return Err(ConnectionError::Stopping);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(ConnectionError::HandshakeTimeout(HANDSHAKE_TIMEOUT));
-        }
-        if !wait_readable(stream.as_raw_fd(), (deadline - now).min(STOP_POLL)) {
-            continue;
-        }
         match stream.read(&mut buf[at..]) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_until(stream, libc::POLLIN, stop, deadline)?
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `bytes` during negotiation (and push TLS records out).
+fn write_full(
+    stream: &mut dyn Stream,
+    mut bytes: &[u8],
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<(), ConnectionError> {
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_until(stream, libc::POLLOUT, stop, deadline)?
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    while stream.output_waiting() {
+        match stream.send_waiting() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_until(stream, libc::POLLOUT, stop, deadline)?
+            }
             Err(e) => return Err(e.into()),
         }
     }

@@ -48,7 +48,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("s");
         let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
-        let export = ExportConfig { name: "t".into(), read_only };
+        let export = ExportConfig { name: "t".into(), read_only, tls: None };
         let server = Server::start(array.clone(), export, vec![listener]).unwrap();
         Fixture { _dir: dir, socket, server: Some(server), array: Some(array) }
     }
