@@ -243,6 +243,37 @@ fi
 grep -q "client certificates" "$WORK/open.log" || { cat "$WORK/open.log"; fail "refusal unclear"; }
 sed 's/^/   /' "$WORK/open.log"
 
+step "several arrays in one server: from members, and from a config file"
+mkdir -p "$WORK/multi"
+"$F" create --level 5 --name alpha --size 48M "$WORK"/multi/a{0..3} >/dev/null
+"$F" create --level 10 --name beta --size 48M "$WORK"/multi/b{0..3} >/dev/null
+printf '# name members...\nalpha %s\nbeta %s  # RAID 10\n' "$(echo "$WORK"/multi/a{0..3})" \
+    "$(echo "$WORK"/multi/b{0..3})" >"$WORK/multi.conf"
+for how in members config; do
+    if [ $how = members ]; then
+        set -- "$WORK"/multi/b{0..3} "$WORK"/multi/a{0..3}
+    else
+        set -- --config "$WORK/multi.conf"
+    fi
+    "$F" serve --socket "$WORK/multi.sock" --control-dir "$WORK" "$@" >"$WORK/multi.log" 2>&1 &
+    MULTI_PID=$!
+    for _ in $(seq 100); do nbdinfo --size "nbd+unix:///alpha?socket=$WORK/multi.sock" >/dev/null 2>&1 && break; sleep 0.1; done
+    [ "$(nbdinfo --list "nbd+unix:///?socket=$WORK/multi.sock" | grep -c '^export=')" = 2 ] \
+        || { cat "$WORK/multi.log"; fail "LIST does not show both arrays ($how)"; }
+    for name in alpha beta; do
+        nbdsh -u "nbd+unix:///$name?socket=$WORK/multi.sock" -c "
+data = b'$name' * 4096
+h.pwrite(data[:16384], 8192)
+assert h.pread(16384, 8192) == data[:16384]
+"
+        "$F" status --control "$WORK/$name.control" | grep -q "^$name " || fail "status of $name"
+    done
+    kill -TERM "$MULTI_PID"
+    wait "$MULTI_PID" || { cat "$WORK/multi.log"; fail "multi-array server ($how)"; }
+    [ "$(grep -c 'stopped clean' "$WORK/multi.log")" = 2 ] || fail "both arrays stopped clean ($how)"
+    echo "two arrays served from $how"
+done
+
 step "SIGKILL mid-write: the array starts again and flushed data is intact"
 nbdsh -u "$URI" -c '
 import os

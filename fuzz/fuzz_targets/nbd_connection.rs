@@ -17,12 +17,16 @@ use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create_in_mem
 use libfuzzer_sys::fuzz_target;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::AtomicBool;
 
-fn array() -> &'static Array {
-    static ARRAY: OnceLock<Array> = OnceLock::new();
-    ARRAY.get_or_init(|| {
+fn exports() -> &'static ExportConfig {
+    static EXPORTS: OnceLock<ExportConfig> = OnceLock::new();
+    EXPORTS.get_or_init(|| ExportConfig::single("f", Arc::new(array()), false))
+}
+
+fn array() -> Array {
+    {
         let members: Vec<_> = (0..5).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
         let spec = CreateSpec {
             name: "f".into(),
@@ -41,17 +45,16 @@ fn array() -> &'static Array {
         options.shards = Some(1);
         options.session_buffer_bytes = 8 << 20;
         Array::open_in_memory(&members, &options).expect("open")
-    })
+    }
 }
 
 /// Serve `input` as one client's bytes; return everything the server sent.
 fn exchange(input: &[u8]) -> Vec<u8> {
     let (client, server) = UnixStream::pair().expect("socketpair");
     let stop = AtomicBool::new(false);
-    let export = ExportConfig { name: "f".into(), read_only: false, tls: None };
     std::thread::scope(|scope| {
         scope.spawn(|| {
-            let _ = serve_connection(Box::new(server), array(), &export, &stop);
+            let _ = serve_connection(Box::new(server), exports(), &stop);
         });
         let mut writer = client.try_clone().expect("clone");
         scope.spawn(move || {

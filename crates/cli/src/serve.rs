@@ -1,10 +1,12 @@
-//! `flashraid serve`: assemble an array from its members and export it over NBD until
-//! SIGTERM or SIGINT, then drain, flush, mark it clean and exit.
+//! `flashraid serve`: assemble arrays from their members (given on the command line, grouped
+//! by the array UUID in their superblocks, or listed in a config file) and export each over
+//! NBD by its name until SIGTERM or SIGINT; then drain, flush, mark them clean and exit.
 
+use crate::control::CONTROL_DIR;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use flashraid_nbd::{ExportConfig, Listener, Server};
-use flashraid_runtime::{Array, OpenOptions, Stopped};
+use flashraid_nbd::{Export, ExportConfig, Listener, Server};
+use flashraid_runtime::{Array, ArrayStatus, OpenOptions, Stopped};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -28,16 +30,24 @@ pub struct ServeArgs {
     /// Require client certificates signed by this CA (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
-    /// Control socket for `flashraid status` and `flashraid fail` (default:
-    /// /run/flashraid/NAME.control).
-    #[arg(long)]
+    /// Control socket for `flashraid status` and `flashraid fail` (one array only; default:
+    /// CONTROL_DIR/NAME.control).
+    #[arg(long, conflicts_with = "control_dir")]
     control: Option<PathBuf>,
+    /// Directory for the arrays' control sockets, NAME.control each.
+    #[arg(long, default_value = CONTROL_DIR)]
+    control_dir: PathBuf,
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
-    /// Only the array with this name (the export's name is the array's).
+    /// Only the array with this name (exports are named after their arrays); with --memory,
+    /// the new array's name.
     #[arg(long)]
     name: Option<String>,
+    /// Arrays to serve, one per line: `NAME MEMBER...` (`#` starts a comment). Instead of
+    /// members on the command line.
+    #[arg(long, conflicts_with_all = ["members", "memory"])]
+    config: Option<PathBuf>,
     /// Reactor threads (default: one per CPU).
     #[arg(long)]
     shards: Option<u32>,
@@ -54,8 +64,9 @@ pub struct ServeArgs {
     /// Chunk size of a `--memory` array, KiB.
     #[arg(long, default_value_t = 16, requires = "memory")]
     chunk_kib: u64,
-    /// The array's members.
-    #[arg(required_unless_present = "memory")]
+    /// Members of the arrays to serve (several arrays: each is found by the array UUID in
+    /// its members' superblocks).
+    #[arg(required_unless_present_any = ["memory", "config"])]
     members: Vec<PathBuf>,
 }
 
@@ -103,6 +114,55 @@ fn memory_array(spec: &str, args: &ServeArgs, options: &OpenOptions) -> Result<A
     Array::open_in_memory(&members, options).context("cannot start the in-memory array")
 }
 
+/// The arrays to serve, each with the member paths it starts from.
+fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(Option<String>, Vec<PathBuf>)>> {
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut arrays: Vec<(Option<String>, Vec<PathBuf>)> = vec![];
+        for (number, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let name = words.next().expect("a non-empty line has a word");
+            let members: Vec<PathBuf> = words.map(PathBuf::from).collect();
+            if members.is_empty() {
+                bail!("{}:{}: array {name:?} lists no members", path.display(), number + 1);
+            }
+            if arrays.iter().any(|(n, _)| n.as_deref() == Some(name)) {
+                bail!("{}:{}: array {name:?} listed twice", path.display(), number + 1);
+            }
+            arrays.push((Some(name.to_string()), members));
+        }
+        if arrays.is_empty() {
+            bail!("{}: no array listed (lines: NAME MEMBER...)", path.display());
+        }
+        return Ok(arrays);
+    }
+    // Members given on the command line: one array per array UUID in their superblocks.
+    let mut groups: Vec<(flashraid_format::Uuid, String, Vec<PathBuf>)> = vec![];
+    for path in &args.members {
+        let (_, copies) = flashraid_runtime::inspect(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let newest = copies.iter().flatten().max_by_key(|sb| sb.event).with_context(|| {
+            format!("{}: no valid flashraid superblock (see `flashraid inspect`)", path.display())
+        })?;
+        match groups.iter_mut().find(|(uuid, _, _)| *uuid == newest.array_uuid) {
+            Some((_, _, members)) => members.push(path.clone()),
+            None => groups.push((newest.array_uuid, newest.array_name.clone(), vec![path.clone()])),
+        }
+    }
+    if let Some(only) = &args.name {
+        groups.retain(|(_, name, _)| name == only);
+        if groups.is_empty() {
+            bail!("no member given belongs to an array named {only:?}");
+        }
+    }
+    Ok(groups.into_iter().map(|(_, name, members)| (Some(name), members)).collect())
+}
+
 pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.socket.is_none() && args.tcp.is_none() {
         bail!("give --socket PATH, --tcp ADDR, or both");
@@ -125,19 +185,32 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     };
     let signals = flashraid_nbd::signals::StopSignals::block();
     let mut options = OpenOptions::recommended();
-    options.name = args.name.clone();
     if args.shards.is_some() {
         options.shards = args.shards;
     }
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
-    let array = match &args.memory {
-        None => Array::open(&args.members, &options).context("cannot start the array")?,
-        Some(spec) => memory_array(spec, &args, &options)?,
-    };
-    let array = Arc::new(array);
-    let status = array.status()?;
+    let mut arrays: Vec<Arc<Array>> = vec![];
+    match &args.memory {
+        Some(spec) => arrays.push(Arc::new(memory_array(spec, &args, &options)?)),
+        None => {
+            for (name, members) in arrays_to_start(&args)? {
+                let mut options = options.clone();
+                options.name = name.clone();
+                let array = Array::open(&members, &options).with_context(|| {
+                    format!("cannot start array {}", name.as_deref().unwrap_or("?"))
+                })?;
+                arrays.push(Arc::new(array));
+            }
+        }
+    }
+    let statuses: Vec<ArrayStatus> = arrays.iter().map(|a| a.status()).collect::<Result<_, _>>()?;
+    if args.control.is_some() && arrays.len() > 1 {
+        bail!(
+            "--control names one socket; with several arrays each gets {CONTROL_DIR}/NAME.control"
+        );
+    }
     let mut listeners = vec![];
     if let Some(path) = &args.socket {
         listeners.push(Listener::Unix(unix_listener(path)?));
@@ -146,51 +219,78 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
         listeners.push(Listener::Tcp(l));
     }
-    let control_path =
-        args.control.clone().unwrap_or_else(|| crate::control::default_control_path(&status.name));
-    let control_listener = crate::control::bind(&control_path)?;
     let tls_note = match &tls {
         None => "",
         Some(t) if t.client_certificates => " (TLS required, client certificates checked)",
         Some(_) => " (TLS required)",
     };
-    let export = ExportConfig { name: status.name.clone(), read_only: args.read_only, tls };
-    let server = Arc::new(Server::start(array.clone(), export, listeners)?);
+    let exports = ExportConfig {
+        exports: arrays
+            .iter()
+            .zip(&statuses)
+            .map(|(array, status)| Export {
+                name: status.name.clone(),
+                read_only: args.read_only,
+                array: array.clone(),
+            })
+            .collect(),
+        tls,
+    };
+    let names: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
+    // Control sockets exist before the first client can connect, so a script that sees the
+    // export can ask for its status at once.
+    let mut control_listeners = vec![];
+    for status in &statuses {
+        let path = args
+            .control
+            .clone()
+            .unwrap_or_else(|| args.control_dir.join(format!("{}.control", status.name)));
+        control_listeners.push((crate::control::bind(&path)?, path));
+    }
+    let server = Arc::new(Server::start(exports, listeners)?);
     let control_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let control_thread = {
+    let mut controls = vec![];
+    for (array, (listener, path)) in arrays.iter().zip(control_listeners) {
         let context = crate::control::ControlContext {
             array: array.clone(),
             connections: {
                 let server = server.clone();
                 Box::new(move || server.connections())
             },
-            exports: vec![status.name.clone()],
+            exports: names.clone(),
         };
         let stop = control_stop.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("flashraid-control-socket".into())
-            .spawn(move || crate::control::serve(control_listener, context, stop))?
-    };
-    println!(
-        "serving array {:?} ({}, {}, {} members{}) as export {:?}{}",
-        status.name,
-        status.level,
-        crate::array_cmds::human(status.array_bytes),
-        status.members.len(),
-        if status.degraded { ", DEGRADED" } else { "" },
-        status.name,
-        if args.read_only { " read-only" } else { "" },
-    );
+            .spawn(move || crate::control::serve(listener, context, stop))?;
+        controls.push((path, thread));
+    }
     let scheme = if tls_note.is_empty() { "nbd" } else { "nbds" };
-    if let Some(path) = &args.socket {
-        println!("  unix: {scheme}+unix:///{}?socket={}{tls_note}", status.name, path.display());
+    for (status, (control, _)) in statuses.iter().zip(&controls) {
+        println!(
+            "serving array {:?} ({}, {}, {} members{}) as export {:?}{}",
+            status.name,
+            status.level,
+            crate::array_cmds::human(status.array_bytes),
+            status.members.len(),
+            if status.degraded { ", DEGRADED" } else { "" },
+            status.name,
+            if args.read_only { " read-only" } else { "" },
+        );
+        if let Some(path) = &args.socket {
+            println!(
+                "  unix: {scheme}+unix:///{}?socket={}{tls_note}",
+                status.name,
+                path.display()
+            );
+        }
+        if let Some(addr) = args.tcp {
+            println!("  tcp:  {scheme}://{addr}/{}{tls_note}", status.name);
+        }
+        println!("  control: {} (flashraid status, flashraid fail)", control.display());
     }
-    if let Some(addr) = args.tcp {
-        println!("  tcp:  {scheme}://{addr}/{}{tls_note}", status.name);
-    }
-    println!("  control: {} (flashraid status, flashraid fail)", control_path.display());
     println!(
-        "SIGTERM or Ctrl-C stops: in-flight IO finishes, the array is flushed and marked clean."
+        "SIGTERM or Ctrl-C stops: in-flight IO finishes, the arrays are flushed and marked clean."
     );
     let signal = signals.wait();
     eprintln!(
@@ -199,26 +299,38 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     std::thread::spawn(move || {
         signals.wait();
         eprintln!(
-            "flashraid serve: second signal: exiting now; the array stays dirty and its \
-             write-intent bitmap is resynced at the next start"
+            "flashraid serve: second signal: exiting now; the arrays stay dirty and their \
+             write-intent bitmaps are resynced at the next start"
         );
         std::process::exit(1);
     });
     server.stop();
     control_stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = control_thread.join();
-    let _ = std::fs::remove_file(&control_path);
+    for (path, thread) in controls {
+        let _ = thread.join();
+        let _ = std::fs::remove_file(&path);
+    }
     Arc::try_unwrap(server).map_err(|_| anyhow::anyhow!("the server is still referenced"))?.join();
     if let Some(path) = &args.socket {
         let _ = std::fs::remove_file(path);
     }
-    let array =
-        Arc::try_unwrap(array).map_err(|_| anyhow::anyhow!("connections still hold the array"))?;
-    match array.shutdown()? {
-        Stopped::Clean => eprintln!("flashraid serve: array stopped clean"),
-        Stopped::Dirty => {
-            eprintln!("flashraid serve: array stopped dirty: the next start resyncs it")
+    let mut failed = None;
+    for (array, name) in arrays.into_iter().zip(names) {
+        let array =
+            Arc::try_unwrap(array).map_err(|_| anyhow::anyhow!("array {name:?} still in use"))?;
+        match array.shutdown() {
+            Ok(Stopped::Clean) => eprintln!("flashraid serve: array {name:?} stopped clean"),
+            Ok(Stopped::Dirty) => eprintln!(
+                "flashraid serve: array {name:?} stopped dirty: the next start resyncs it"
+            ),
+            Err(e) => {
+                eprintln!("flashraid serve: array {name:?}: {e}");
+                failed.get_or_insert(e);
+            }
         }
     }
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(e) => Err(e.into()),
+    }
 }

@@ -9,4 +9,4 @@ pub mod server;
 pub mod signals;
 pub mod tls;
 
-pub use server::{ConnectionError, ExportConfig, Listener, Server, serve_connection};
+pub use server::{ConnectionError, Export, ExportConfig, Listener, Server, serve_connection};

@@ -60,14 +60,39 @@ const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 /// How often sleeping loops look at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
 
-/// What is exported, and how.
+/// One array exported by name.
 #[derive(Clone, Debug)]
-pub struct ExportConfig {
-    /// The export's name (clients may also ask for the default export, "").
+pub struct Export {
     pub name: String,
     pub read_only: bool,
+    pub array: Arc<Array>,
+}
+
+/// What a server exports, and how.
+#[derive(Clone, Debug)]
+pub struct ExportConfig {
+    /// Each with a distinct name. A client asking for the default export ("") gets the only
+    /// one, when there is only one.
+    pub exports: Vec<Export>,
     /// When set, TLS is required: clients must STARTTLS before anything else.
     pub tls: Option<crate::tls::TlsSetup>,
+}
+
+impl ExportConfig {
+    /// One array under one name.
+    pub fn single(name: &str, array: Arc<Array>, read_only: bool) -> ExportConfig {
+        ExportConfig {
+            exports: vec![Export { name: name.to_string(), read_only, array }],
+            tls: None,
+        }
+    }
+
+    fn find(&self, asked: &str) -> Option<&Export> {
+        match self.exports.as_slice() {
+            [only] if asked.is_empty() => Some(only),
+            list => list.iter().find(|e| e.name == asked),
+        }
+    }
 }
 
 /// A socket stream either kind of listener gives, or TLS over one.
@@ -136,23 +161,19 @@ pub struct Server {
 }
 
 impl Server {
-    /// Serve `array` on `listeners` until `stop`.
-    pub fn start(
-        array: Arc<Array>,
-        export: ExportConfig,
-        listeners: Vec<Listener>,
-    ) -> io::Result<Server> {
+    /// Serve `exports` on `listeners` until `stop`.
+    pub fn start(exports: ExportConfig, listeners: Vec<Listener>) -> io::Result<Server> {
+        let export = Arc::new(exports);
         let stop = Arc::new(AtomicBool::new(false));
         let connections = Arc::new(AtomicUsize::new(0));
         let mut threads = vec![];
         for listener in listeners {
             listener.set_nonblocking()?;
-            let (array, export, stop, connections) =
-                (array.clone(), export.clone(), stop.clone(), connections.clone());
+            let (export, stop, connections) = (export.clone(), stop.clone(), connections.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("flashraid-nbd-accept".into())
-                    .spawn(move || accept_loop(listener, array, export, stop, connections))?,
+                    .spawn(move || accept_loop(listener, export, stop, connections))?,
             );
         }
         Ok(Server { stop, threads, connections })
@@ -181,8 +202,7 @@ impl Server {
 
 fn accept_loop(
     listener: Listener,
-    array: Arc<Array>,
-    export: ExportConfig,
+    export: Arc<ExportConfig>,
     stop: Arc<AtomicBool>,
     connections: Arc<AtomicUsize>,
 ) {
@@ -204,16 +224,15 @@ fn accept_loop(
             eprintln!("flashraid serve: {CONNECTIONS_MAX} connections already; refusing one");
             continue;
         }
-        let (array, export, stop, count) =
-            (array.clone(), export.clone(), stop.clone(), connections.clone());
+        let (export, stop, count) = (export.clone(), stop.clone(), connections.clone());
         let spawned =
             std::thread::Builder::new().name("flashraid-nbd-conn".into()).spawn(move || {
                 // Declared first, dropped last (also when unwinding): the count falls only
                 // after this thread let go of the array, so `join` then `Arc::try_unwrap`
                 // in the daemon cannot see a stale reference.
                 let _counted = Counted(count);
-                let array = array;
-                if let Err(e) = serve_connection(stream, &array, &export, &stop) {
+                let export = export;
+                if let Err(e) = serve_connection(stream, &export, &stop) {
                     eprintln!("flashraid serve: connection closed: {e}");
                 }
             });
@@ -258,16 +277,15 @@ pub enum ConnectionError {
 /// Serve one client: handshake, then transmission until it disconnects or the server stops.
 pub fn serve_connection(
     stream: Box<dyn Stream>,
-    array: &Array,
-    export: &ExportConfig,
+    exports: &ExportConfig,
     stop: &AtomicBool,
 ) -> Result<(), ConnectionError> {
     stream.set_nonblocking(true)?;
-    let Some(stream) = handshake(stream, array, export, stop)? else {
+    let Some((stream, export)) = handshake(stream, exports, stop)? else {
         return Ok(());
     };
-    let session = array.session_with_bell()?;
-    Transmission::new(stream, session, array.size_bytes(), export.read_only).run(stop)
+    let session = export.array.session_with_bell()?;
+    Transmission::new(stream, session, export.array.size_bytes(), export.read_only).run(stop)
 }
 
 fn transmission_flags(read_only: bool) -> u16 {
@@ -283,18 +301,25 @@ fn transmission_flags(read_only: bool) -> u16 {
     flags
 }
 
-fn name_matches(asked: &str, export: &ExportConfig) -> bool {
-    asked.is_empty() || asked == export.name
+/// One full stripe of data rounded up to a power of two (the protocol requires one). When
+/// the data chunks per stripe are a power of two that is exactly a stripe, written without
+/// reads; otherwise a request that size still covers at least one whole stripe.
+fn preferred_block(array: &Array) -> u32 {
+    u32::try_from(array.geometry().stripe_data_bytes())
+        .ok()
+        .and_then(u32::checked_next_power_of_two)
+        .unwrap_or(REQUEST_BYTES_MAX)
+        .clamp(BLOCK_BYTES_MIN, REQUEST_BYTES_MAX)
 }
 
 /// Fixed newstyle negotiation over a non-blocking socket. Returns the stream to transmit on
 /// (TLS after STARTTLS), or `None` when the client ended the negotiation cleanly (ABORT).
-fn handshake(
+#[allow(clippy::type_complexity)]
+fn handshake<'a>(
     mut stream: Box<dyn Stream>,
-    array: &Array,
-    export: &ExportConfig,
+    exports: &'a ExportConfig,
     stop: &AtomicBool,
-) -> Result<Option<Box<dyn Stream>>, ConnectionError> {
+) -> Result<Option<(Box<dyn Stream>, &'a Export)>, ConnectionError> {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let mut tls_active = false;
     write_full(&mut *stream, &proto::greeting(), stop, deadline)?;
@@ -310,16 +335,6 @@ fn handshake(
         return Err(ConnectionError::UnknownClientFlags(client_flags));
     }
     let no_zeroes = client_flags & proto::CLIENT_NO_ZEROES != 0;
-    let size = array.size_bytes();
-    let tflags = transmission_flags(export.read_only);
-    // One full stripe of data rounded up to a power of two (the protocol requires one). When
-    // the data chunks per stripe are a power of two that is exactly a stripe, written without
-    // reads; otherwise a request that size still covers at least one whole stripe.
-    let preferred = u32::try_from(array.geometry().stripe_data_bytes())
-        .ok()
-        .and_then(u32::checked_next_power_of_two)
-        .unwrap_or(REQUEST_BYTES_MAX)
-        .clamp(BLOCK_BYTES_MIN, REQUEST_BYTES_MAX);
     let mut out = Vec::with_capacity(256);
     loop {
         let mut header = [0u8; proto::OPTION_HEADER_BYTES];
@@ -340,7 +355,7 @@ fn handshake(
         };
         let mut payload = vec![0u8; h.len as usize];
         read_full(&mut *stream, &mut payload, stop, deadline)?;
-        if export.tls.is_some()
+        if exports.tls.is_some()
             && !tls_active
             && h.option != proto::OPT_STARTTLS
             && h.option != proto::OPT_ABORT
@@ -356,13 +371,15 @@ fn handshake(
         match h.option {
             proto::OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&payload).into_owned();
-                if !name_matches(&name, export) {
+                let Some(export) = exports.find(&name) else {
                     // The protocol has no error reply for this option: close.
                     return Err(ConnectionError::UnknownExport(name));
-                }
+                };
+                let size = export.array.size_bytes();
+                let tflags = transmission_flags(export.read_only);
                 proto::export_name_reply(size, tflags, no_zeroes, &mut out);
                 write_full(&mut *stream, &out, stop, deadline)?;
-                return Ok(Some(stream));
+                return Ok(Some((stream, export)));
             }
             proto::OPT_ABORT => {
                 proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
@@ -371,10 +388,12 @@ fn handshake(
             }
             proto::OPT_LIST => {
                 if payload.is_empty() {
-                    let mut entry = Vec::with_capacity(4 + export.name.len());
-                    entry.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
-                    entry.extend_from_slice(export.name.as_bytes());
-                    proto::option_reply(h.option, proto::REP_SERVER, &entry, &mut out);
+                    for export in &exports.exports {
+                        let mut entry = Vec::with_capacity(4 + export.name.len());
+                        entry.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
+                        entry.extend_from_slice(export.name.as_bytes());
+                        proto::option_reply(h.option, proto::REP_SERVER, &entry, &mut out);
+                    }
                     proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
                 } else {
                     proto::option_reply(h.option, proto::REP_ERR_INVALID, &[], &mut out);
@@ -382,28 +401,31 @@ fn handshake(
             }
             proto::OPT_INFO | proto::OPT_GO => match proto::decode_info_request(&payload) {
                 None => proto::option_reply(h.option, proto::REP_ERR_INVALID, &[], &mut out),
-                Some(req) if !name_matches(&req.name, export) => {
-                    proto::option_reply(h.option, proto::REP_ERR_UNKNOWN, &[], &mut out)
-                }
-                Some(req) => {
-                    let info = proto::info_export(size, tflags);
-                    proto::option_reply(h.option, proto::REP_INFO, &info, &mut out);
-                    let block =
-                        proto::info_block_size(BLOCK_BYTES_MIN, preferred, REQUEST_BYTES_MAX);
-                    proto::option_reply(h.option, proto::REP_INFO, &block, &mut out);
-                    if req.requests.contains(&proto::INFO_NAME) {
-                        let mut name = proto::INFO_NAME.to_be_bytes().to_vec();
-                        name.extend_from_slice(export.name.as_bytes());
-                        proto::option_reply(h.option, proto::REP_INFO, &name, &mut out);
+                Some(req) => match exports.find(&req.name) {
+                    None => proto::option_reply(h.option, proto::REP_ERR_UNKNOWN, &[], &mut out),
+                    Some(export) => {
+                        let size = export.array.size_bytes();
+                        let tflags = transmission_flags(export.read_only);
+                        let preferred = preferred_block(&export.array);
+                        let info = proto::info_export(size, tflags);
+                        proto::option_reply(h.option, proto::REP_INFO, &info, &mut out);
+                        let block =
+                            proto::info_block_size(BLOCK_BYTES_MIN, preferred, REQUEST_BYTES_MAX);
+                        proto::option_reply(h.option, proto::REP_INFO, &block, &mut out);
+                        if req.requests.contains(&proto::INFO_NAME) {
+                            let mut name = proto::INFO_NAME.to_be_bytes().to_vec();
+                            name.extend_from_slice(export.name.as_bytes());
+                            proto::option_reply(h.option, proto::REP_INFO, &name, &mut out);
+                        }
+                        proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
+                        if h.option == proto::OPT_GO {
+                            write_full(&mut *stream, &out, stop, deadline)?;
+                            return Ok(Some((stream, export)));
+                        }
                     }
-                    proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
-                    if h.option == proto::OPT_GO {
-                        write_full(&mut *stream, &out, stop, deadline)?;
-                        return Ok(Some(stream));
-                    }
-                }
+                },
             },
-            proto::OPT_STARTTLS => match &export.tls {
+            proto::OPT_STARTTLS => match &exports.tls {
                 None => {
                     let why = b"TLS is not configured on this server";
                     proto::option_reply(h.option, proto::REP_ERR_POLICY, why, &mut out);
@@ -619,7 +641,8 @@ impl Transmission {
                 // Requests in flight finish within microseconds on fast members: poll a
                 // little (yielding the core) before paying for a sleep and a wake-up.
                 (false, Some(since))
-                    if self.in_flight() > 0 && since.elapsed() < SPIN_BEFORE_SLEEP =>
+                    if (self.in_flight() > 0 || self.rend > self.rstart)
+                        && since.elapsed() < SPIN_BEFORE_SLEEP =>
                 {
                     std::thread::yield_now();
                 }

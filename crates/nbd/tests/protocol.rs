@@ -48,8 +48,8 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("s");
         let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
-        let export = ExportConfig { name: "t".into(), read_only, tls: None };
-        let server = Server::start(array.clone(), export, vec![listener]).unwrap();
+        let export = ExportConfig::single("t", array.clone(), read_only);
+        let server = Server::start(export, vec![listener]).unwrap();
         Fixture { _dir: dir, socket, server: Some(server), array: Some(array) }
     }
 
@@ -456,5 +456,89 @@ fn decoders_never_panic_on_garbage() {
             assert_eq!(used, proto::REQUEST_BYTES);
             let _ = r.payload_bytes();
         }
+    }
+}
+
+#[test]
+fn several_exports_are_listed_and_chosen_by_name() {
+    let open = |name: &str, level: Level, count: usize| {
+        let members: Vec<_> =
+            (0..count).map(|i| MemMember::new(&format!("{name}{i}"), 8 << 20)).collect();
+        let spec = CreateSpec {
+            name: name.into(),
+            level,
+            chunk_bytes: 16384,
+            members: vec![],
+            spares: vec![],
+            create_files_bytes: None,
+            overwrite: Overwrite::Refuse,
+            init: None,
+            bitmap_region_bytes: None,
+            shards: 1,
+        };
+        create_in_memory(&spec, &members).unwrap();
+        let mut options = OpenOptions::recommended();
+        options.shards = Some(1);
+        options.session_buffer_bytes = 16 << 20;
+        Arc::new(Array::open_in_memory(&members, &options).unwrap())
+    };
+    let a = open("a", Level::Raid5, 4);
+    let b = open("b", Level::Raid1, 2);
+    let exports = ExportConfig {
+        exports: vec![
+            flashraid_nbd::Export { name: "a".into(), read_only: false, array: a.clone() },
+            flashraid_nbd::Export { name: "b".into(), read_only: true, array: b.clone() },
+        ],
+        tls: None,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s");
+    let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
+    let server = Server::start(exports, vec![listener]).unwrap();
+    let connect = || {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        greet(&mut s);
+        s
+    };
+    let mut s = connect();
+    send_option(&mut s, proto::OPT_LIST, &[]);
+    let mut names = vec![];
+    loop {
+        let (kind, entry) = read_option_reply(&mut s, proto::OPT_LIST);
+        if kind == proto::REP_ACK {
+            break;
+        }
+        names.push(String::from_utf8(entry[4..].to_vec()).unwrap());
+    }
+    assert_eq!(names, ["a", "b"]);
+    // With two exports there is no default one.
+    send_option(&mut s, proto::OPT_INFO, &go_payload("", &[]));
+    assert_eq!(read_option_reply(&mut s, proto::OPT_INFO).0, proto::REP_ERR_UNKNOWN);
+    // Each name reaches its own array, with its own size and flags.
+    let mut sizes = vec![];
+    for name in ["a", "b"] {
+        let mut s = connect();
+        send_option(&mut s, proto::OPT_GO, &go_payload(name, &[]));
+        loop {
+            let (kind, p) = read_option_reply(&mut s, proto::OPT_GO);
+            if kind == proto::REP_ACK {
+                break;
+            }
+            if u16::from_be_bytes([p[0], p[1]]) == proto::INFO_EXPORT {
+                let flags = u16::from_be_bytes([p[10], p[11]]);
+                sizes.push(u64::from_be_bytes(p[2..10].try_into().unwrap()));
+                assert_eq!(flags & proto::TFLAG_READ_ONLY != 0, name == "b");
+            }
+        }
+        let mut c = Client { s, size: 0 };
+        let expected = if name == "a" { 0 } else { proto::EPERM };
+        assert_eq!(c.write(0, &[1u8; 4096]), expected);
+    }
+    assert_eq!(sizes, [a.size_bytes(), b.size_bytes()]);
+    server.stop();
+    server.join();
+    for array in [a, b] {
+        Arc::try_unwrap(array).unwrap().shutdown().unwrap();
     }
 }

@@ -74,9 +74,10 @@ fn server(pki: &Pki, socket: &std::path::Path) -> (Server, Arc<Array>) {
         Some(&d.join("ca.pem")),
     )
     .unwrap();
-    let export = ExportConfig { name: "t".into(), read_only: false, tls: Some(tls) };
+    let mut export = ExportConfig::single("t", array.clone(), false);
+    export.tls = Some(tls);
     let listener = Listener::Unix(UnixListener::bind(socket).unwrap());
-    (Server::start(array.clone(), export, vec![listener]).unwrap(), array)
+    (Server::start(export, vec![listener]).unwrap(), array)
 }
 
 fn greet(s: &mut impl ReadWrite) {
