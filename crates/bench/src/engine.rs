@@ -14,7 +14,11 @@
 //!   so the bound is `1 / ((1+m)/R + (1+m)/W)` with R, W the raw random read and write IOPS;
 //!   mirrors write every copy: `W / copies`;
 //! - full-stripe sequential writes: `(N - M) / N` of the raw write bandwidth (mirrors:
-//!   `1 / copies`).
+//!   `1 / copies`);
+//! - a custom load (`--pattern`, `--block-size`, `--read-percent`): the raw run has the same
+//!   shape; an array read costs one member IO, a write `copies` (mirrors), 2(1+m) (random, on
+//!   parity levels: read-modify-write) or N/(N-M) of its bytes (sequential, whole stripes).
+//!   A model, not a measurement: it ignores that member reads and writes cost differently.
 
 use crate::load::{
     Drive, Measured, Pattern, RawArea, run_array, run_array_pollers, run_raw, run_raw_memory,
@@ -49,6 +53,12 @@ pub enum Workload {
     SeqRead1m,
     /// Sequential writes of whole stripes.
     SeqWriteStripe,
+    /// A load of the user's shape (`--pattern`, `--block-size`, `--read-percent`).
+    Custom {
+        sequential: bool,
+        block_bytes: u32,
+        read_percent: u8,
+    },
 }
 
 impl Workload {
@@ -60,13 +70,18 @@ impl Workload {
         Workload::SeqWriteStripe,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
         match self {
-            Workload::RandRead4k => "randread-4k",
-            Workload::RandWrite4k => "randwrite-4k",
-            Workload::SeqRead128k => "seqread-128k",
-            Workload::SeqRead1m => "seqread-1m",
-            Workload::SeqWriteStripe => "seqwrite-stripe",
+            Workload::RandRead4k => "randread-4k".into(),
+            Workload::RandWrite4k => "randwrite-4k".into(),
+            Workload::SeqRead128k => "seqread-128k".into(),
+            Workload::SeqRead1m => "seqread-1m".into(),
+            Workload::SeqWriteStripe => "seqwrite-stripe".into(),
+            Workload::Custom { sequential, block_bytes, read_percent } => format!(
+                "{}-{}k-r{read_percent}",
+                if sequential { "seq" } else { "rand" },
+                block_bytes >> 10
+            ),
         }
     }
 
@@ -77,19 +92,31 @@ impl Workload {
     /// (array pattern, raw pattern): block sizes may differ (a full stripe on the array is
     /// 128 KiB pieces on the members).
     fn patterns(self, stripe_bytes: u32) -> (Pattern, Pattern) {
-        let p = |block_bytes, write, sequential| Pattern { block_bytes, write, sequential };
+        let p = |block_bytes, write: bool, sequential| Pattern {
+            block_bytes,
+            read_percent: if write { 0 } else { 100 },
+            sequential,
+        };
         match self {
             Workload::RandRead4k => (p(4096, false, false), p(4096, false, false)),
             Workload::RandWrite4k => (p(4096, true, false), p(4096, true, false)),
             Workload::SeqRead128k => (p(131072, false, true), p(131072, false, true)),
             Workload::SeqRead1m => (p(1 << 20, false, true), p(1 << 20, false, true)),
             Workload::SeqWriteStripe => (p(stripe_bytes, true, true), p(131072, true, true)),
+            Workload::Custom { sequential, block_bytes, read_percent } => {
+                let same = Pattern { block_bytes, read_percent, sequential };
+                (same, same)
+            }
         }
     }
 
     /// Whether figures are IOPS (random) or bytes per second (sequential).
     fn uses_iops(self) -> bool {
-        matches!(self, Workload::RandRead4k | Workload::RandWrite4k)
+        match self {
+            Workload::RandRead4k | Workload::RandWrite4k => true,
+            Workload::Custom { sequential, .. } => !sequential,
+            _ => false,
+        }
     }
 }
 
@@ -146,7 +173,10 @@ pub struct Report {
 
 fn target(workload: Workload) -> f64 {
     match workload {
-        Workload::RandRead4k | Workload::RandWrite4k | Workload::SeqWriteStripe => 0.90,
+        Workload::RandRead4k
+        | Workload::RandWrite4k
+        | Workload::SeqWriteStripe
+        | Workload::Custom { .. } => 0.90,
         Workload::SeqRead128k | Workload::SeqRead1m => 0.95,
     }
 }
@@ -180,6 +210,20 @@ fn bound(
         }
         Workload::SeqWriteStripe => {
             raw.bytes_per_second * if m == 0.0 { 1.0 / copies } else { (n - m) / n }
+        }
+        Workload::Custom { sequential, read_percent, .. } => {
+            // The raw run had the same shape, each of its IOs one member IO. An array IO
+            // costs one member IO to read; to write, `copies` on mirrors, 2(1+m) small
+            // read-modify-write IOs on parity levels when random, N/(N-M) of the data when
+            // sequential (whole stripes).
+            let r = f64::from(read_percent) / 100.0;
+            let write_cost = match (m == 0.0, sequential) {
+                (true, _) => copies,
+                (false, false) => 2.0 * (1.0 + m),
+                (false, true) => n / (n - m),
+            };
+            let raw_value = if workload.uses_iops() { raw.iops } else { raw.bytes_per_second };
+            raw_value / (r + (1.0 - r) * write_cost)
         }
     }
 }

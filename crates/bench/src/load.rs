@@ -108,8 +108,25 @@ fn measured(
 #[derive(Clone, Copy, Debug)]
 pub struct Pattern {
     pub block_bytes: u32,
-    pub write: bool,
+    /// Share of IOs that read, 0 to 100; each IO draws its kind from the job's seeded RNG.
+    pub read_percent: u8,
     pub sequential: bool,
+}
+
+impl Pattern {
+    /// Whether the next IO writes.
+    fn draw_write(&self, rng: &mut SmallRng) -> bool {
+        match self.read_percent {
+            100.. => false,
+            0 => true,
+            p => rng.random_range(0..100u8) >= p,
+        }
+    }
+
+    /// Whether any IO writes (write data is prepared only then).
+    pub fn writes(&self) -> bool {
+        self.read_percent < 100
+    }
 }
 
 /// Where the raw members' data areas are.
@@ -204,7 +221,7 @@ fn raw_job(
             let offset_bytes = area.offset_bytes + block_index * block;
             let file = u32::try_from(member).expect("fits");
             let ptr = bufs[slot].as_mut_ptr();
-            let op = if pattern.write {
+            let op = if pattern.draw_write(&mut rng) {
                 Op::Write {
                     file,
                     offset_bytes,
@@ -313,7 +330,7 @@ fn memory_job(
         };
         let offset_bytes = area.offset_bytes + block_index * block;
         let started = Instant::now();
-        if pattern.write {
+        if pattern.draw_write(&mut rng) {
             members[member].write(&buf, offset_bytes)?;
         } else {
             members[member].read(&mut buf, offset_bytes)?;
@@ -378,38 +395,21 @@ fn array_job(
     let mut session = array.session().map_err(|e| e.to_string())?;
     let block = u64::from(pattern.block_bytes);
     let data = vec![0x5au8; usize::try_from(block).expect("fits")];
-    let blocks = size / block;
-    let slice = (blocks / jobs as u64).max(1);
-    let mut cursor = 0u64;
-    let mut rng = SmallRng::seed_from_u64(seed ^ (job as u64) << 40);
+    let mut ops = OpGen::new(size, pattern, job, jobs, seed);
     let mut started = vec![Instant::now(); queue_depth];
     let mut histogram = Histogram::new();
     let (mut ios, mut bytes) = (0u64, 0u64);
     let deadline = Instant::now() + duration;
-    let mut next_op = |rng: &mut SmallRng| {
-        let index = if pattern.sequential {
-            let i = job as u64 * slice + cursor % slice;
-            cursor += 1;
-            i.min(blocks - 1)
-        } else {
-            rng.random_range(0..blocks)
-        };
-        let offset = ArrayOffset(index * block);
-        if pattern.write {
-            ArrayOp::Write { offset, len_bytes: block, durability: Durability::Cached }
-        } else {
-            ArrayOp::Read { offset, len_bytes: block }
-        }
-    };
     for slot in 0..queue_depth {
-        let op = next_op(&mut rng);
+        let op = ops.next();
         started[slot] = Instant::now();
-        submit_retrying(&mut session, op, pattern.write.then_some(data.as_slice()), slot as u64)?;
+        submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
     }
     let mut in_flight = queue_depth;
     let mut failure: Option<String> = None;
+    let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
     while in_flight > 0 {
-        let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
+        finished.clear();
         session.poll(true, &mut |event| {
             if let Event::Done { tag, result } = event {
                 if let Err(e) = result {
@@ -421,19 +421,14 @@ fn array_job(
         if let Some(e) = failure.take() {
             return Err(format!("array IO failed: {e}"));
         }
-        for slot in finished {
+        for &slot in &finished {
             histogram.record(started[slot].elapsed());
             ios += 1;
             bytes += block;
             if Instant::now() < deadline {
-                let op = next_op(&mut rng);
+                let op = ops.next();
                 started[slot] = Instant::now();
-                submit_retrying(
-                    &mut session,
-                    op,
-                    pattern.write.then_some(data.as_slice()),
-                    slot as u64,
-                )?;
+                submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
             } else {
                 in_flight -= 1;
             }
@@ -490,7 +485,7 @@ impl OpGen {
             self.rng.random_range(0..self.blocks)
         };
         let offset = ArrayOffset(index * self.block);
-        if self.pattern.write {
+        if self.pattern.draw_write(&mut self.rng) {
             ArrayOp::Write { offset, len_bytes: self.block, durability: Durability::Cached }
         } else {
             ArrayOp::Read { offset, len_bytes: self.block }
@@ -520,7 +515,7 @@ impl PollerJob {
     fn submit(&mut self, slot: usize, now: Instant) -> Result<(), String> {
         let op = self.ops.next();
         self.started[slot] = now;
-        let data = self.ops.pattern.write.then_some(self.data.as_slice());
+        let data = write_data(&op, &self.data);
         submit_retrying(&mut self.session, op, data, slot as u64)
     }
 
@@ -633,6 +628,11 @@ pub fn run_array_pollers(
         histogram.merge(&h);
     }
     Ok(measured(ios, bytes, wall, cpu, &histogram))
+}
+
+/// The payload of `op` if it writes.
+fn write_data<'a>(op: &ArrayOp, data: &'a [u8]) -> Option<&'a [u8]> {
+    matches!(op, ArrayOp::Write { .. }).then_some(data)
 }
 
 /// Submit one request. The bench sizes the session's buffers for its queue depth, so a

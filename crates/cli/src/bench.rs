@@ -59,6 +59,15 @@ pub struct EngineArgs {
     /// seqwrite-stripe.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
+    /// A load of your own shape instead of the standard workloads: `rand` or `seq`...
+    #[arg(long, value_parser = ["rand", "seq"])]
+    pattern: Option<String>,
+    /// ...with this block size (e.g. 4K, 64K, 1M; default 4K)...
+    #[arg(long, value_parser = crate::array_cmds::parse_size)]
+    block_size: Option<u64>,
+    /// ...and this share of reads, 0-100 (default 100; e.g. 70 for a 70/30 mix).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+    read_percent: Option<u8>,
     /// Merge window for partial-stripe writes, microseconds.
     #[arg(long, default_value_t = 0)]
     merge_window_us: u64,
@@ -137,7 +146,21 @@ pub fn run(command: BenchCommand) -> Result<()> {
 fn run_engine(args: EngineArgs) -> Result<()> {
     use flashraid_bench::engine::{Backend, Config, Workload, format_report, run};
     use flashraid_bench::load::Drive;
-    let workloads = if args.workloads.is_empty() {
+    let custom = args.pattern.is_some() || args.block_size.is_some() || args.read_percent.is_some();
+    let workloads = if custom {
+        if !args.workloads.is_empty() {
+            bail!("give either --workloads or --pattern/--block-size/--read-percent");
+        }
+        let block_bytes = args.block_size.unwrap_or(4096);
+        if block_bytes == 0 || !block_bytes.is_multiple_of(4096) || block_bytes > 16 << 20 {
+            bail!("--block-size must be a multiple of 4 KiB, at most 16 MiB");
+        }
+        vec![Workload::Custom {
+            sequential: args.pattern.as_deref() == Some("seq"),
+            block_bytes: block_bytes as u32,
+            read_percent: args.read_percent.unwrap_or(100),
+        }]
+    } else if args.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
         args.workloads
