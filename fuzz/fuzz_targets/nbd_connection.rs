@@ -9,7 +9,6 @@
 
 #![no_main]
 
-use flashraid_control::Overwrite;
 use flashraid_layout::Level;
 use flashraid_nbd::proto;
 use flashraid_nbd::{ExportConfig, serve_connection};
@@ -17,8 +16,8 @@ use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create_in_mem
 use libfuzzer_sys::fuzz_target;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 fn exports() -> &'static ExportConfig {
     static EXPORTS: OnceLock<ExportConfig> = OnceLock::new();
@@ -28,18 +27,7 @@ fn exports() -> &'static ExportConfig {
 fn array() -> Array {
     {
         let members: Vec<_> = (0..5).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
-        let spec = CreateSpec {
-            name: "f".into(),
-            level: Level::Raid6,
-            chunk_bytes: 4096,
-            members: vec![],
-            spares: vec![],
-            create_files_bytes: None,
-            overwrite: Overwrite::Refuse,
-            init: None,
-            bitmap_region_bytes: None,
-            shards: 1,
-        };
+        let spec = CreateSpec::in_memory("f", Level::Raid6, 4096, 1);
         create_in_memory(&spec, &members).expect("create");
         let mut options = OpenOptions::recommended();
         options.shards = Some(1);

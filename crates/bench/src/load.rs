@@ -104,6 +104,23 @@ fn measured(
     }
 }
 
+/// Add up the jobs' counts and latencies into one measurement.
+fn combine(
+    results: impl IntoIterator<Item = Result<(u64, u64, Histogram), String>>,
+    wall: Duration,
+    cpu: Duration,
+) -> Result<Measured, String> {
+    let (mut ios, mut bytes) = (0, 0);
+    let mut histogram = Histogram::new();
+    for result in results {
+        let (i, b, h) = result?;
+        ios += i;
+        bytes += b;
+        histogram.merge(&h);
+    }
+    Ok(measured(ios, bytes, wall, cpu, &histogram))
+}
+
 /// The shape of a load.
 #[derive(Clone, Copy, Debug)]
 pub struct Pattern {
@@ -164,16 +181,7 @@ pub fn run_raw(
     });
     let wall = start.elapsed();
     let cpu = cpu_start.elapsed();
-    let mut ios = 0;
-    let mut bytes = 0;
-    let mut histogram = Histogram::new();
-    for r in results {
-        let (i, b, h) = r?;
-        ios += i;
-        bytes += b;
-        histogram.merge(&h);
-    }
-    Ok(measured(ios, bytes, wall, cpu, &histogram))
+    combine(results, wall, cpu)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -286,16 +294,7 @@ pub fn run_raw_memory(
     });
     let wall = start.elapsed();
     let cpu = cpu_start.elapsed();
-    let mut ios = 0;
-    let mut bytes = 0;
-    let mut histogram = Histogram::new();
-    for r in results {
-        let (i, b, h) = r?;
-        ios += i;
-        bytes += b;
-        histogram.merge(&h);
-    }
-    Ok(measured(ios, bytes, wall, cpu, &histogram))
+    combine(results, wall, cpu)
 }
 
 fn memory_job(
@@ -369,16 +368,7 @@ pub fn run_array(
     });
     let wall = start.elapsed();
     let cpu = cpu_start.elapsed();
-    let mut ios = 0;
-    let mut bytes = 0;
-    let mut histogram = Histogram::new();
-    for r in results {
-        let (i, b, h) = r?;
-        ios += i;
-        bytes += b;
-        histogram.merge(&h);
-    }
-    Ok(measured(ios, bytes, wall, cpu, &histogram))
+    combine(results, wall, cpu)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -618,16 +608,7 @@ pub fn run_array_pollers(
     array.run_on_shards(list).map_err(|e| e.to_string())?;
     let wall = start.elapsed();
     let cpu = cpu_start.elapsed();
-    let mut ios = 0;
-    let mut bytes = 0;
-    let mut histogram = Histogram::new();
-    for result in rx.iter() {
-        let (i, b, h) = result?;
-        ios += i;
-        bytes += b;
-        histogram.merge(&h);
-    }
-    Ok(measured(ios, bytes, wall, cpu, &histogram))
+    combine(rx.iter(), wall, cpu)
 }
 
 /// The payload of `op` if it writes.

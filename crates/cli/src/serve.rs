@@ -96,20 +96,12 @@ fn memory_array(spec: &str, args: &ServeArgs, options: &OpenOptions) -> Result<A
     let members: Vec<_> = (0..count)
         .map(|i| flashraid_runtime::MemMember::new(&format!("memory{i}"), size))
         .collect();
-    let create = flashraid_runtime::CreateSpec {
-        name: args.name.clone().unwrap_or_else(|| "memory".to_string()),
-        level: args.level,
-        chunk_bytes: args.chunk_kib << 10,
-        members: vec![],
-        spares: vec![],
-        create_files_bytes: None,
-        overwrite: flashraid_control::Overwrite::Refuse,
-        init: None,
-        bitmap_region_bytes: None,
-        shards: options
-            .shards
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
-    };
+    let shards = options
+        .shards
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let name = args.name.clone().unwrap_or_else(|| "memory".to_string());
+    let create =
+        flashraid_runtime::CreateSpec::in_memory(&name, args.level, args.chunk_kib << 10, shards);
     flashraid_runtime::create_in_memory(&create, &members)?;
     Array::open_in_memory(&members, options).context("cannot start the in-memory array")
 }

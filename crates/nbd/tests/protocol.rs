@@ -3,7 +3,6 @@
 //! that vanishes mid-write. Real clients (nbdsh, qemu-io, fio, nbdfuse) are in
 //! scripts/e2e-nbd.sh.
 
-use flashraid_control::Overwrite;
 use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Decoded, Request};
 use flashraid_nbd::{ExportConfig, Listener, Server};
@@ -28,18 +27,7 @@ impl Fixture {
     fn with_members(read_only: bool, count: usize, member_bytes: u64) -> Fixture {
         let members: Vec<_> =
             (0..count).map(|i| MemMember::new(&format!("m{i}"), member_bytes)).collect();
-        let spec = CreateSpec {
-            name: "t".into(),
-            level: Level::Raid6,
-            chunk_bytes: 16384,
-            members: vec![],
-            spares: vec![],
-            create_files_bytes: None,
-            overwrite: Overwrite::Refuse,
-            init: None,
-            bitmap_region_bytes: None,
-            shards: 2,
-        };
+        let spec = CreateSpec::in_memory("t", Level::Raid6, 16384, 2);
         create_in_memory(&spec, &members).unwrap();
         let mut options = OpenOptions::recommended();
         options.shards = Some(2);
@@ -464,18 +452,7 @@ fn several_exports_are_listed_and_chosen_by_name() {
     let open = |name: &str, level: Level, count: usize| {
         let members: Vec<_> =
             (0..count).map(|i| MemMember::new(&format!("{name}{i}"), 8 << 20)).collect();
-        let spec = CreateSpec {
-            name: name.into(),
-            level,
-            chunk_bytes: 16384,
-            members: vec![],
-            spares: vec![],
-            create_files_bytes: None,
-            overwrite: Overwrite::Refuse,
-            init: None,
-            bitmap_region_bytes: None,
-            shards: 1,
-        };
+        let spec = CreateSpec::in_memory(name, level, 16384, 1);
         create_in_memory(&spec, &members).unwrap();
         let mut options = OpenOptions::recommended();
         options.shards = Some(1);

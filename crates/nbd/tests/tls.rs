@@ -3,7 +3,6 @@
 //! serves reads and writes through TLS. Real clients (nbdinfo, nbdsh, qemu-io) are in
 //! scripts/e2e-nbd.sh.
 
-use flashraid_control::Overwrite;
 use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Request};
 use flashraid_nbd::{ExportConfig, Listener, Server};
@@ -49,18 +48,7 @@ impl Pki {
 
 fn server(pki: &Pki, socket: &std::path::Path) -> (Server, Arc<Array>) {
     let members: Vec<_> = (0..4).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
-    let spec = CreateSpec {
-        name: "t".into(),
-        level: Level::Raid5,
-        chunk_bytes: 16384,
-        members: vec![],
-        spares: vec![],
-        create_files_bytes: None,
-        overwrite: Overwrite::Refuse,
-        init: None,
-        bitmap_region_bytes: None,
-        shards: 1,
-    };
+    let spec = CreateSpec::in_memory("t", Level::Raid5, 16384, 1);
     create_in_memory(&spec, &members).unwrap();
     let mut options = OpenOptions::recommended();
     options.shards = Some(1);
@@ -95,12 +83,7 @@ fn option(s: &mut impl ReadWrite, option: u32, payload: &[u8]) -> (u32, Vec<u8>)
     b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
     b.extend_from_slice(payload);
     s.write_all(&b).unwrap();
-    let mut h = [0u8; 20];
-    s.read_exact(&mut h).unwrap();
-    let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
-    let mut p = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-    s.read_exact(&mut p).unwrap();
-    (kind, p)
+    read_reply(s)
 }
 
 fn go_payload() -> Vec<u8> {

@@ -48,6 +48,25 @@ pub struct CreateSpec {
     pub shards: u32,
 }
 
+impl CreateSpec {
+    /// An array on in-memory members (`create_in_memory`), initialised by zeroing, with the
+    /// default bitmap: what tests, fuzzing and `serve --memory` need.
+    pub fn in_memory(name: &str, level: Level, chunk_bytes: u64, shards: u32) -> CreateSpec {
+        CreateSpec {
+            name: name.to_string(),
+            level,
+            chunk_bytes,
+            members: vec![],
+            spares: vec![],
+            create_files_bytes: None,
+            overwrite: Overwrite::Refuse,
+            init: None,
+            bitmap_region_bytes: None,
+            shards,
+        }
+    }
+}
+
 /// What `create` made.
 #[derive(Clone, Debug)]
 pub struct CreatedArray {

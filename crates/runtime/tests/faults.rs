@@ -6,7 +6,6 @@
 //! assertion: waits for the controller (member failure, resync) poll `status` with a
 //! generous deadline.
 
-use flashraid_control::Overwrite;
 use flashraid_engine::{ArrayOp, Durability, Health};
 use flashraid_format::layout::DATA_OFFSET_BYTES;
 use flashraid_layout::{ArrayOffset, Geometry, Level, StripeIndex};
@@ -28,18 +27,7 @@ fn members(count: usize, power: &PowerDomain) -> Vec<Arc<MemMember>> {
 }
 
 fn create(level: Level, members: &[Arc<MemMember>]) -> Geometry {
-    let spec = CreateSpec {
-        name: "faults".into(),
-        level,
-        chunk_bytes: CHUNK_BYTES,
-        members: vec![],
-        spares: vec![],
-        create_files_bytes: None,
-        overwrite: Overwrite::Refuse,
-        init: None,
-        bitmap_region_bytes: None,
-        shards: 2,
-    };
+    let spec = CreateSpec::in_memory("faults", level, CHUNK_BYTES, 2);
     create_in_memory(&spec, members).unwrap().geometry
 }
 
