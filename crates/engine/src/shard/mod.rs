@@ -770,8 +770,12 @@ impl Shard {
 
     /// Whether more members are unavailable than every stripe survives.
     pub fn array_failed(&self) -> bool {
-        let failed: Vec<bool> = self.members.iter().map(|m| m.health != Health::Active).collect();
-        !self.geometry.survives(&failed)
+        // On every write's path: a fixed array, no allocation.
+        let mut failed = [false; flashraid_layout::MEMBERS_MAX];
+        for (f, m) in failed.iter_mut().zip(&self.members) {
+            *f = m.health != Health::Active;
+        }
+        !self.geometry.survives(&failed[..self.members.len()])
     }
 
     fn fail_member(&mut self, member: u16, reason: FailReason) {
@@ -849,9 +853,11 @@ impl Shard {
     fn release_scratch(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_mut().expect("live op");
         assert_eq!(op.pending, 0, "scratch released with IO in flight");
-        let bufs: Vec<IoBuf> = op.scratch.iter_mut().filter_map(Option::take).collect();
-        for buf in bufs {
-            self.pool.give(buf);
+        // Field by field, so the buffers go back without a temporary list (this runs for
+        // every operation that used scratch).
+        let pool = &mut self.pool;
+        for buf in op.scratch.iter_mut().filter_map(Option::take) {
+            pool.give(buf);
         }
     }
 
