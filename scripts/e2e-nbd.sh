@@ -24,6 +24,7 @@ URI="nbd+unix:///e2e?socket=$SOCK"
 TCP_URI="nbd://127.0.0.1:$PORT/e2e"
 SERVER_PID=
 TLS_PID=
+MULTI_PID=
 LOOP=
 FUSE_PID=
 
@@ -41,6 +42,7 @@ cleanup() {
     unmount_all || true
     if [ -n "$SERVER_PID" ]; then kill -9 "$SERVER_PID" 2>/dev/null || true; fi
     if [ -n "$TLS_PID" ]; then kill -9 "$TLS_PID" 2>/dev/null || true; fi
+    if [ -n "$MULTI_PID" ]; then kill -9 "$MULTI_PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -270,6 +272,7 @@ assert h.pread(16384, 8192) == data[:16384]
     done
     kill -TERM "$MULTI_PID"
     wait "$MULTI_PID" || { cat "$WORK/multi.log"; fail "multi-array server ($how)"; }
+    MULTI_PID=
     [ "$(grep -c 'stopped clean' "$WORK/multi.log")" = 2 ] || fail "both arrays stopped clean ($how)"
     echo "two arrays served from $how"
 done

@@ -49,6 +49,8 @@ pub(crate) const WAKER_TAG: u64 = 0;
 /// How long a reactor with nothing to do keeps polling (yielding its core between turns)
 /// before it sleeps.
 pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+/// A polling reactor with nothing to do yields its core once per this many idle turns.
+const YIELD_EVERY_IDLE_TURNS: u32 = 8;
 /// How long an idle reactor sleeps before ticking the shard's timers.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
@@ -240,33 +242,37 @@ impl Reactor {
             jobs: Vec::with_capacity(SHARD_JOBS_MAX),
         };
         let mut idle_since: Option<Instant> = None;
+        let mut idle_turns = 0u32;
         loop {
             let progress = match self.turn(&mut state) {
                 Next::Continue { progress } => progress,
                 Next::Exit => return,
             };
+            idle_turns = if progress { 0 } else { idle_turns.saturating_add(1) };
             // Submit what was queued; sleep only when nothing happened for a while and no
             // job runs. The short spin (yielding the core) catches the next request of a busy
             // client without the cost of a sleep and a wake-up, which dominate at high IOPS.
-            let idle_for = match (progress, idle_since) {
-                (true, _) => {
-                    idle_since = None;
-                    Duration::ZERO
-                }
-                (false, None) => {
-                    idle_since = Some(Instant::now());
-                    Duration::ZERO
-                }
-                (false, Some(since)) => since.elapsed(),
-            };
-            let sleep = !progress && state.jobs.is_empty() && idle_for >= SPIN_BEFORE_SLEEP;
+            // With jobs the reactor never sleeps, so it reads no clock for this.
+            let sleep = state.jobs.is_empty()
+                && match (progress, idle_since) {
+                    (true, _) => {
+                        idle_since = None;
+                        false
+                    }
+                    (false, None) => {
+                        idle_since = Some(Instant::now());
+                        false
+                    }
+                    (false, Some(since)) => since.elapsed() >= SPIN_BEFORE_SLEEP,
+                };
             match self.driver.wait(sleep, &self.inbox, &self.bell) {
                 Ok(message) => state.woke_with = message,
                 Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
             }
-            if !progress && !sleep {
-                // Polling with nothing to do: let the kernel's own IO workers (io_uring
-                // punts some IO to them) and other threads have this core.
+            // Polling with nothing to do: now and then let the kernel's own IO workers
+            // (io_uring punts some IO to them) and other threads have this core; a yield is a
+            // system call, so not on every idle turn.
+            if !sleep && idle_turns > 0 && idle_turns.is_multiple_of(YIELD_EVERY_IDLE_TURNS) {
                 std::thread::yield_now();
             }
         }
