@@ -249,7 +249,7 @@ step "several arrays in one server: from members, and from a config file"
 mkdir -p "$WORK/multi"
 "$F" create --level 5 --name alpha --size 48M "$WORK"/multi/a{0..3} >/dev/null
 "$F" create --level 10 --name beta --size 48M "$WORK"/multi/b{0..3} >/dev/null
-printf '# name members...\nalpha %s\nbeta %s  # RAID 10\n' "$(echo "$WORK"/multi/a{0..3})" \
+printf '# name members...\nalpha %s\n# beta is a RAID 10\nbeta %s\n' "$(echo "$WORK"/multi/a{0..3})" \
     "$(echo "$WORK"/multi/b{0..3})" >"$WORK/multi.conf"
 for how in members config; do
     if [ $how = members ]; then
@@ -276,6 +276,28 @@ assert h.pread(16384, 8192) == data[:16384]
     [ "$(grep -c 'stopped clean' "$WORK/multi.log")" = 2 ] || fail "both arrays stopped clean ($how)"
     echo "two arrays served from $how"
 done
+
+# A serve that fails after its checks must not leave the arrays dirty: a degraded array
+# (one member left out) and a TCP port already taken; then it must start without --force.
+BUSY_PORT=$((PORT + 3))
+/usr/bin/python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',$BUSY_PORT)); s.listen(); time.sleep(20)" &
+BUSY_PID=$!
+sleep 0.3
+if "$F" serve --socket "$WORK/multi.sock" --tcp "127.0.0.1:$BUSY_PORT" --control-dir "$WORK" \
+    "$WORK"/multi/a{0..2} >"$WORK/busy.log" 2>&1; then
+    fail "serve on a taken port succeeded"
+fi
+kill "$BUSY_PID" 2>/dev/null || true
+grep -q "cannot listen" "$WORK/busy.log" || { cat "$WORK/busy.log"; fail "unclear failure"; }
+"$F" inspect "$WORK/multi/a0" | grep -q "Clean" || fail "a failed serve left the array dirty"
+# Two arrays with one name: refused before anything starts, naming both.
+"$F" create --level 1 --name alpha --size 16M "$WORK"/multi/c{0..1} >/dev/null
+if "$F" serve --socket "$WORK/multi.sock" --control-dir "$WORK" "$WORK"/multi/a{0..3} \
+    "$WORK"/multi/c{0..1} >"$WORK/dup.log" 2>&1; then
+    fail "two arrays named alpha were served"
+fi
+grep -q "both named" "$WORK/dup.log" || { cat "$WORK/dup.log"; fail "unclear duplicate refusal"; }
+echo "failed starts leave arrays clean; duplicate names refused"
 
 step "SIGKILL mid-write: the array starts again and flushed data is intact"
 nbdsh -u "$URI" -c '

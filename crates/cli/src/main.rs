@@ -37,7 +37,7 @@ enum Command {
     Inspect(array_cmds::InspectArgs),
     /// Show how devices would assemble (read-only).
     Assemble(array_cmds::AssembleArgs),
-    /// Start an array and export it over NBD (Unix socket, TCP on loopback).
+    /// Start arrays and export them over NBD (Unix socket, TCP, optionally TLS).
     Serve(serve::ServeArgs),
     /// A served array's state, members, counters and connections (`--json` for scripts).
     Status(control::StatusArgs),

@@ -44,9 +44,9 @@ pub struct ServeArgs {
     /// the new array's name.
     #[arg(long)]
     name: Option<String>,
-    /// Arrays to serve, one per line: `NAME MEMBER...` (`#` starts a comment). Instead of
-    /// members on the command line.
-    #[arg(long, conflicts_with_all = ["members", "memory"])]
+    /// Arrays to serve, one per line: `NAME MEMBER...` (lines starting with `#` are
+    /// comments). Instead of members on the command line.
+    #[arg(long, conflicts_with_all = ["members", "memory", "name"])]
     config: Option<PathBuf>,
     /// Reactor threads (default: one per CPU).
     #[arg(long)]
@@ -106,15 +106,16 @@ fn memory_array(spec: &str, args: &ServeArgs, options: &OpenOptions) -> Result<A
     Array::open_in_memory(&members, options).context("cannot start the in-memory array")
 }
 
-/// The arrays to serve, each with the member paths it starts from.
-fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(Option<String>, Vec<PathBuf>)>> {
-    if let Some(path) = &args.config {
+/// The arrays to serve: (name, member paths).
+fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(String, Vec<PathBuf>)>> {
+    let arrays = if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let mut arrays: Vec<(Option<String>, Vec<PathBuf>)> = vec![];
+        let mut arrays: Vec<(String, Vec<PathBuf>)> = vec![];
         for (number, line) in text.lines().enumerate() {
-            let line = line.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
+            let line = line.trim();
+            // Whole-line comments only: '#' may appear in a path.
+            if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let mut words = line.split_whitespace();
@@ -123,36 +124,90 @@ fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(Option<String>, Vec<PathBuf>
             if members.is_empty() {
                 bail!("{}:{}: array {name:?} lists no members", path.display(), number + 1);
             }
-            if arrays.iter().any(|(n, _)| n.as_deref() == Some(name)) {
-                bail!("{}:{}: array {name:?} listed twice", path.display(), number + 1);
-            }
-            arrays.push((Some(name.to_string()), members));
+            arrays.push((name.to_string(), members));
         }
         if arrays.is_empty() {
             bail!("{}: no array listed (lines: NAME MEMBER...)", path.display());
         }
-        return Ok(arrays);
-    }
-    // Members given on the command line: one array per array UUID in their superblocks.
-    let mut groups: Vec<(flashraid_format::Uuid, String, Vec<PathBuf>)> = vec![];
-    for path in &args.members {
-        let (_, copies) = flashraid_runtime::inspect(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let newest = copies.iter().flatten().max_by_key(|sb| sb.event).with_context(|| {
-            format!("{}: no valid flashraid superblock (see `flashraid inspect`)", path.display())
-        })?;
-        match groups.iter_mut().find(|(uuid, _, _)| *uuid == newest.array_uuid) {
-            Some((_, _, members)) => members.push(path.clone()),
-            None => groups.push((newest.array_uuid, newest.array_name.clone(), vec![path.clone()])),
+        arrays
+    } else {
+        // Members given on the command line: one array per array UUID in their superblocks.
+        let mut groups: Vec<(flashraid_format::Uuid, String, Vec<PathBuf>)> = vec![];
+        for path in &args.members {
+            let (_, copies) = flashraid_runtime::inspect(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let newest = copies.iter().flatten().max_by_key(|sb| sb.event).with_context(|| {
+                format!(
+                    "{}: no valid flashraid superblock (see `flashraid inspect`)",
+                    path.display()
+                )
+            })?;
+            match groups.iter_mut().find(|(uuid, _, _)| *uuid == newest.array_uuid) {
+                Some((_, _, members)) => members.push(path.clone()),
+                None => {
+                    groups.push((newest.array_uuid, newest.array_name.clone(), vec![path.clone()]))
+                }
+            }
+        }
+        if let Some(only) = &args.name {
+            groups.retain(|(_, name, _)| name == only);
+            if groups.is_empty() {
+                bail!("no member given belongs to an array named {only:?}");
+            }
+        }
+        // Two arrays with one name (an old disk of a re-created array, say) cannot both be
+        // exported by that name: refuse, naming them, before anything starts.
+        for (i, (uuid, name, members)) in groups.iter().enumerate() {
+            if let Some((other, _, others)) = groups[..i].iter().find(|(_, n, _)| n == name) {
+                bail!(
+                    "two different arrays are both named {name:?}: {other} on {} and {uuid} on \
+                     {}; give the members of one (or --name with other names)",
+                    others[0].display(),
+                    members[0].display()
+                );
+            }
+        }
+        groups.into_iter().map(|(_, name, members)| (name, members)).collect()
+    };
+    for (i, (name, _)) in arrays.iter().enumerate() {
+        if arrays[..i].iter().any(|(n, _)| n == name) {
+            bail!("array {name:?} is listed twice");
         }
     }
-    if let Some(only) = &args.name {
-        groups.retain(|(_, name, _)| name == only);
-        if groups.is_empty() {
-            bail!("no member given belongs to an array named {only:?}");
+    Ok(arrays)
+}
+
+/// Socket files this server created, removed when it ends (also on an early error).
+struct SocketFiles(Vec<PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
         }
     }
-    Ok(groups.into_iter().map(|(_, name, members)| (Some(name), members)).collect())
+}
+
+/// Stop arrays that were started, cleanly, reporting each; the first error is returned.
+fn shut_down(arrays: Vec<(String, Arc<Array>)>) -> Result<()> {
+    let mut first_error = None;
+    for (name, array) in arrays {
+        let result = match Arc::try_unwrap(array) {
+            Ok(array) => array.shutdown().map_err(anyhow::Error::from),
+            Err(_) => Err(anyhow::anyhow!("array {name:?} is still in use")),
+        };
+        match result {
+            Ok(Stopped::Clean) => eprintln!("flashraid serve: array {name:?} stopped clean"),
+            Ok(Stopped::Dirty) => eprintln!(
+                "flashraid serve: array {name:?} stopped dirty: the next start resyncs it"
+            ),
+            Err(e) => {
+                eprintln!("flashraid serve: array {name:?}: {e:#}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 pub fn run_serve(args: ServeArgs) -> Result<()> {
@@ -175,6 +230,37 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         ),
         _ => None,
     };
+    // Everything that can fail without touching an array comes first: an array started and
+    // then dropped by an error would be left dirty (and, if degraded, refuse to start
+    // without --force).
+    let plan: Vec<(String, Vec<PathBuf>)> = match &args.memory {
+        Some(_) => vec![(args.name.clone().unwrap_or_else(|| "memory".to_string()), vec![])],
+        None => arrays_to_start(&args)?,
+    };
+    if args.control.is_some() && plan.len() > 1 {
+        bail!("--control names one socket; with several arrays use --control-dir");
+    }
+    let mut sockets = SocketFiles(vec![]);
+    let mut listeners = vec![];
+    if let Some(path) = &args.socket {
+        listeners.push(Listener::Unix(unix_listener(path)?));
+        sockets.0.push(path.clone());
+    }
+    if let Some(addr) = args.tcp {
+        let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        listeners.push(Listener::Tcp(l));
+    }
+    // Control sockets exist before the first client can connect, so a script that sees the
+    // export can ask for its status at once.
+    let mut control_listeners = vec![];
+    for (name, _) in &plan {
+        let path = args
+            .control
+            .clone()
+            .unwrap_or_else(|| args.control_dir.join(format!("{name}.control")));
+        control_listeners.push((crate::control::bind(&path)?, path.clone()));
+        sockets.0.push(path);
+    }
     let signals = flashraid_nbd::signals::StopSignals::block();
     let mut options = OpenOptions::recommended();
     if args.shards.is_some() {
@@ -183,34 +269,33 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
-    let mut arrays: Vec<Arc<Array>> = vec![];
-    match &args.memory {
-        Some(spec) => arrays.push(Arc::new(memory_array(spec, &args, &options)?)),
-        None => {
-            for (name, members) in arrays_to_start(&args)? {
+    let mut arrays: Vec<(String, Arc<Array>)> = vec![];
+    for (name, members) in &plan {
+        let opened = match &args.memory {
+            Some(spec) => memory_array(spec, &args, &options),
+            None => {
                 let mut options = options.clone();
-                options.name = name.clone();
-                let array = Array::open(&members, &options).with_context(|| {
-                    format!("cannot start array {}", name.as_deref().unwrap_or("?"))
-                })?;
-                arrays.push(Arc::new(array));
+                options.name = Some(name.clone());
+                Array::open(members, &options)
+                    .with_context(|| format!("cannot start array {name:?}"))
+            }
+        };
+        match opened {
+            Ok(array) => arrays.push((name.clone(), Arc::new(array))),
+            Err(e) => {
+                // Leave the ones already started clean.
+                let _ = shut_down(arrays);
+                return Err(e);
             }
         }
     }
-    let statuses: Vec<ArrayStatus> = arrays.iter().map(|a| a.status()).collect::<Result<_, _>>()?;
-    if args.control.is_some() && arrays.len() > 1 {
-        bail!(
-            "--control names one socket; with several arrays each gets {CONTROL_DIR}/NAME.control"
-        );
-    }
-    let mut listeners = vec![];
-    if let Some(path) = &args.socket {
-        listeners.push(Listener::Unix(unix_listener(path)?));
-    }
-    if let Some(addr) = args.tcp {
-        let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-        listeners.push(Listener::Tcp(l));
-    }
+    let statuses: Vec<ArrayStatus> = match arrays.iter().map(|(_, a)| a.status()).collect() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = shut_down(arrays);
+            return Err(e.into());
+        }
+    };
     let tls_note = match &tls {
         None => "",
         Some(t) if t.client_certificates => " (TLS required, client certificates checked)",
@@ -219,42 +304,38 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     let exports = ExportConfig {
         exports: arrays
             .iter()
-            .zip(&statuses)
-            .map(|(array, status)| Export {
-                name: status.name.clone(),
+            .map(|(name, array)| Export {
+                name: name.clone(),
                 read_only: args.read_only,
                 array: array.clone(),
             })
             .collect(),
         tls,
     };
-    let names: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
-    // Control sockets exist before the first client can connect, so a script that sees the
-    // export can ask for its status at once.
-    let mut control_listeners = vec![];
-    for status in &statuses {
-        let path = args
-            .control
-            .clone()
-            .unwrap_or_else(|| args.control_dir.join(format!("{}.control", status.name)));
-        control_listeners.push((crate::control::bind(&path)?, path));
-    }
-    let server = Arc::new(Server::start(exports, listeners)?);
+    let names: Vec<String> = plan.iter().map(|(n, _)| n.clone()).collect();
+    let server = match Server::start(exports, listeners) {
+        Ok(server) => server,
+        Err(e) => {
+            let _ = shut_down(arrays);
+            return Err(e.into());
+        }
+    };
     let control_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut controls = vec![];
-    for (array, (listener, path)) in arrays.iter().zip(control_listeners) {
+    for ((_, array), (listener, path)) in arrays.iter().zip(control_listeners) {
         let context = crate::control::ControlContext {
             array: array.clone(),
             connections: {
-                let server = server.clone();
-                Box::new(move || server.connections())
+                let count = server.connection_counter();
+                Box::new(move || count.load(std::sync::atomic::Ordering::SeqCst))
             },
             exports: names.clone(),
         };
         let stop = control_stop.clone();
         let thread = std::thread::Builder::new()
             .name("flashraid-control-socket".into())
-            .spawn(move || crate::control::serve(listener, context, stop))?;
+            .spawn(move || crate::control::serve(listener, context, stop))
+            .expect("a thread for the control socket");
         controls.push((path, thread));
     }
     let scheme = if tls_note.is_empty() { "nbd" } else { "nbds" };
@@ -297,32 +378,12 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         std::process::exit(1);
     });
     server.stop();
+    // The control sockets answer `status` while connections drain; they stop after.
+    server.join();
     control_stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for (path, thread) in controls {
+    for (_, thread) in controls {
         let _ = thread.join();
-        let _ = std::fs::remove_file(&path);
     }
-    Arc::try_unwrap(server).map_err(|_| anyhow::anyhow!("the server is still referenced"))?.join();
-    if let Some(path) = &args.socket {
-        let _ = std::fs::remove_file(path);
-    }
-    let mut failed = None;
-    for (array, name) in arrays.into_iter().zip(names) {
-        let array =
-            Arc::try_unwrap(array).map_err(|_| anyhow::anyhow!("array {name:?} still in use"))?;
-        match array.shutdown() {
-            Ok(Stopped::Clean) => eprintln!("flashraid serve: array {name:?} stopped clean"),
-            Ok(Stopped::Dirty) => eprintln!(
-                "flashraid serve: array {name:?} stopped dirty: the next start resyncs it"
-            ),
-            Err(e) => {
-                eprintln!("flashraid serve: array {name:?}: {e}");
-                failed.get_or_insert(e);
-            }
-        }
-    }
-    match failed {
-        None => Ok(()),
-        Some(e) => Err(e.into()),
-    }
+    drop(sockets);
+    shut_down(arrays)
 }

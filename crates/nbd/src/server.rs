@@ -14,9 +14,9 @@
 //!
 //! Limits: `CONNECTIONS_MAX` connections per server; `CONNECTION_REQUESTS_MAX` requests in
 //! flight per connection; `REQUEST_BYTES_MAX` per request; replies not yet written at most
-//! `REPLY_BACKLOG_BYTES_MAX` (beyond it, no new request is read). Simple replies only
-//! (structured replies are refused; every client falls back). No TLS yet, so TCP listens on
-//! loopback only.
+//! `REPLY_BACKLOG_BYTES_MAX` (beyond it, no new request is read); negotiation within
+//! `HANDSHAKE_TIMEOUT`. Simple replies only (structured replies are refused; every client
+//! falls back). TLS (`crate::tls`), when configured, is required before anything else.
 
 use crate::proto::{self, Decoded};
 use flashraid_engine::{ArrayOp, Durability, RequestError};
@@ -111,6 +111,9 @@ pub trait Stream: Read + Write + AsRawFd + Send {
     fn send_waiting(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// The connection ends: say so in-band where the protocol has a way (TLS close_notify),
+    /// best effort.
+    fn close(&mut self) {}
 }
 impl Stream for UnixStream {
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
@@ -182,6 +185,11 @@ impl Server {
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// A handle on the number of open connections, for reporting from other threads.
+    pub fn connection_counter(&self) -> Arc<AtomicUsize> {
+        self.connections.clone()
     }
 
     /// Stop accepting; connections finish what is in flight, write their replies and close.
@@ -344,8 +352,12 @@ fn handshake<'a>(
             Ok(Decoded::Item(h, _)) => h,
             Ok(Decoded::Incomplete) => unreachable!("a whole header was read"),
             Err(proto::ProtocolError::OptionTooLarge(len)) => {
-                // Skip the payload and say so; the option stream stays in step.
+                // Skip the payload and say so; the option stream stays in step. EXPORT_NAME
+                // has no error reply (the client would read one as the export's size): close.
                 let option = u32::from_be_bytes(header[8..12].try_into().expect("4 bytes"));
+                if option == proto::OPT_EXPORT_NAME {
+                    return Err(proto::ProtocolError::OptionTooLarge(len).into());
+                }
                 skip(&mut *stream, u64::from(len), stop, deadline)?;
                 proto::option_reply(option, proto::REP_ERR_TOO_BIG, &[], &mut out);
                 write_full(&mut *stream, &out, stop, deadline)?;
@@ -633,6 +645,9 @@ impl Transmission {
             progress |= self.send_replies();
             let all_sent = self.backlog() == 0 && !self.stream.output_waiting();
             if self.closing && self.in_flight() == 0 && (all_sent || self.dead) {
+                if !self.dead {
+                    self.stream.close();
+                }
                 return protocol_error.map_or(Ok(()), Err);
             }
             match (progress, idle_since) {
@@ -1108,7 +1123,11 @@ impl Transmission {
 
     /// Nothing to do: sleep until the socket or the session has something.
     fn sleep(&mut self) {
-        if self.stream.input_waiting() && !self.closing && !self.stalled {
+        if self.stream.input_waiting()
+            && !self.closing
+            && !self.stalled
+            && self.backlog() < REPLY_BACKLOG_BYTES_MAX
+        {
             return; // decrypted bytes wait in the TLS layer: no socket event would say so
         }
         if !self.session.prepare_to_sleep() {

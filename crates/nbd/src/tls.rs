@@ -110,7 +110,11 @@ impl TlsStream {
     pub fn advance_handshake(&mut self) -> io::Result<()> {
         self.send_tls()?;
         while self.conn.is_handshaking() {
-            self.receive_tls()?;
+            if !self.receive_tls()? {
+                // The peer went away mid-handshake (a client that distrusts our
+                // certificate may just close): never loop on an ended stream.
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
             self.send_tls()?;
         }
         Ok(())
@@ -216,5 +220,10 @@ impl Stream for TlsStream {
 
     fn send_waiting(&mut self) -> io::Result<()> {
         self.send_tls()
+    }
+
+    fn close(&mut self) {
+        self.conn.send_close_notify();
+        let _ = self.send_tls();
     }
 }

@@ -135,6 +135,14 @@ fn tls_is_required_and_carries_the_session() {
     let mut one = [0u8; 1];
     assert!(matches!(s.read(&mut one), Ok(0) | Err(_)));
 
+    // A client that leaves in the middle of the TLS handshake (one that distrusts the
+    // server's certificate may just close) must not keep a thread spinning: checked below by
+    // the server stopping promptly.
+    let mut s = connect();
+    greet(&mut s);
+    assert_eq!(option(&mut s, proto::OPT_STARTTLS, &[]).0, proto::REP_ACK);
+    drop(s);
+
     // A client without a certificate: the TLS handshake fails.
     let mut s = connect();
     greet(&mut s);
@@ -198,7 +206,15 @@ fn tls_is_required_and_carries_the_session() {
     assert!(back == data);
     drop(tls);
     server.stop();
-    server.join();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        server.join();
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the server did not stop: a connection thread is stuck (spinning on a closed handshake?)"
+    );
     Arc::try_unwrap(array).unwrap().shutdown().unwrap();
 }
 
