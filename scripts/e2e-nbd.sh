@@ -326,6 +326,7 @@ grep -q '"state": "optimal"' "$WORK/status.json" || { cat "$WORK/status.json"; f
 "$F" fail --control "$WORK/control" 2
 "$F" status --control "$WORK/control" | tee "$WORK/status.txt"
 grep -q "state: degraded" "$WORK/status.txt" || fail "not degraded after fail"
+grep -q "spare .*/spare" "$WORK/status.txt" || fail "status does not list the spare"
 "$F" fail --control "$WORK/control" 99 2>/dev/null && fail "failing role 99 succeeded"
 nbdsh -u "$URI" -c '
 import os

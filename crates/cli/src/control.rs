@@ -125,6 +125,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "bitmap_regions_dirty": s.bitmap_regions_set,
         "shards": s.shards,
         "event": s.event,
+        "spares": s.spares,
         "members": s.members.iter().map(|m| json!({
             "role": m.role,
             "path": m.path,
@@ -236,6 +237,9 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
             m["health"].as_str().unwrap_or("?"),
             m["path"].as_str().unwrap_or("(missing)")
         );
+    }
+    for spare in v["spares"].as_array().into_iter().flatten() {
+        println!("  spare    {}", spare.as_str().unwrap_or("?"));
     }
     let c = &v["counters"];
     println!(

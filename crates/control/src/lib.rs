@@ -306,6 +306,11 @@ impl Metadata {
         self.roles[role]
     }
 
+    /// Devices (candidate indexes) present as hot spares.
+    pub fn spare_devices(&self) -> &[usize] {
+        &self.spares
+    }
+
     /// Devices holding roles or spares, with the slot each holds.
     fn holders(&self) -> Vec<(usize, usize)> {
         let roles = self.roles.iter().enumerate().filter_map(|(r, d)| d.map(|d| (d, r)));

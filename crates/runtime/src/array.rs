@@ -121,6 +121,8 @@ pub struct ArrayStatus {
     pub uuid: Uuid,
     pub level: Level,
     pub members: Vec<MemberStatus>,
+    /// Hot spares present (their device names). They do not take over yet (issue 5).
+    pub spares: Vec<String>,
     pub chunk_bytes: u32,
     pub array_bytes: u64,
     pub degraded: bool,
@@ -757,6 +759,7 @@ impl Controller {
                     health: health[role],
                 })
                 .collect(),
+            spares: self.metadata.spare_devices().iter().map(|&d| self.devices[d].name()).collect(),
             chunk_bytes: sb.chunk_bytes,
             array_bytes: geometry.array_bytes(),
             degraded: unavailable.iter().any(|&u| u),
