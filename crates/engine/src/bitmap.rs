@@ -264,6 +264,19 @@ mod tests {
         WriteIntent::new(Uuid([1; 16]), 0, 1, 1 << 20, 100, &[], 1000)
     }
 
+    /// Region 3 written once, its image durable, flushed, idle, and cleared in memory.
+    fn region_3_written_flushed_and_cleared() -> WriteIntent {
+        let mut b = intent();
+        b.acquire(3);
+        b.start_image();
+        b.image_written();
+        b.release(3, 100);
+        b.flush_issued(2000);
+        b.flush_completed(2000);
+        b.clear_idle(2000, &|_| false);
+        b
+    }
+
     #[test]
     fn first_write_waits_for_the_image_then_later_writes_go_at_once() {
         let mut b = intent();
@@ -337,14 +350,7 @@ mod tests {
     /// at once, and the landing image left the region clear on disk under an active write.
     #[test]
     fn a_write_during_a_clearing_image_waits_for_the_next_image() {
-        let mut b = intent();
-        b.acquire(3);
-        b.start_image();
-        b.image_written();
-        b.release(3, 100);
-        b.flush_issued(2000);
-        b.flush_completed(2000);
-        b.clear_idle(2000, &|_| false);
+        let mut b = region_3_written_flushed_and_cleared();
         assert!(b.start_image().is_some(), "the clearing image");
         // A new write while the clearing image (sequence 2) is in flight.
         assert_eq!(b.acquire(3), Acquired::Wait { target: 3 });
@@ -360,14 +366,7 @@ mod tests {
     /// again was reported Ready, and the next image cleared it on disk under the write.
     #[test]
     fn a_write_after_a_clear_in_memory_sets_the_bit_again() {
-        let mut b = intent();
-        b.acquire(3);
-        b.start_image();
-        b.image_written();
-        b.release(3, 100);
-        b.flush_issued(2000);
-        b.flush_completed(2000);
-        b.clear_idle(2000, &|_| false);
+        let mut b = region_3_written_flushed_and_cleared();
         assert_eq!(b.set_regions(), 0);
         // Still on disk, so the write may go at once, but the bit is set again in memory.
         assert_eq!(b.acquire(3), Acquired::Ready);

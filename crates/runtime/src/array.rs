@@ -745,7 +745,7 @@ impl Controller {
             .collect();
         let mut counters = ShardCounters::default();
         for s in &shards {
-            add_counters(&mut counters, &s.counters);
+            counters.add(&s.counters);
         }
         let unavailable: Vec<bool> = health.iter().map(|h| *h != Health::Active).collect();
         ArrayStatus {
@@ -775,24 +775,4 @@ impl Controller {
     fn stop_reactors(&self) {
         self.broadcast(|| Control::Stop);
     }
-}
-
-fn add_counters(total: &mut ShardCounters, c: &ShardCounters) {
-    total.reads += c.reads;
-    total.writes += c.writes;
-    total.read_bytes += c.read_bytes;
-    total.write_bytes += c.write_bytes;
-    total.flushes += c.flushes;
-    total.full_stripe_writes += c.full_stripe_writes;
-    total.rmw_writes += c.rmw_writes;
-    total.rcw_writes += c.rcw_writes;
-    total.degraded_writes += c.degraded_writes;
-    total.degraded_reads += c.degraded_reads;
-    total.errors_corrected += c.errors_corrected;
-    total.member_reads += c.member_reads;
-    total.member_writes += c.member_writes;
-    total.bitmap_writes += c.bitmap_writes;
-    total.resync_stripes += c.resync_stripes;
-    total.resync_repairs += c.resync_repairs;
-    total.rejected_busy += c.rejected_busy;
 }

@@ -225,20 +225,7 @@ impl SimArray {
     pub fn counters(&self) -> ShardCounters {
         let mut total = ShardCounters::default();
         for s in &self.shards {
-            let c = s.counters();
-            total.reads += c.reads;
-            total.writes += c.writes;
-            total.full_stripe_writes += c.full_stripe_writes;
-            total.rmw_writes += c.rmw_writes;
-            total.rcw_writes += c.rcw_writes;
-            total.degraded_writes += c.degraded_writes;
-            total.degraded_reads += c.degraded_reads;
-            total.errors_corrected += c.errors_corrected;
-            total.resync_stripes += c.resync_stripes;
-            total.resync_repairs += c.resync_repairs;
-            total.bitmap_writes += c.bitmap_writes;
-            total.member_reads += c.member_reads;
-            total.member_writes += c.member_writes;
+            total.add(&s.counters());
         }
         total
     }

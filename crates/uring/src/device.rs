@@ -333,43 +333,38 @@ impl Device {
     /// back zeroes, space is released). Block devices: `BLKDISCARD` (contents afterwards are
     /// unspecified). `len_bytes == 0` does nothing.
     pub fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
-        const OP: &str = "discard";
-        self.check_writable(OP)?;
-        self.check_range(OP, offset_bytes, len_bytes)?;
-        if len_bytes == 0 {
-            return Ok(());
-        }
-        let result = match self.kind {
-            DeviceKind::RegularFile => {
-                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-                sys::fallocate(self.file.as_fd(), mode, offset_bytes, len_bytes)
-            }
-            DeviceKind::BlockDevice => {
-                errno_result(sys::block_discard(self.raw_fd(), offset_bytes, len_bytes))
-            }
-        };
-        result.map_err(|source| self.range_error(OP, offset_bytes, len_bytes, source))
+        let file_mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        self.range_command("discard", file_mode, sys::block_discard, offset_bytes, len_bytes)
     }
 
     /// Make the range read back as zeroes without sending zero buffers. Files: zero-range
     /// (space stays reserved). Block devices: `BLKZEROOUT`. `len_bytes == 0` does nothing.
     pub fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
-        const OP: &str = "write zeroes";
-        self.check_writable(OP)?;
-        self.check_range(OP, offset_bytes, len_bytes)?;
+        let file_mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        self.range_command("write zeroes", file_mode, sys::block_zero_out, offset_bytes, len_bytes)
+    }
+
+    /// A range command: `fallocate(file_mode)` on files, the `block` ioctl on block devices.
+    fn range_command(
+        &self,
+        op: &'static str,
+        file_mode: libc::c_int,
+        block: fn(RawFd, u64, u64) -> libc::c_int,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), DeviceError> {
+        self.check_writable(op)?;
+        self.check_range(op, offset_bytes, len_bytes)?;
         if len_bytes == 0 {
             return Ok(());
         }
         let result = match self.kind {
             DeviceKind::RegularFile => {
-                let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-                sys::fallocate(self.file.as_fd(), mode, offset_bytes, len_bytes)
+                sys::fallocate(self.file.as_fd(), file_mode, offset_bytes, len_bytes)
             }
-            DeviceKind::BlockDevice => {
-                errno_result(sys::block_zero_out(self.raw_fd(), offset_bytes, len_bytes))
-            }
+            DeviceKind::BlockDevice => errno_result(block(self.raw_fd(), offset_bytes, len_bytes)),
         };
-        result.map_err(|source| self.range_error(OP, offset_bytes, len_bytes, source))
+        result.map_err(|source| self.range_error(op, offset_bytes, len_bytes, source))
     }
 
     fn check_writable(&self, op: &'static str) -> Result<(), DeviceError> {

@@ -156,6 +156,49 @@ pub struct ShardCounters {
     pub rejected_busy: u64,
 }
 
+impl ShardCounters {
+    /// Add another shard's counters (an array's totals are the sum over its shards).
+    pub fn add(&mut self, c: &ShardCounters) {
+        let ShardCounters {
+            reads,
+            writes,
+            read_bytes,
+            write_bytes,
+            flushes,
+            full_stripe_writes,
+            rmw_writes,
+            rcw_writes,
+            degraded_writes,
+            degraded_reads,
+            errors_corrected,
+            member_reads,
+            member_writes,
+            bitmap_writes,
+            resync_stripes,
+            resync_repairs,
+            rejected_busy,
+        } = c;
+        // Destructured, so a new counter cannot be left out of the sum.
+        self.reads += reads;
+        self.writes += writes;
+        self.read_bytes += read_bytes;
+        self.write_bytes += write_bytes;
+        self.flushes += flushes;
+        self.full_stripe_writes += full_stripe_writes;
+        self.rmw_writes += rmw_writes;
+        self.rcw_writes += rcw_writes;
+        self.degraded_writes += degraded_writes;
+        self.degraded_reads += degraded_reads;
+        self.errors_corrected += errors_corrected;
+        self.member_reads += member_reads;
+        self.member_writes += member_writes;
+        self.bitmap_writes += bitmap_writes;
+        self.resync_stripes += resync_stripes;
+        self.resync_repairs += resync_repairs;
+        self.rejected_busy += rejected_busy;
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpKind {
     Read,

@@ -6,7 +6,7 @@ use super::{Health, Op, Phase, REPLANS_MAX, Shard};
 use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkRange, ChunkSet, bit, has};
 use crate::request::{RequestError, ShardOp};
-use flashraid_layout::{Level, MEMBERS_MAX, PARITY_CHUNKS_MAX, Role, StripeIndex};
+use flashraid_layout::{ArrayOffset, Level, MEMBERS_MAX, PARITY_CHUNKS_MAX, Role, StripeIndex};
 use flashraid_parity::Stores;
 
 impl Shard {
@@ -44,11 +44,7 @@ impl Shard {
             let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
                 continue;
             };
-            let ShardOp::Read { offset, len_bytes } =
-                self.requests[part.request].as_ref().expect("live").op
-            else {
-                unreachable!("read operations hold reads only")
-            };
+            let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 let chunk = match (mirror, reference_only) {
@@ -96,6 +92,14 @@ impl Shard {
         })
     }
 
+    /// The range a read request covers (read operations hold reads only).
+    fn read_range(&self, request: usize) -> (ArrayOffset, u32) {
+        match self.requests[request].as_ref().expect("live").op {
+            ShardOp::Read { offset, len_bytes } => (offset, len_bytes),
+            _ => unreachable!("read operations hold reads only"),
+        }
+    }
+
     /// For mirrors: the copy resync treats as the truth for data position `i`, the lowest
     /// available member holding it (see `resync_after_reads`).
     pub(super) fn reference_copy(&self, stripe: StripeIndex, i: usize) -> Option<usize> {
@@ -140,11 +144,7 @@ impl Shard {
             if wanted == 0 {
                 continue;
             }
-            let ShardOp::Read { offset, len_bytes } =
-                self.requests[part.request].as_ref().expect("live").op
-            else {
-                unreachable!()
-            };
+            let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 if has(wanted, i) {
@@ -208,11 +208,7 @@ impl Shard {
             if wanted == 0 {
                 continue;
             }
-            let ShardOp::Read { offset, len_bytes } =
-                self.requests[part.request].as_ref().expect("live").op
-            else {
-                unreachable!()
-            };
+            let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 if !has(wanted, i) {
@@ -390,11 +386,7 @@ impl Shard {
             if part.recovered == 0 {
                 continue;
             }
-            let ShardOp::Read { offset, len_bytes } =
-                self.requests[part.request].as_ref().expect("live").op
-            else {
-                unreachable!()
-            };
+            let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 if !has(part.recovered, i) {
