@@ -15,7 +15,9 @@
 //! Limits: `CONNECTIONS_MAX` connections per server; `CONNECTION_REQUESTS_MAX` requests in
 //! flight per connection; `REQUEST_BYTES_MAX` per request; replies not yet written at most
 //! `REPLY_BACKLOG_BYTES_MAX` (beyond it, no new request is read); negotiation within
-//! `HANDSHAKE_TIMEOUT`. Simple replies only (structured replies are refused; every client
+//! `HANDSHAKE_TIMEOUT`. A read's reply is assembled in its slot, whose buffer is kept for the
+//! next request up to 1 MiB (`KEEP_BUFFER_BYTES`): reads larger than that allocate their
+//! buffer per request, the price of not pinning 8 MiB per slot. Simple replies only (structured replies are refused; every client
 //! falls back). TLS (`crate::tls`), when configured, is required before anything else.
 
 use crate::proto::{self, Decoded};
@@ -180,11 +182,6 @@ impl Server {
             );
         }
         Ok(Server { stop, threads, connections })
-    }
-
-    /// Connections open now.
-    pub fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
     }
 
     /// A handle on the number of open connections, for reporting from other threads.
