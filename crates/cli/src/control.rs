@@ -92,9 +92,19 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             },
             Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
         },
-        _ => {
-            json!({ "error": format!("unknown command {:?}: try status or fail ROLE", line.trim()) })
-        }
+        ["rebuild-rate", rate] => match rate.parse::<u64>() {
+            Ok(rate) => match context.array.set_rebuild_rate(rate) {
+                Ok(()) => json!({ "ok": true, "rebuild_rate_bytes_per_s": rate }),
+                Err(e) => json!({ "error": e.to_string() }),
+            },
+            Err(_) => json!({ "error": format!("not a rate in bytes per second: {rate:?}") }),
+        },
+        _ => json!({
+            "error": format!(
+                "unknown command {:?}: try status, fail ROLE or rebuild-rate BYTES_PER_S",
+                line.trim()
+            )
+        }),
     };
     let mut out = reply.to_string();
     out.push('\n');
@@ -105,6 +115,8 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
     let c = &s.counters;
     let state = if s.failed {
         "failed"
+    } else if s.rebuild.is_some() {
+        "rebuilding"
     } else if s.degraded {
         "degraded"
     } else if s.resyncing {
@@ -126,6 +138,17 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "shards": s.shards,
         "event": s.event,
         "spares": s.spares,
+        "rebuild": s.rebuild.as_ref().map(|r| json!({
+            "role": r.role,
+            "path": r.path,
+            "percent": (r.percent() * 10.0).round() / 10.0,
+            "stripes_done": r.stripes_done,
+            "stripes_total": r.stripes_total,
+            "rate_bytes_per_s": r.rate_bytes_per_s,
+            "eta_s": r.eta_s,
+            "rate_limit_bytes_per_s": r.rate_limit_bytes_per_s,
+            "stalled_at_stripe": r.stalled_at_stripe,
+        })),
         "members": s.members.iter().map(|m| json!({
             "role": m.role,
             "path": m.path,
@@ -139,7 +162,8 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "degraded_writes": c.degraded_writes, "errors_corrected": c.errors_corrected,
             "member_reads": c.member_reads, "member_writes": c.member_writes,
             "bitmap_writes": c.bitmap_writes, "resync_stripes": c.resync_stripes,
-            "resync_repairs": c.resync_repairs,
+            "resync_repairs": c.resync_repairs, "rebuild_stripes": c.rebuild_stripes,
+            "rebuild_untrusted_stripes": c.rebuild_untrusted_stripes,
         },
         "nbd": { "exports": exports, "connections": connections },
     })
@@ -241,6 +265,9 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
     for spare in v["spares"].as_array().into_iter().flatten() {
         println!("  spare    {}", spare.as_str().unwrap_or("?"));
     }
+    if let Some(line) = rebuild_line(&v["rebuild"]) {
+        println!("{line}");
+    }
     let c = &v["counters"];
     println!(
         "io: {} reads ({}), {} writes ({}); writes: {} full-stripe, {} read-modify-write, {} reconstruct; {} degraded reads, {} errors corrected",
@@ -258,9 +285,99 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
     Ok(())
 }
 
+/// `rebuild: member 2  [#####.....] 48.0%  310 MiB/s  ETA 2m05s`, or `None` if none runs.
+fn rebuild_line(r: &Value) -> Option<String> {
+    if r.is_null() {
+        return None;
+    }
+    let percent = r["percent"].as_f64().unwrap_or(0.0);
+    let filled = ((percent / 100.0) * 30.0).round().clamp(0.0, 30.0) as usize;
+    let bar = format!("{}{}", "#".repeat(filled), ".".repeat(30 - filled));
+    let rate = r["rate_bytes_per_s"].as_u64().unwrap_or(0);
+    let eta = match r["eta_s"].as_u64() {
+        Some(s) => format!("ETA {}m{:02}s", s / 60, s % 60),
+        None => "ETA ?".to_string(),
+    };
+    let limit = match r["rate_limit_bytes_per_s"].as_u64().unwrap_or(0) {
+        0 => String::new(),
+        l => format!(" (limit {}/s)", crate::array_cmds::human(l)),
+    };
+    let stalled = match r["stalled_at_stripe"].as_u64() {
+        Some(s) => format!("  STALLED at stripe {s}: too many members unreadable"),
+        None => String::new(),
+    };
+    Some(format!(
+        "rebuild: member {} onto {}  [{bar}] {percent:.1}%  {}/s{limit}  {eta}{stalled}",
+        r["role"],
+        r["path"].as_str().unwrap_or("?"),
+        crate::array_cmds::human(rate),
+    ))
+}
+
+#[derive(Args, Debug)]
+pub struct RebuildArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Set the rebuild rate limit, bytes per second for the whole array (e.g. 500M; 0: no
+    /// limit). Lower keeps foreground latency down; higher finishes sooner.
+    #[arg(long, value_parser = crate::array_cmds::parse_size)]
+    rate: Option<u64>,
+    /// Show a progress bar until the rebuild (and any that follows it) finishes.
+    #[arg(long)]
+    wait: bool,
+}
+
+/// `flashraid rebuild`: show or steer the rebuild of a served array.
+pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    if let Some(rate) = args.rate {
+        ask(&path, &format!("rebuild-rate {rate}"))?;
+        match rate {
+            0 => println!("rebuild rate: no limit"),
+            r => println!("rebuild rate: at most {}/s", crate::array_cmds::human(r)),
+        }
+    }
+    let mut shown = false;
+    loop {
+        let v = ask(&path, "status")?;
+        match rebuild_line(&v["rebuild"]) {
+            Some(line) => {
+                if args.wait {
+                    print!("\r{line}\x1b[K");
+                    std::io::stdout().flush()?;
+                } else {
+                    println!("{line}");
+                }
+                shown = true;
+            }
+            None => {
+                if shown && args.wait {
+                    println!();
+                }
+                if !shown || args.wait {
+                    println!("no rebuild running; state: {}", v["state"].as_str().unwrap_or("?"));
+                }
+                return Ok(());
+            }
+        }
+        if !args.wait {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 pub fn run_fail(args: FailArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
     ask(&path, &format!("fail {}", args.role))?;
-    println!("member {} is failed; the array runs degraded until it is replaced", args.role);
+    let v = ask(&path, "status")?;
+    match rebuild_line(&v["rebuild"]) {
+        Some(line) => println!("member {} is failed; a hot spare took over\n{line}", args.role),
+        None => {
+            println!("member {} is failed; the array runs degraded until it is replaced", args.role)
+        }
+    }
     Ok(())
 }

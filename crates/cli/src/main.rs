@@ -43,6 +43,8 @@ enum Command {
     Status(control::StatusArgs),
     /// Fail a member of a served array now (like `mdadm --fail`).
     Fail(control::FailArgs),
+    /// Show the rebuild of a served array, set its rate, or wait for it with a progress bar.
+    Rebuild(control::RebuildArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -68,6 +70,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run_serve(args),
         Command::Status(args) => control::run_status(args),
         Command::Fail(args) => control::run_fail(args),
+        Command::Rebuild(args) => control::run_rebuild(args),
         Command::Kernels => {
             let best = flashraid_parity::Kernel::best();
             for kernel in flashraid_parity::Kernel::ALL {

@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// Start a dirty, degraded array (see the refusal message for what that risks).
     #[arg(long)]
     force: bool,
+    /// Rebuild rate limit, bytes written to the replacement per second (e.g. 200M; 0: as
+    /// fast as the members allow). Change it live with `flashraid rebuild --rate`.
+    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size, default_value = "0")]
+    rebuild_rate: u64,
     /// Instead of member devices: a new array on this many in-memory members (for
     /// benchmarks and trials; its data is gone when the server stops), e.g. `--memory 8x256M`.
     #[arg(long, value_name = "COUNTxSIZE", conflicts_with = "members")]
@@ -269,6 +273,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
+    options.config.rebuild_rate_bytes_per_s = args.rebuild_rate;
     let mut arrays: Vec<(String, Arc<Array>)> = vec![];
     for (name, members) in &plan {
         let opened = match &args.memory {

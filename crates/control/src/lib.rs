@@ -22,15 +22,17 @@ mod signatures;
 pub use signatures::{Signature, detect_signature};
 
 use flashraid_engine::{BitmapSetup, Health, MemberSetup, ShardConfig, ShardSetup};
-use flashraid_format::assembly::{Assembled, AssemblyError, AssemblyRequest, Candidate, assemble};
+use flashraid_format::assembly::{
+    Assembled, AssemblyError, AssemblyRequest, Candidate, DirtyDegraded, assemble,
+};
 use flashraid_format::bitmap::{BITMAP_BLOCK_BYTES, BitmapBlock, SHARDS_MAX};
 use flashraid_format::layout::{SUPERBLOCK_COPY0_OFFSET_BYTES, superblock_copy1_offset};
 use flashraid_format::superblock::{
-    ArrayState, CURSOR_NONE, MemberState, SUPERBLOCK_BYTES, Superblock,
+    ArrayState, CURSOR_NONE, MemberState, ROLE_NONE, SUPERBLOCK_BYTES, Superblock,
 };
 use flashraid_format::{NewArray, NewArrayError, Uuid, new_array};
 use flashraid_iobuf::IoBuf;
-use flashraid_layout::{Geometry, MemberIndex};
+use flashraid_layout::{Geometry, MemberIndex, StripeIndex};
 
 /// Synchronous access to one device for metadata. Buffers passed in are 4 KiB-aligned
 /// (`IoBuf` slices) and offsets and lengths are multiples of 4 KiB.
@@ -281,8 +283,31 @@ pub fn prepare(
         }
     }
     let candidates: Vec<Candidate> = devices.iter().map(|d| read_candidate(*d)).collect();
-    let assembled = assemble(&candidates, request)?;
+    // The pure decision refuses every dirty, degraded array; with the bitmap at hand the
+    // refusal is needed only when some region was being written at the crash (a clean
+    // bitmap means no stripe can have parity that disagrees with its data).
+    let lenient = AssemblyRequest { dirty_degraded: DirtyDegraded::Force, ..request.clone() };
+    let assembled = assemble(&candidates, &lenient)?;
     let dirty_regions = if assembled.dirty { dirty_regions(devices, &assembled) } else { vec![] };
+    let sb = &assembled.superblock;
+    let unavailable: Vec<usize> = (0..assembled.roles.len())
+        .filter(|&r| assembled.roles[r].is_none() || sb.members[r].state == MemberState::Rebuilding)
+        .collect();
+    if request.dirty_degraded == DirtyDegraded::Refuse
+        && !dirty_regions.is_empty()
+        && !unavailable.is_empty()
+        && assembled.geometry.tolerance() > 0
+    {
+        return Err(AssemblyError::DirtyDegraded {
+            array: if sb.array_name.is_empty() {
+                sb.array_uuid.to_string()
+            } else {
+                sb.array_name.clone()
+            },
+            roles: unavailable,
+        }
+        .into());
+    }
     Ok(Prepared { assembled, dirty_regions })
 }
 
@@ -373,6 +398,11 @@ impl Metadata {
 
     fn mark_failed(&mut self, role: usize) {
         self.template.event += 1;
+        if usize::from(self.template.rebuild_role) == role {
+            // The replacement failed: its partial rebuild is worth nothing now.
+            self.template.rebuild_role = ROLE_NONE;
+            self.template.rebuild_cursor_stripes = CURSOR_NONE;
+        }
         let entry = &mut self.template.members[role];
         if entry.state != MemberState::Failed {
             entry.state = MemberState::Failed;
@@ -401,6 +431,105 @@ impl Metadata {
     pub fn note_errors_corrected(&mut self, role: MemberIndex, count: u32) {
         let entry = &mut self.template.members[role.get()];
         entry.errors_corrected = entry.errors_corrected.saturating_add(count);
+    }
+
+    /// The rebuild in progress, if any: the role and the stripe it resumes from.
+    pub fn rebuild_in_progress(&self) -> Option<(MemberIndex, StripeIndex)> {
+        let role = self.template.rebuild_role;
+        (role != ROLE_NONE && self.roles[usize::from(role)].is_some()).then(|| {
+            let cursor = self.template.rebuild_cursor_stripes;
+            (MemberIndex(role), StripeIndex(if cursor == CURSOR_NONE { 0 } else { cursor }))
+        })
+    }
+
+    /// A failed role a hot spare could replace now: none while a rebuild runs (one at a
+    /// time), none without a spare or on a level with no redundancy.
+    pub fn spare_wanted(&self) -> Option<MemberIndex> {
+        if self.template.rebuild_role != ROLE_NONE
+            || self.spares.is_empty()
+            || self.template.geometry().tolerance() == 0
+        {
+            return None;
+        }
+        let role = (0..self.roles.len()).find(|&r| self.roles[r].is_none())?;
+        Some(MemberIndex(u16::try_from(role).expect("fits")))
+    }
+
+    /// Give the failed `role` to the first hot spare: the spare's device takes the role as
+    /// `Rebuilding` from stripe 0, durably (its bitmap area written blank first, then every
+    /// superblock). Returns the device index now holding the role. The engine must have
+    /// applied the role's failure before (its stale chunks are never read again) and starts
+    /// the rebuild after this returns.
+    pub fn take_spare(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        role: MemberIndex,
+    ) -> Result<usize, ControlError> {
+        let r = role.get();
+        if self.roles[r].is_some() || self.template.members[r].state != MemberState::Failed {
+            return Err(ControlError::Invalid(format!("role {r} is not failed")));
+        }
+        if self.template.rebuild_role != ROLE_NONE {
+            return Err(ControlError::Invalid("a rebuild is already running".into()));
+        }
+        if self.spares.is_empty() {
+            return Err(ControlError::Invalid("no hot spare".into()));
+        }
+        let device = self.spares.remove(0);
+        let mut entry = self.template.spares.remove(0);
+        entry.state = MemberState::Rebuilding;
+        entry.failed_at_event = 0;
+        entry.errors_corrected = 0;
+        // Blank bitmap blocks: valid (so assembly can read them) and empty (the union over
+        // the other members carries the dirty regions).
+        write_bitmap_area(devices[device], &self.template, &[], self.template.bitmap_shards)?;
+        self.template.members[r] = entry;
+        self.template.rebuild_role = role.0;
+        self.template.rebuild_cursor_stripes = 0;
+        self.template.event += 1;
+        self.roles[r] = Some(device);
+        self.write_all(devices)?;
+        Ok(device)
+    }
+
+    /// Record rebuild progress: every stripe below `cursor` is rebuilt. The replacement is
+    /// synced first, so the recorded cursor never covers chunks still in a volatile cache.
+    pub fn record_rebuild_progress(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        cursor: StripeIndex,
+    ) -> Result<(), ControlError> {
+        let role = self.template.rebuild_role;
+        if role == ROLE_NONE || cursor.0 <= self.template.rebuild_cursor_stripes {
+            return Ok(());
+        }
+        let Some(device) = self.roles[usize::from(role)] else { return Ok(()) };
+        devices[device].sync().map_err(io_error(devices[device]))?;
+        self.template.rebuild_cursor_stripes = cursor.0;
+        self.template.event += 1;
+        self.write_all(devices).map(|_| ())
+    }
+
+    /// The rebuild finished on every shard: the replacement becomes an active member
+    /// (synced first). Returns the role.
+    pub fn finish_rebuild(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+    ) -> Result<MemberIndex, ControlError> {
+        let role = self.template.rebuild_role;
+        if role == ROLE_NONE {
+            return Err(ControlError::Invalid("no rebuild is running".into()));
+        }
+        let Some(device) = self.roles[usize::from(role)] else {
+            return Err(ControlError::Invalid("the rebuilt role has no device".into()));
+        };
+        devices[device].sync().map_err(io_error(devices[device]))?;
+        self.template.members[usize::from(role)].state = MemberState::Active;
+        self.template.rebuild_role = ROLE_NONE;
+        self.template.rebuild_cursor_stripes = CURSOR_NONE;
+        self.template.event += 1;
+        self.write_all(devices)?;
+        Ok(MemberIndex(role))
     }
 
     /// Mark the array clean (every shard has flushed and cleared its bitmap).
@@ -443,6 +572,14 @@ pub fn start(
         {
             metadata.mark_failed(role);
         }
+        // A replacement the table does not name as the one being rebuilt (a damaged or
+        // hand-edited table): nothing says which of its chunks are current.
+        if metadata.roles[role].is_some()
+            && state == MemberState::Rebuilding
+            && usize::from(metadata.template.rebuild_role) != role
+        {
+            metadata.mark_failed(role);
+        }
     }
     // Bitmap first (so a crash after the dirty superblock finds it), then superblocks.
     for &(device, _) in &metadata.holders() {
@@ -450,9 +587,16 @@ pub fn start(
     }
     metadata.write_all(devices)?;
     let geometry = a.geometry;
+    // A role being rebuilt starts as failed; the caller resumes its rebuild
+    // (`Metadata::rebuild_in_progress`) with `Shard::start_rebuild`.
+    let rebuilding = metadata.rebuild_in_progress().map(|(role, _)| role.get());
     let members: Vec<MemberSetup> = (0..geometry.member_count())
         .map(|role| MemberSetup {
-            health: if metadata.roles[role].is_some() { Health::Active } else { Health::Failed },
+            health: if metadata.roles[role].is_some() && rebuilding != Some(role) {
+                Health::Active
+            } else {
+                Health::Failed
+            },
             zeroes_after_discard: metadata.roles[role]
                 .is_some_and(|d| devices[d].zeroes_after_discard()),
         })

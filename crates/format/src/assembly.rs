@@ -324,7 +324,10 @@ fn place_members(
         (0..role_count).filter(|&r| newest.members[r].state == MemberState::Failed).collect();
     let missing_roles: Vec<usize> =
         (0..role_count).filter(|&r| roles[r].is_none() && !failed_roles.contains(&r)).collect();
-    let unavailable: Vec<bool> = (0..role_count).map(|r| roles[r].is_none()).collect();
+    // A replacement still being rebuilt does not hold the chunks above its cursor.
+    let unavailable: Vec<bool> = (0..role_count)
+        .map(|r| roles[r].is_none() || newest.members[r].state == MemberState::Rebuilding)
+        .collect();
     if !geometry.survives(&unavailable) {
         return Err(AssemblyError::TooManyMissing {
             array: label(newest),

@@ -19,7 +19,7 @@ use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::superblock::Superblock;
 use flashraid_format::{NewArray, Uuid};
 use flashraid_iobuf::BufPool;
-use flashraid_layout::{Geometry, Level, MemberIndex};
+use flashraid_layout::{Geometry, Level, MemberIndex, StripeIndex};
 use flashraid_parity::Kernel;
 use flashraid_uring::{Access, Device, Waker};
 use std::io::Read;
@@ -121,8 +121,10 @@ pub struct ArrayStatus {
     pub uuid: Uuid,
     pub level: Level,
     pub members: Vec<MemberStatus>,
-    /// Hot spares present (their device names). They do not take over yet (issue 5).
+    /// Hot spares present (their device names); the first takes over a failed role.
     pub spares: Vec<String>,
+    /// The rebuild of a replacement, if one runs.
+    pub rebuild: Option<RebuildProgress>,
     pub chunk_bytes: u32,
     pub array_bytes: u64,
     pub degraded: bool,
@@ -134,11 +136,38 @@ pub struct ArrayStatus {
     pub event: u64,
 }
 
+/// A rebuild as `status` reports it.
+#[derive(Clone, Debug)]
+pub struct RebuildProgress {
+    pub role: usize,
+    pub path: Option<String>,
+    pub stripes_done: u64,
+    pub stripes_total: u64,
+    /// Bytes written to the replacement per second since the rebuild (re)started.
+    pub rate_bytes_per_s: u64,
+    /// Seconds left at that rate (`None` before there is a rate).
+    pub eta_s: Option<u64>,
+    /// The configured limit, bytes per second (0: none).
+    pub rate_limit_bytes_per_s: u64,
+    /// Where it stopped, if a stripe could not be reconstructed.
+    pub stalled_at_stripe: Option<u64>,
+}
+
+impl RebuildProgress {
+    pub fn percent(&self) -> f64 {
+        if self.stripes_total == 0 {
+            return 100.0;
+        }
+        self.stripes_done as f64 * 100.0 / self.stripes_total as f64
+    }
+}
+
 pub(crate) enum ToController {
     /// From shard `.0`.
     #[allow(dead_code)]
     Event(u32, ShardEvent),
     FailMember(usize, Sender<Result<(), ArrayError>>),
+    SetRebuildRate(u64, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
     Shutdown(Sender<Result<Stopped, ArrayError>>),
     Stop,
@@ -280,9 +309,22 @@ pub fn create_in_memory(
     spec: &CreateSpec,
     members: &[Arc<MemMember>],
 ) -> Result<CreatedArray, ArrayError> {
+    create_in_memory_with_spares(spec, members, &[])
+}
+
+/// `create_in_memory`, with hot spares.
+pub fn create_in_memory_with_spares(
+    spec: &CreateSpec,
+    members: &[Arc<MemMember>],
+    spares: &[Arc<MemMember>],
+) -> Result<CreatedArray, ArrayError> {
     let devices: Vec<MemberDevice> =
         members.iter().map(|m| MemberDevice::Memory(m.clone())).collect();
+    let spare_devices: Vec<MemberDevice> =
+        spares.iter().map(|m| MemberDevice::Memory(m.clone())).collect();
     let refs: Vec<&dyn MetaDevice> = devices.iter().map(|d| d as &dyn MetaDevice).collect();
+    let spare_refs: Vec<&dyn MetaDevice> =
+        spare_devices.iter().map(|d| d as &dyn MetaDevice).collect();
     let uuid = random_uuid()?;
     let new = NewArray {
         array_uuid: uuid,
@@ -292,14 +334,14 @@ pub fn create_in_memory(
         chunk_bytes: spec.chunk_bytes,
         member_uuids: (0..devices.len()).map(|_| random_uuid()).collect::<Result<_, _>>()?,
         member_sizes_bytes: vec![],
-        spare_uuids: vec![],
+        spare_uuids: (0..spares.len()).map(|_| random_uuid()).collect::<Result<_, _>>()?,
         spare_sizes_bytes: vec![],
         bitmap_region_bytes: spec.bitmap_region_bytes,
         shards: spec.shards,
         member_data_bytes_max: None,
     };
     let init = spec.init.unwrap_or(Init::Zero);
-    let made = flashraid_control::create(&new, &refs, &[], spec.overwrite, init)?;
+    let made = flashraid_control::create(&new, &refs, &spare_refs, spec.overwrite, init)?;
     Ok(CreatedArray { uuid, geometry: made.geometry, init, created_files: vec![] })
 }
 
@@ -349,12 +391,20 @@ impl Array {
         let role_devices: Vec<Option<&MemberDevice>> = (0..geometry.member_count())
             .map(|role| metadata.role_device(role).map(|d| &devices[d]))
             .collect();
+        // Hot spares are registered after the roles: one that takes a role over is mapped
+        // to it in every reactor (`Control::StartRebuild`).
+        let spare_devices: Vec<&MemberDevice> =
+            metadata.spare_devices().iter().map(|&d| &devices[d]).collect();
         let fds: Vec<i32> = role_devices
             .iter()
             .map(|d| match d {
                 Some(MemberDevice::Device(device)) => device.raw_fd(),
                 _ => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
             })
+            .chain(spare_devices.iter().map(|d| match d {
+                MemberDevice::Device(device) => device.raw_fd(),
+                MemberDevice::Memory(_) => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
+            }))
             .collect();
         let mem_members: Vec<Option<Arc<MemMember>>> = role_devices
             .iter()
@@ -363,6 +413,23 @@ impl Array {
                 _ => None,
             })
             .collect();
+        let mem_spares: Vec<Arc<MemMember>> = spare_devices
+            .iter()
+            .filter_map(|d| match d {
+                MemberDevice::Memory(m) => Some(m.clone()),
+                MemberDevice::Device(_) => None,
+            })
+            .collect();
+        // Device index -> registered index.
+        let mut registered: Vec<Option<usize>> = vec![None; devices.len()];
+        for role in 0..geometry.member_count() {
+            if let Some(d) = metadata.role_device(role) {
+                registered[d] = Some(role);
+            }
+        }
+        for (i, &d) in metadata.spare_devices().iter().enumerate() {
+            registered[d] = Some(geometry.member_count() + i);
+        }
         let (controller_tx, controller_rx) = mpsc::channel();
         let mut links = vec![];
         let mut threads = vec![];
@@ -371,7 +438,11 @@ impl Array {
             // Validate here so a bad setup is an error, not a dead thread.
             Shard::new(setup.clone()).map_err(|e| ArrayError::Other(e.to_string()))?;
             let backend = if memory {
-                Backend::Memory(MemDriver::new(mem_members.clone(), options.ring_entries as usize))
+                Backend::Memory(MemDriver::new(
+                    mem_members.clone(),
+                    mem_spares.clone(),
+                    options.ring_entries as usize,
+                ))
             } else {
                 let ring = member_ring(&fds, options.ring_entries)
                     .map_err(|e| ArrayError::Other(e.to_string()))?;
@@ -410,13 +481,18 @@ impl Array {
             piece_bytes_max,
             threads: Mutex::new(threads),
         };
-        let controller = Controller {
+        let mut controller = Controller {
             inbox: controller_rx,
             metadata,
             devices,
             reactors,
             _placeholder: placeholder,
+            registered,
+            rebuild: None,
+            rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
+            shard_count: shards,
         };
+        controller.resume_or_start_rebuild();
         let thread = std::thread::Builder::new()
             .name("flashraid-control".to_string())
             .spawn(move || controller.run())
@@ -524,6 +600,16 @@ impl Array {
         rx.recv().map_err(|_| ArrayError::Stopped)
     }
 
+    /// Limit the rebuild rate (bytes written to the replacement per second, for the whole
+    /// array; 0: no limit). Takes effect at once, also for a rebuild already running.
+    pub fn set_rebuild_rate(&self, bytes_per_s: u64) -> Result<(), ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller
+            .send(ToController::SetRebuildRate(bytes_per_s, tx))
+            .map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
     /// Fail a member now (like `mdadm --fail`), durably.
     pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
         if role >= self.geometry.member_count() {
@@ -594,7 +680,28 @@ struct Controller {
     devices: Vec<MemberDevice>,
     reactors: Arc<Vec<ReactorLink>>,
     _placeholder: std::fs::File,
+    /// Per device: its registered index in the reactors' drivers (roles, then spares).
+    registered: Vec<Option<usize>>,
+    rebuild: Option<RunningRebuild>,
+    rebuild_rate_bytes_per_s: u64,
+    shard_count: u32,
 }
+
+/// The controller's view of a rebuild.
+struct RunningRebuild {
+    role: MemberIndex,
+    started: std::time::Instant,
+    /// Stripe the rebuild (re)started from.
+    from: u64,
+    /// Per shard: its reported low-water stripe.
+    done_below: Vec<u64>,
+    shards_done: usize,
+    last_recorded: std::time::Instant,
+    stalled_at: Option<u64>,
+}
+
+/// How often rebuild progress is recorded in the superblocks, at most.
+const REBUILD_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A clean shutdown in progress: the shards' acknowledgements still awaited.
 struct PendingShutdown {
@@ -627,8 +734,38 @@ impl Controller {
             };
             match message {
                 None => {}
-                Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, .. })) => {
+                Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, reason })) => {
+                    log(&self.metadata, &format!("member {} failed ({reason:?})", member.get()));
                     let _ = self.fail(&[member]);
+                }
+                Some(ToController::Event(
+                    shard,
+                    ShardEvent::RebuildProgress { done_below, .. },
+                )) => {
+                    self.rebuild_progress(shard, done_below.0, false);
+                }
+                Some(ToController::Event(shard, ShardEvent::RebuildDone { .. })) => {
+                    self.rebuild_progress(shard, u64::MAX, true);
+                }
+                Some(ToController::Event(_, ShardEvent::RebuildStalled { member, stripe })) => {
+                    log(
+                        &self.metadata,
+                        &format!(
+                            "rebuild of member {} stalled at stripe {}: it cannot be \
+                             reconstructed (too many members unreadable)",
+                            member.get(),
+                            stripe.0
+                        ),
+                    );
+                    if let Some(r) = &mut self.rebuild {
+                        r.stalled_at = Some(r.stalled_at.map_or(stripe.0, |s| s.min(stripe.0)));
+                    }
+                }
+                Some(ToController::SetRebuildRate(rate, reply)) => {
+                    self.rebuild_rate_bytes_per_s = rate;
+                    let share = rate.div_ceil(u64::from(self.shard_count));
+                    self.broadcast(|| Control::SetRebuildRate(share));
+                    let _ = reply.send(Ok(()));
                 }
                 Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
                     self.metadata.note_errors_corrected(member, 1);
@@ -708,7 +845,115 @@ impl Controller {
             Err(_) => members.to_vec(),
         };
         self.broadcast(|| Control::ApplyFailed(all.clone()));
+        if self.rebuild.as_ref().is_some_and(|r| all.contains(&r.role)) {
+            log(&self.metadata, "the member being rebuilt failed: its rebuild is abandoned");
+            self.rebuild = None;
+        }
+        if result.is_ok() {
+            self.take_spare_if_wanted();
+        }
         result.map(|_| ()).map_err(ArrayError::from)
+    }
+
+    /// At start: resume a rebuild the superblocks record, or give a failed role a spare.
+    fn resume_or_start_rebuild(&mut self) {
+        if let Some((role, from)) = self.metadata.rebuild_in_progress() {
+            let device = self.metadata.role_device(role.get()).expect("a rebuild has a device");
+            let zeroes_after_discard = self.devices[device].zeroes_after_discard();
+            log(
+                &self.metadata,
+                &format!("resuming the rebuild of member {} at stripe {}", role.get(), from.0),
+            );
+            self.begin_rebuild(role, device, from, zeroes_after_discard);
+        } else {
+            self.take_spare_if_wanted();
+        }
+    }
+
+    /// A failed role and a hot spare: the spare takes the role, durably, and is rebuilt.
+    fn take_spare_if_wanted(&mut self) {
+        let Some(role) = self.metadata.spare_wanted() else { return };
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        match self.metadata.take_spare(&refs, role) {
+            Ok(device) => {
+                let zeroes_after_discard = self.devices[device].zeroes_after_discard();
+                log(
+                    &self.metadata,
+                    &format!(
+                        "hot spare {} takes over member {}; rebuilding",
+                        self.devices[device].name(),
+                        role.get()
+                    ),
+                );
+                self.begin_rebuild(role, device, StripeIndex(0), zeroes_after_discard);
+            }
+            Err(e) => log(&self.metadata, &format!("hot spare could not take over: {e}")),
+        }
+    }
+
+    fn begin_rebuild(
+        &mut self,
+        role: MemberIndex,
+        device: usize,
+        from: StripeIndex,
+        zeroes_after_discard: bool,
+    ) {
+        let registered = self.registered[device].expect("role and spare devices are registered");
+        self.broadcast(|| Control::StartRebuild {
+            role,
+            device: registered,
+            from,
+            zeroes_after_discard,
+        });
+        let now = std::time::Instant::now();
+        self.rebuild = Some(RunningRebuild {
+            role,
+            started: now,
+            from: from.0,
+            done_below: vec![from.0; self.reactors.len()],
+            shards_done: 0,
+            last_recorded: now,
+            stalled_at: None,
+        });
+    }
+
+    /// A shard reported rebuild progress (`done`: it finished). Records the cursor now and
+    /// then, and the end once every shard is done.
+    fn rebuild_progress(&mut self, shard: u32, done_below: u64, done: bool) {
+        let stripes = self.metadata.superblock().geometry().stripes();
+        let Some(r) = &mut self.rebuild else { return };
+        let s = usize::try_from(shard).expect("fits");
+        r.done_below[s] = r.done_below[s].max(done_below.min(stripes));
+        if done {
+            r.shards_done += 1;
+        }
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        if r.shards_done == r.done_below.len() {
+            let role = r.role;
+            let elapsed = r.started.elapsed();
+            match self.metadata.finish_rebuild(&refs) {
+                Ok(_) => {
+                    self.broadcast(|| Control::FinishRebuild(role));
+                    log(
+                        &self.metadata,
+                        &format!("rebuild of member {} finished in {elapsed:.1?}", role.get()),
+                    );
+                }
+                Err(e) => log(&self.metadata, &format!("recording the rebuilt member: {e}")),
+            }
+            self.rebuild = None;
+            self.take_spare_if_wanted();
+            return;
+        }
+        if r.last_recorded.elapsed() >= REBUILD_RECORD_INTERVAL {
+            r.last_recorded = std::time::Instant::now();
+            let cursor = r.done_below.iter().copied().min().unwrap_or(0);
+            if let Err(e) = self.metadata.record_rebuild_progress(&refs, StripeIndex(cursor)) {
+                log(&self.metadata, &format!("recording rebuild progress: {e}"));
+            }
+        }
     }
 
     fn shard_statuses(&self) -> Vec<ShardStatus> {
@@ -737,8 +982,9 @@ impl Controller {
                 states
                     .max_by_key(|h| match h {
                         Health::Active => 0,
-                        Health::Failing => 1,
-                        Health::Failed => 2,
+                        Health::Rebuilding => 1,
+                        Health::Failing => 2,
+                        Health::Failed => 3,
                     })
                     .unwrap_or(Health::Failed)
             })
@@ -765,6 +1011,7 @@ impl Controller {
             degraded: unavailable.iter().any(|&u| u),
             failed: !geometry.survives(&unavailable),
             resyncing: shards.iter().any(|s| s.resyncing),
+            rebuild: self.rebuild_status(&shards, geometry),
             bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
             counters,
             shards: shards.len(),
@@ -772,7 +1019,51 @@ impl Controller {
         }
     }
 
+    fn rebuild_status(
+        &self,
+        shards: &[ShardStatus],
+        geometry: Geometry,
+    ) -> Option<RebuildProgress> {
+        let r = self.rebuild.as_ref()?;
+        let (mut done, mut total) = (0u64, 0u64);
+        for s in shards.iter().filter_map(|s| s.rebuild.as_ref()) {
+            done += s.stripes_done;
+            total += s.stripes_total;
+        }
+        if total == 0 {
+            // Shards done and not yet told the member is active again.
+            total = geometry.stripes();
+            done = total;
+        }
+        // Stripes done since this (re)start, each one chunk written to the replacement.
+        let resumed_from = r.from.min(geometry.stripes());
+        let fresh = done.saturating_sub(resumed_from);
+        let seconds = r.started.elapsed().as_secs_f64();
+        let rate = if seconds > 0.0 {
+            (fresh as f64 * f64::from(geometry.chunk_bytes()) / seconds) as u64
+        } else {
+            0
+        };
+        let left = total.saturating_sub(done) * u64::from(geometry.chunk_bytes());
+        Some(RebuildProgress {
+            role: r.role.get(),
+            path: self.metadata.role_device(r.role.get()).map(|d| self.devices[d].name()),
+            stripes_done: done,
+            stripes_total: total,
+            rate_bytes_per_s: rate,
+            eta_s: (rate > 0).then(|| left / rate),
+            rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
+            stalled_at_stripe: r.stalled_at,
+        })
+    }
+
     fn stop_reactors(&self) {
         self.broadcast(|| Control::Stop);
     }
+}
+
+/// One line on standard error for an event of the array: what changed and why.
+fn log(metadata: &Metadata, message: &str) {
+    let sb = metadata.superblock();
+    eprintln!("flashraid: array {}: {message}", sb.array_name);
 }

@@ -1,8 +1,10 @@
 //! The engine's `Driver` over an io_uring `Ring`: member IO for one shard.
 //!
-//! Member `i` of the array is registered file `i` of the ring (missing members get a
-//! placeholder descriptor that the engine never addresses: it issues no IO to unavailable
-//! members). Tokens travel as io_uring user data. Short transfers are errors.
+//! Role `i` of the array starts as registered file `i` of the ring; hot spares are
+//! registered after the roles, and a spare that takes over a role is mapped to it
+//! (`assign_role`), so IO already in flight keeps its file. Missing members get a placeholder
+//! descriptor that the engine never addresses (it issues no IO to unavailable members).
+//! Tokens travel as io_uring user data. Short transfers are errors.
 
 use flashraid_engine::{
     Driver, Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind,
@@ -16,12 +18,20 @@ pub struct UringDriver {
     /// Length of each transfer in flight, to detect short ones. Pre-sized to the ring's
     /// in-flight maximum, so inserting never allocates.
     transfer_len: HashMap<u64, u32>,
+    /// Registered file index per role.
+    role_file: [u32; flashraid_layout::MEMBERS_MAX],
 }
 
 impl UringDriver {
     pub fn new(ring: Ring) -> Self {
         let capacity = ring.in_flight_max();
-        Self { ring, transfer_len: HashMap::with_capacity(capacity) }
+        let role_file = std::array::from_fn(|i| u32::try_from(i).expect("fits"));
+        Self { ring, transfer_len: HashMap::with_capacity(capacity), role_file }
+    }
+
+    /// From now on, IO for `role` goes to registered file `file`.
+    pub fn assign_role(&mut self, role: usize, file: u32) {
+        self.role_file[role] = file;
     }
 
     pub fn ring(&mut self) -> &mut Ring {
@@ -31,7 +41,7 @@ impl UringDriver {
 
 impl Driver for UringDriver {
     fn submit(&mut self, io: MemberIo) -> Result<(), MemberIo> {
-        let file = u32::from(io.member.0);
+        let file = self.role_file[io.member.get()];
         let (op, len) = match io.kind {
             MemberIoKind::Read { offset_bytes, ptr, len_bytes } => {
                 (Op::Read { file, offset_bytes, ptr, len_bytes }, Some(len_bytes))

@@ -230,14 +230,32 @@ struct Pending {
 #[derive(Debug)]
 pub struct MemDriver {
     members: Vec<Option<Arc<MemMember>>>,
+    /// Hot spares, in registration order after the roles (see `assign_role`).
+    spares: Vec<Arc<MemMember>>,
     pending: VecDeque<Pending>,
     in_flight_max: usize,
 }
 
 impl MemDriver {
-    pub fn new(members: Vec<Option<Arc<MemMember>>>, in_flight_max: usize) -> Self {
+    pub fn new(
+        members: Vec<Option<Arc<MemMember>>>,
+        spares: Vec<Arc<MemMember>>,
+        in_flight_max: usize,
+    ) -> Self {
         let in_flight_max = in_flight_max.max(1);
-        Self { members, pending: VecDeque::with_capacity(in_flight_max), in_flight_max }
+        Self { members, spares, pending: VecDeque::with_capacity(in_flight_max), in_flight_max }
+    }
+
+    /// From now on, IO for `role` goes to device `device` (numbered like registered files:
+    /// roles, then spares). IO already submitted was performed where it was sent.
+    pub fn assign_role(&mut self, role: usize, device: usize) {
+        let roles = self.members.len();
+        let member = if device < roles {
+            self.members[device].clone()
+        } else {
+            self.spares.get(device - roles).cloned()
+        };
+        self.members[role] = member;
     }
 
     /// When the earliest delayed completion is due (`None`: none is waiting for time). A
@@ -318,7 +336,7 @@ mod tests {
     #[test]
     fn torn_lost_and_failed_writes_persist_what_they_say() {
         let member = MemMember::new("m", 1 << 20);
-        let mut driver = MemDriver::new(vec![Some(member.clone())], 4);
+        let mut driver = MemDriver::new(vec![Some(member.clone())], vec![], 4);
         let data = vec![0xabu8; 4096];
         member.faults().tear_writes(Trigger::range(0, 4096), 1536, TornReport::Success);
         driver.submit(write_io(1, 0, &data)).unwrap();
@@ -370,7 +388,7 @@ mod tests {
         let mut buf = [0u8; 4096];
         assert!(b.read(&mut buf, 0).unwrap_err().contains("gone"));
         assert!(b.write(&buf, 0).is_err() && b.flush().is_err());
-        let mut driver = MemDriver::new(vec![Some(b.clone())], 4);
+        let mut driver = MemDriver::new(vec![Some(b.clone())], vec![], 4);
         driver.submit(write_io(1, 0, &buf)).unwrap();
         assert_eq!(collect(&mut driver)[0].result, Err(IoError::Gone));
     }
@@ -379,7 +397,7 @@ mod tests {
     fn latency_holds_completions_until_due_and_others_pass() {
         let slow = MemMember::new("slow", 1 << 20);
         let fast = MemMember::new("fast", 1 << 20);
-        let mut driver = MemDriver::new(vec![Some(slow.clone()), Some(fast)], 8);
+        let mut driver = MemDriver::new(vec![Some(slow.clone()), Some(fast)], vec![], 8);
         slow.faults().set_latency_us(20_000);
         let data = [7u8; 4096];
         let submitted = Instant::now();

@@ -30,7 +30,7 @@ use flashraid_engine::Health;
 use flashraid_engine::{
     Driver, MemberIo, Rejected, Shard, ShardCounters, ShardReply, ShardRequest, ShutdownState,
 };
-use flashraid_layout::MemberIndex;
+use flashraid_layout::{MemberIndex, StripeIndex};
 use flashraid_uring::{Ring, Waker};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -62,6 +62,7 @@ pub struct ShardStatus {
     pub resyncing: bool,
     pub bitmap_regions_set: usize,
     pub idle: bool,
+    pub rebuild: Option<flashraid_engine::RebuildStatus>,
 }
 
 thread_local! {
@@ -96,6 +97,18 @@ pub(crate) enum Control {
     RunJob(ShardJob, Sender<Result<(), String>>),
     /// Exit the thread now (after a clean shutdown, or to simulate a crash).
     Stop,
+    /// A hot spare holds `role` now (`device`: its registered index, after the roles): route
+    /// the role's IO there and rebuild it from stripe `from`.
+    StartRebuild {
+        role: MemberIndex,
+        device: usize,
+        from: StripeIndex,
+        zeroes_after_discard: bool,
+    },
+    /// The rebuild of `role` is recorded finished: the member is active again.
+    FinishRebuild(MemberIndex),
+    /// This shard's share of the rebuild rate, bytes per second (0: unlimited).
+    SetRebuildRate(u64),
 }
 
 pub(crate) enum ToReactor {
@@ -320,6 +333,17 @@ impl Reactor {
                             }
                         }
                         Control::Stop => return Next::Exit,
+                        Control::StartRebuild { role, device, from, zeroes_after_discard } => {
+                            match &mut self.driver {
+                                Backend::Uring(d) => {
+                                    d.assign_role(role.get(), u32::try_from(device).expect("fits"))
+                                }
+                                Backend::Memory(d) => d.assign_role(role.get(), device),
+                            }
+                            self.shard.start_rebuild(role, from, zeroes_after_discard);
+                        }
+                        Control::FinishRebuild(role) => self.shard.finish_rebuild(role),
+                        Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
                     }
                 }
                 Err(TryRecvError::Empty) => break,
@@ -412,6 +436,7 @@ impl Reactor {
             resyncing: self.shard.is_resyncing(),
             bitmap_regions_set: self.shard.bitmap_regions_set(),
             idle: self.shard.is_idle(),
+            rebuild: self.shard.rebuild_status(),
         }
     }
 }

@@ -16,7 +16,7 @@ use flashraid_engine::{
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::{NewArray, Uuid};
 use flashraid_iobuf::{BufPool, IoBuf};
-use flashraid_layout::{Geometry, Level, MemberIndex};
+use flashraid_layout::{Geometry, Level, MemberIndex, StripeIndex};
 use flashraid_parity::Kernel;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -107,6 +107,10 @@ pub struct SimArray {
     pub events: Vec<ShardEvent>,
     /// Metadata writes failed everywhere: the array is dead.
     pub metadata_lost: bool,
+    /// Per shard: the rebuild's reported low-water stripe (empty: no rebuild).
+    rebuild_done_below: Vec<u64>,
+    /// Shards that finished the rebuild.
+    rebuild_shards_done: usize,
 }
 
 fn dyn_devices(devices: &[SimMember]) -> Vec<&dyn MetaDevice> {
@@ -162,6 +166,15 @@ impl SimArray {
         for setup in setups {
             shards.push(Shard::new(setup).map_err(|e| ControlError::Invalid(e.to_string()))?);
         }
+        let shard_count = shards.len();
+        let resumed = metadata.rebuild_in_progress();
+        if let Some((role, from)) = resumed {
+            let zeroes =
+                metadata.role_device(role.get()).is_some_and(|d| devices[d].zeroes_after_discard());
+            for shard in &mut shards {
+                shard.start_rebuild(role, from, zeroes);
+            }
+        }
         // Shard drivers see role slots as member indices: map each role to its device.
         let drivers = (0..options.shards)
             .map(|s| {
@@ -198,6 +211,14 @@ impl SimArray {
             rng,
             events: vec![],
             metadata_lost: false,
+            rebuild_done_below: resumed
+                .map(|(_, from)| vec![from.0; shard_count])
+                .unwrap_or_default(),
+            rebuild_shards_done: 0,
+        })
+        .map(|mut array| {
+            array.take_spare_if_wanted();
+            array
         })
     }
 
@@ -427,6 +448,8 @@ impl SimArray {
 
     fn handle_events(&mut self) {
         let mut failed: Vec<MemberIndex> = vec![];
+        let mut progress = false;
+        let mut finished = false;
         for s in 0..self.shards.len() {
             while let Some(event) = self.shards[s].poll_event() {
                 match &event {
@@ -436,15 +459,88 @@ impl SimArray {
                     ShardEvent::ErrorCorrected { member } => {
                         self.metadata.note_errors_corrected(*member, 1)
                     }
+                    ShardEvent::RebuildProgress { done_below, .. } => {
+                        if let Some(d) = self.rebuild_done_below.get_mut(s) {
+                            *d = (*d).max(done_below.0);
+                            progress = true;
+                        }
+                    }
+                    ShardEvent::RebuildDone { .. } => {
+                        if let Some(d) = self.rebuild_done_below.get_mut(s) {
+                            *d = self.geometry.stripes();
+                            self.rebuild_shards_done += 1;
+                            finished = self.rebuild_shards_done == self.shards.len();
+                        }
+                    }
                     _ => {}
                 }
                 self.events.push(event);
             }
         }
-        if failed.is_empty() {
-            return;
+        if !failed.is_empty() {
+            self.record_failed(&failed);
         }
-        self.record_failed(&failed);
+        if finished && self.metadata.rebuild_in_progress().is_some() {
+            let devices = dyn_devices(&self.devices);
+            match self.metadata.finish_rebuild(&devices) {
+                Ok(role) => {
+                    for shard in &mut self.shards {
+                        shard.finish_rebuild(role);
+                    }
+                }
+                Err(_) => self.metadata_lost = true,
+            }
+            self.rebuild_done_below.clear();
+            self.rebuild_shards_done = 0;
+        } else if progress && let Some(&cursor) = self.rebuild_done_below.iter().min() {
+            let devices = dyn_devices(&self.devices);
+            if self.metadata.record_rebuild_progress(&devices, StripeIndex(cursor)).is_err() {
+                self.metadata_lost = true;
+            }
+        }
+        self.take_spare_if_wanted();
+    }
+
+    /// A failed role and a hot spare: the spare takes the role and the rebuild starts.
+    fn take_spare_if_wanted(&mut self) {
+        let Some(role) = self.metadata.spare_wanted() else { return };
+        let devices = dyn_devices(&self.devices);
+        let Ok(device) = self.metadata.take_spare(&devices, role) else {
+            self.metadata_lost = true;
+            return;
+        };
+        let member = self.devices[device].clone();
+        let zeroes = member.zeroes_after_discard();
+        for driver in &mut self.drivers {
+            driver.set_member(role.get(), member.clone());
+        }
+        for shard in &mut self.shards {
+            shard.start_rebuild(role, StripeIndex(0), zeroes);
+        }
+        self.rebuild_done_below = vec![0; self.shards.len()];
+        self.rebuild_shards_done = 0;
+    }
+
+    /// Whether a role is fully in service: recorded active, held by a device that is there.
+    pub fn role_in_service(&self, role: usize) -> bool {
+        let active = self.metadata.superblock().members[role].state
+            == flashraid_format::superblock::MemberState::Active;
+        active && self.role_device(role).is_some_and(|d| !d.state().gone)
+    }
+
+    /// Run until the rebuild (and any rebuild a spare starts after it) has finished.
+    pub fn run_until_rebuilt(&mut self) {
+        let mut steps = 0;
+        while self.is_rebuilding() || self.metadata.spare_wanted().is_some() {
+            self.step();
+            steps += 1;
+            assert!(steps < STEPS_MAX, "rebuild never finished: {}", self.describe());
+        }
+    }
+
+    /// Whether a rebuild is running (started and not recorded finished).
+    pub fn is_rebuilding(&self) -> bool {
+        self.metadata.rebuild_in_progress().is_some()
     }
 
     fn record_failed(&mut self, failed: &[MemberIndex]) {
@@ -458,6 +554,10 @@ impl SimArray {
         };
         for shard in &mut self.shards {
             shard.apply_failed(&all);
+        }
+        if self.metadata.rebuild_in_progress().is_none() {
+            self.rebuild_done_below.clear();
+            self.rebuild_shards_done = 0;
         }
     }
 

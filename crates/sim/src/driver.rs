@@ -17,7 +17,9 @@ pub const IN_FLIGHT_MAX: usize = 4096;
 #[derive(Debug)]
 pub struct SimDriver {
     members: Vec<SimMember>,
-    in_flight: Vec<(MemberIo, u64)>,
+    /// Each IO with the step it may complete at and the device it was sent to (a role that
+    /// changes device meanwhile does not redirect IO already in flight).
+    in_flight: Vec<(MemberIo, u64, SimMember)>,
     step: u64,
     rng: StdRng,
     /// Longest delay, in driver steps, before an IO may complete (0: next poll).
@@ -38,6 +40,11 @@ impl SimDriver {
         }
     }
 
+    /// A role is now held by another device (a hot spare took it over).
+    pub fn set_member(&mut self, role: usize, member: SimMember) {
+        self.members[role] = member;
+    }
+
     /// The simulated device behind a role.
     pub fn member(&self, role: usize) -> SimMember {
         self.members[role].clone()
@@ -50,16 +57,15 @@ impl SimDriver {
     /// Power is lost: IOs in flight never complete. A write in flight may or may not have
     /// reached the device's cache (the crash then decides whether it persists).
     pub fn crash(&mut self) {
-        for (io, _) in std::mem::take(&mut self.in_flight) {
+        for (io, _, member) in std::mem::take(&mut self.in_flight) {
             if self.rng.random_bool(0.5) {
-                let _ = self.perform(&io);
+                let _ = Self::perform(&member, &io);
             }
             self.dropped += 1;
         }
     }
 
-    fn perform(&mut self, io: &MemberIo) -> Result<(), IoError> {
-        let member = &self.members[io.member.get()];
+    fn perform(member: &SimMember, io: &MemberIo) -> Result<(), IoError> {
         let mut state = member.state();
         let result = match io.kind {
             MemberIoKind::Read { offset_bytes, ptr, len_bytes } => {
@@ -97,7 +103,8 @@ impl Driver for SimDriver {
             return Err(io);
         }
         let ready = self.step + self.rng.random_range(0..=self.delay_steps_max);
-        self.in_flight.push((io, ready));
+        let member = self.members[io.member.get()].clone();
+        self.in_flight.push((io, ready, member));
         Ok(())
     }
 
@@ -108,13 +115,14 @@ impl Driver for SimDriver {
         let mut ready = vec![];
         while index < self.in_flight.len() {
             if self.in_flight[index].1 <= self.step && self.rng.random_bool(0.7) {
-                ready.push(self.in_flight.swap_remove(index).0);
+                let (io, _, member) = self.in_flight.swap_remove(index);
+                ready.push((io, member));
             } else {
                 index += 1;
             }
         }
-        for io in ready {
-            let result = self.perform(&io);
+        for (io, member) in ready {
+            let result = Self::perform(&member, &io);
             sink(MemberCompletion { token: io.token, result });
         }
     }

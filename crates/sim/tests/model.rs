@@ -52,7 +52,23 @@ fn free_range(
 }
 
 fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool) {
-    eprintln!("model {level} x{members} seed {seed} (replay with FLASHRAID_SEED={seed})");
+    run_model_with_spares(level, members, seed, ops, failures, 0);
+}
+
+/// `spares` hot spares take over failed roles and are rebuilt while the load runs; at the
+/// end every rebuild finishes, the array must equal the model, and it must still equal it
+/// with other members failed (so the rebuilt chunks are what the reads reconstruct from).
+fn run_model_with_spares(
+    level: Level,
+    members: usize,
+    seed: u64,
+    ops: usize,
+    failures: bool,
+    spares: usize,
+) {
+    eprintln!(
+        "model {level} x{members} +{spares} spares seed {seed} (replay with FLASHRAID_SEED={seed})"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut options = SimOptions::new(seed, level, members);
     options.chunk_bytes = if rng.random_bool(0.5) { 4096 } else { 16384 };
@@ -60,6 +76,11 @@ fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool
     options.member_bytes = 3 << 20;
     options.config.merge_window_us = 0;
     options.init = Init::Zero;
+    options.spares = spares;
+    if spares > 0 {
+        // Slow the rebuild down so that it overlaps the load.
+        options.config.rebuild_stripes_max = rng.random_range(1..=4);
+    }
     if std::env::var("FLASHRAID_TRACE").is_ok() {
         eprintln!("trace: chunk {} shards {}", options.chunk_bytes, options.shards);
     }
@@ -69,6 +90,7 @@ fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool
     let stripe_bytes = array.geometry().stripe_data_bytes();
     let tolerance = array.geometry().tolerance();
     let mut failed: Vec<usize> = vec![];
+    let mut rebuilt: Vec<usize> = vec![];
     let mut inflight: Vec<Inflight> = vec![];
     let mut issued = 0;
     let mut loops = 0u64;
@@ -111,6 +133,15 @@ fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool
             issued += 1;
             submit_random(&mut array, &mut rng, &mut model, &mut inflight, size, stripe_bytes);
         }
+        // A role whose replacement was rebuilt is healthy again.
+        if spares > 0 {
+            for &r in failed.iter().filter(|&&r| array.role_in_service(r)) {
+                if !rebuilt.contains(&r) {
+                    rebuilt.push(r);
+                }
+            }
+            failed.retain(|&r| !array.role_in_service(r));
+        }
         // Fault budget: failed members plus members with unrepaired bad ranges stay within
         // the level's tolerance (a bad range lasts until the engine rewrites it).
         let bad = members_with_bad_ranges(&array, &failed);
@@ -130,6 +161,49 @@ fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool
     array.run_until_idle();
     let again = array.read(0, size).unwrap();
     assert!(again == model, "{level} seed {seed}: second final read differs");
+    if spares == 0 {
+        return;
+    }
+    array.run_until_rebuilt();
+    let counters = array.counters();
+    if std::env::var("FLASHRAID_TRACE").is_ok() {
+        eprintln!("trace: rebuilt roles {rebuilt:?}, {} stripes rebuilt", counters.rebuild_stripes);
+    }
+    for &r in failed.iter().filter(|&&r| array.role_in_service(r)) {
+        if !rebuilt.contains(&r) {
+            rebuilt.push(r);
+        }
+    }
+    let after = array.read(0, size).unwrap();
+    assert!(after == model, "{level} seed {seed}: read after the rebuild differs");
+    // Lean on the rebuilt members: fail others up to the tolerance and read everything. Bad
+    // ranges left unread would be one erasure too many there: they go first (their
+    // contents are current; a bad range only refuses reads).
+    for r in 0..members {
+        if let Some(device) = array.role_device(r) {
+            device.state().bad_ranges.clear();
+        }
+    }
+    let in_service: Vec<usize> =
+        (0..members).filter(|&r| array.role_in_service(r) && !rebuilt.contains(&r)).collect();
+    let down = (0..members).filter(|&r| !array.role_in_service(r)).count();
+    let mut budget = tolerance.saturating_sub(down);
+    for r in in_service {
+        if budget == 0 {
+            break;
+        }
+        if level == Level::Raid10 && !rebuilt.contains(&(r ^ 1)) {
+            continue;
+        }
+        array.fail_member(r);
+        budget -= 1;
+    }
+    array.run_until_idle();
+    let leaning = array.read(0, size).unwrap();
+    assert!(
+        leaning == model,
+        "{level} seed {seed}: read relying on rebuilt members {rebuilt:?} differs"
+    );
 }
 
 fn submit_random(
@@ -293,6 +367,15 @@ fn model_with_failures_within_tolerance() {
     for (level, n) in levels().into_iter().filter(|(l, _)| *l != Level::Raid0) {
         for seed in seeds() {
             run_model(level, n, seed * 1000 + 2, 600, true);
+        }
+    }
+}
+
+#[test]
+fn model_with_failures_and_hot_spares() {
+    for (level, n) in levels().into_iter().filter(|(l, _)| *l != Level::Raid0) {
+        for seed in seeds() {
+            run_model_with_spares(level, n, seed * 1000 + 3, 800, true, 2);
         }
     }
 }

@@ -36,6 +36,10 @@ impl Shard {
         if self.resync_region_index < self.resync_regions.len() || !self.resync_announced {
             self.schedule_resync();
         }
+        if self.rebuild.is_some() {
+            self.refill_rebuild_budget();
+            self.schedule_rebuild();
+        }
         self.advance_shutdown();
     }
 
@@ -309,7 +313,7 @@ impl Shard {
         let len = u64::from(self.geometry.chunk_bytes());
         for member in 0..self.geometry.member_count() {
             let m = u16::try_from(member).expect("fits");
-            if !self.available(m) {
+            if !self.usable(stripe, m) {
                 self.ops[op_slot].as_mut().expect("live").needs_failed |= failing & (1u64 << m);
                 continue;
             }
@@ -350,7 +354,7 @@ impl Shard {
         let offset = self.member_offset(stripe, 0);
         for member in (0..self.geometry.member_count()).filter(|&m| has(fallback, m)) {
             let m = u16::try_from(member).expect("fits");
-            if !self.available(m) {
+            if !self.usable(stripe, m) {
                 continue;
             }
             let kind = MemberIoKind::Write {
@@ -417,7 +421,7 @@ impl Shard {
     }
 
     /// First stripe this shard owns at or after `stripe`.
-    fn own_stripe_from(&self, stripe: u64) -> u64 {
+    pub(super) fn own_stripe_from(&self, stripe: u64) -> u64 {
         let count = u64::from(self.shard_count);
         let index = u64::from(self.shard_index);
         stripe + (index + count - stripe % count) % count
@@ -512,7 +516,7 @@ impl Shard {
         let stripe = op.stripe;
         for c in 0..chunks {
             let op = self.ops[op_slot].as_ref().expect("live");
-            if !self.available(op.chunk_member[c]) {
+            if !self.usable(stripe, op.chunk_member[c]) {
                 continue;
             }
             let kind = MemberIoKind::Read {
@@ -610,7 +614,7 @@ impl Shard {
         for c in (0..chunks).filter(|&c| has(rewrite, c)) {
             let op = self.ops[op_slot].as_ref().expect("live");
             let member = op.chunk_member[c];
-            if !self.available(member) {
+            if !self.usable(stripe, member) {
                 // Failed since the reads: not written; wait for its failure to be durable.
                 let op = self.ops[op_slot].as_mut().expect("live");
                 op.needs_failed |= failing & (1u64 << member);
@@ -646,7 +650,7 @@ impl Shard {
             self.geometry.member_count()
         };
         (0..chunks)
-            .filter(|&c| !self.available(op.chunk_member[c]))
+            .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
             .fold(op.errored, |s, c| s | bit(c))
     }
 }

@@ -73,6 +73,9 @@ pub enum Health {
     Failing,
     /// Failed, durably.
     Failed,
+    /// A replacement being rebuilt: in service for the stripes the rebuild has passed
+    /// (`Shard::usable`), treated as missing for the others.
+    Rebuilding,
 }
 
 /// A member as the shard starts with it.
@@ -120,6 +123,14 @@ pub enum ShardEvent {
     ErrorCorrected { member: MemberIndex },
     /// Resync of this shard's part of the dirty regions finished.
     ResyncDone,
+    /// Rebuild passed another checkpoint: every stripe of this shard below `done_below` is
+    /// rebuilt (its writes completed; not yet flushed).
+    RebuildProgress { member: MemberIndex, done_below: StripeIndex },
+    /// Every stripe of this shard is rebuilt.
+    RebuildDone { member: MemberIndex },
+    /// Rebuild cannot go on: a stripe could not be reconstructed (too many members
+    /// unreadable). The stripes from `stripe` on stay unrebuilt.
+    RebuildStalled { member: MemberIndex, stripe: StripeIndex },
 }
 
 /// Why a member was failed.
@@ -153,6 +164,10 @@ pub struct ShardCounters {
     pub bitmap_writes: u64,
     pub resync_stripes: u64,
     pub resync_repairs: u64,
+    pub rebuild_stripes: u64,
+    /// Stripes rebuilt from parity that an unclean shutdown left untrusted (only after a
+    /// forced start of a dirty, degraded array).
+    pub rebuild_untrusted_stripes: u64,
     pub rejected_busy: u64,
 }
 
@@ -176,6 +191,8 @@ impl ShardCounters {
             bitmap_writes,
             resync_stripes,
             resync_repairs,
+            rebuild_stripes,
+            rebuild_untrusted_stripes,
             rejected_busy,
         } = c;
         // Destructured, so a new counter cannot be left out of the sum.
@@ -195,6 +212,8 @@ impl ShardCounters {
         self.bitmap_writes += bitmap_writes;
         self.resync_stripes += resync_stripes;
         self.resync_repairs += resync_repairs;
+        self.rebuild_stripes += rebuild_stripes;
+        self.rebuild_untrusted_stripes += rebuild_untrusted_stripes;
         self.rejected_busy += rejected_busy;
     }
 }
@@ -204,6 +223,7 @@ enum OpKind {
     Read,
     Write,
     Resync,
+    Rebuild,
     Zero { how: ZeroHow },
 }
 
@@ -276,6 +296,9 @@ struct Op {
     zero_fallback_issued: bool,
     /// Zero with FUA: the member flush that makes it durable was issued.
     fua_flushed: bool,
+    /// Rebuild: the rebuild this operation belongs to (an operation of an abandoned rebuild
+    /// must not count for the next one).
+    rebuild_generation: u32,
 }
 
 /// What a starved operation does when buffers free up.
@@ -359,6 +382,12 @@ pub struct Shard {
     stripes_waiting_for_op: bool,
     /// When `tick` last scanned the bitmap for regions to clear.
     last_bitmap_scan_us: u64,
+    /// The rebuild of a replacement member, if one runs.
+    rebuild: Option<rebuild::RebuildState>,
+    /// Bumped by every `start_rebuild`.
+    rebuild_generation: u32,
+    /// Rebuild rate for this shard (its share of the array's), bytes per second; 0: no limit.
+    rebuild_rate_bytes_per_s: u64,
     ios: VecDeque<MemberIo>,
     replies: VecDeque<ShardReply>,
     events: VecDeque<ShardEvent>,
@@ -403,6 +432,9 @@ impl Shard {
         if setup.members.len() != n {
             return Err(EngineError::Setup("one member entry per role"));
         }
+        if setup.members.iter().any(|m| m.health == Health::Rebuilding) {
+            return Err(EngineError::Setup("rebuilds start with start_rebuild"));
+        }
         if setup.shard_count == 0 || setup.shard_index >= setup.shard_count {
             return Err(EngineError::Setup("shard index outside the shard count"));
         }
@@ -427,7 +459,9 @@ impl Shard {
             setup.config.bitmap_clear_delay_us,
         );
         let requests_max = setup.config.requests_max;
-        let ops_max = setup.config.stripes_active_max + setup.config.resync_stripes_max;
+        let ops_max = setup.config.stripes_active_max
+            + setup.config.resync_stripes_max
+            + setup.config.rebuild_stripes_max;
         let mut resync_regions = setup.bitmap.dirty_regions.clone();
         resync_regions.sort_unstable();
         resync_regions.dedup();
@@ -471,6 +505,12 @@ impl Shard {
             resync_blocked: None,
             stripes_waiting_for_op: false,
             last_bitmap_scan_us: 0,
+            rebuild: None,
+            rebuild_generation: 0,
+            rebuild_rate_bytes_per_s: setup
+                .config
+                .rebuild_rate_bytes_per_s
+                .div_ceil(u64::from(setup.shard_count)),
             ios: VecDeque::with_capacity(ops_max * (n + 4)),
             replies: VecDeque::with_capacity(requests_max),
             events: VecDeque::with_capacity(4 * n + 4),
@@ -521,7 +561,7 @@ impl Shard {
             .map(|op| format!("{:?}@{}:{:?}/{}", op.kind, op.stripe.0, op.phase, op.pending))
             .collect();
         format!(
-            "stripes {} requests {} ops [{}] starved {} wait-bitmap {} wait-metadata {} ios {} bitmap-pending {} health {:?}",
+            "stripes {} requests {} ops [{}] starved {} wait-bitmap {} wait-metadata {} ios {} bitmap-pending {} health {:?} rebuild {:?}",
             self.stripes.len(),
             self.requests.len() - self.free_requests.len(),
             phases.join(" "),
@@ -531,6 +571,7 @@ impl Shard {
             self.ios.len(),
             self.bitmap_pending,
             self.members.iter().map(|m| m.health).collect::<Vec<_>>(),
+            self.rebuild,
         )
     }
 
@@ -796,6 +837,7 @@ impl Shard {
             zero_fallback: 0,
             zero_fallback_issued: false,
             fua_flushed: false,
+            rebuild_generation: self.rebuild_generation,
         }
     }
 
@@ -807,8 +849,19 @@ impl Shard {
     // ----------------------------------------------------------------------------------
     // Health
 
+    /// The member takes member-wide IO (flushes, bitmap images): it is in service for at
+    /// least part of the array.
     fn available(&self, member: u16) -> bool {
-        self.members[usize::from(member)].health == Health::Active
+        matches!(self.members[usize::from(member)].health, Health::Active | Health::Rebuilding)
+    }
+
+    /// The member holds current chunks of `stripe` and may be read and written there.
+    fn usable(&self, stripe: StripeIndex, member: u16) -> bool {
+        match self.members[usize::from(member)].health {
+            Health::Active => true,
+            Health::Rebuilding => self.rebuilt(stripe),
+            Health::Failing | Health::Failed => false,
+        }
     }
 
     /// Whether more members are unavailable than every stripe survives.
@@ -823,7 +876,10 @@ impl Shard {
 
     fn fail_member(&mut self, member: u16, reason: FailReason) {
         let m = usize::from(member);
-        if self.members[m].health == Health::Active {
+        if matches!(self.members[m].health, Health::Active | Health::Rebuilding) {
+            if self.members[m].health == Health::Rebuilding {
+                self.rebuild = None;
+            }
             self.members[m].health = Health::Failing;
             self.events.push_back(ShardEvent::MemberFailed { member: MemberIndex(member), reason });
         }
@@ -833,6 +889,9 @@ impl Shard {
     pub fn apply_failed(&mut self, failed: &[MemberIndex]) {
         for member in failed {
             self.members[member.get()].health = Health::Failed;
+            if self.rebuild_member() == Some(member.0) {
+                self.rebuild = None;
+            }
         }
         let waiting = std::mem::take(&mut self.waiting_metadata);
         for op_slot in waiting {
@@ -1052,6 +1111,7 @@ impl Shard {
             OpKind::Read => self.begin_read(op_slot),
             OpKind::Write => self.begin_write(op_slot),
             OpKind::Resync => self.begin_resync(op_slot),
+            OpKind::Rebuild => self.begin_rebuild(op_slot),
             OpKind::Zero { .. } => self.begin_zero(op_slot),
         };
         if !started {
@@ -1073,9 +1133,11 @@ impl Shard {
             (OpKind::Read, Phase::Repairing) => self.finish_op(op_slot),
             (OpKind::Write, Phase::Reading | Phase::Rebuilding) => self.write_after_reads(op_slot),
             (OpKind::Write, Phase::WaitBitmap) => self.write_issue(op_slot),
-            (OpKind::Write | OpKind::Zero { .. } | OpKind::Resync, Phase::Writing) => {
-                self.after_writes(op_slot)
-            }
+            (
+                OpKind::Write | OpKind::Zero { .. } | OpKind::Resync | OpKind::Rebuild,
+                Phase::Writing,
+            ) => self.after_writes(op_slot),
+            (OpKind::Rebuild, Phase::Reading) => self.rebuild_after_reads(op_slot),
             (OpKind::Resync, Phase::Reading) => self.resync_after_reads(op_slot),
             (OpKind::Zero { .. }, Phase::WaitBitmap) => self.zero_issue(op_slot),
             (OpKind::Resync, Phase::WaitBitmap) => self.resync_issue(op_slot),
@@ -1108,7 +1170,16 @@ impl Shard {
         }
         let entry = self.stripes.get_mut(op.stripe).expect("stripe of a live op");
         entry.op = None;
-        self.start_next_op(op.stripe);
+        if op.kind == OpKind::Rebuild {
+            let rebuilt = op.result.is_ok() && op.errored & op.rebuild_targets == 0;
+            self.rebuild_op_done(op.stripe, op.rebuild_generation, rebuilt);
+        }
+        // A rebuild waiting for this stripe goes before the requests queued on it, so that a
+        // busy stripe cannot hold the rebuild back for ever.
+        if !self.start_waiting_rebuild(op.stripe) {
+            self.start_next_op(op.stripe);
+        }
+        self.schedule_rebuild();
         self.retry_starved();
         self.retry_waiting_stripes();
     }
@@ -1278,4 +1349,7 @@ fn scratch_pool(g: &Geometry, budget_bytes: usize) -> Result<BufPool, EngineErro
 
 mod background;
 mod read;
+mod rebuild;
 mod write;
+
+pub use rebuild::RebuildStatus;

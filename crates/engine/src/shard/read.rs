@@ -2,7 +2,7 @@
 //! redundancy (another mirror copy, or reconstruction from the stripe's other chunks), after
 //! which the bad range is rewritten from the recovered data.
 
-use super::{Health, Op, Phase, REPLANS_MAX, Shard};
+use super::{Op, Phase, REPLANS_MAX, Shard};
 use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkRange, ChunkSet, bit, has};
 use crate::request::{RequestError, ShardOp};
@@ -54,7 +54,7 @@ impl Shard {
                 };
                 let readable = chunk.filter(|&c| {
                     let op = self.ops[op_slot].as_ref().expect("live");
-                    self.available(op.chunk_member[c])
+                    self.usable(stripe, op.chunk_member[c])
                 });
                 let Some(c) = readable else {
                     let op = self.ops[op_slot].as_mut().expect("live");
@@ -87,7 +87,8 @@ impl Shard {
         let start = usize::try_from(stripe.0 % copies as u64).expect("fits");
         (0..copies).map(|c| (start + c) % copies).find_map(|copy| {
             let member = self.geometry.data_member(stripe, i, copy).get();
-            let usable = self.members[member].health == Health::Active && !has(avoid, member);
+            let member16 = u16::try_from(member).expect("fits");
+            let usable = self.usable(stripe, member16) && !has(avoid, member);
             usable.then_some(member)
         })
     }
@@ -105,7 +106,7 @@ impl Shard {
     pub(super) fn reference_copy(&self, stripe: StripeIndex, i: usize) -> Option<usize> {
         (0..self.geometry.copies())
             .map(|copy| self.geometry.data_member(stripe, i, copy).get())
-            .filter(|&member| self.members[member].health == Health::Active)
+            .filter(|&member| self.usable(stripe, u16::try_from(member).expect("fits")))
             .min()
     }
 
@@ -240,7 +241,9 @@ impl Shard {
     /// Chunk indices (data and parity) whose members cannot be read for this operation.
     pub(super) fn unreadable_chunks(&self, op: &Op) -> ChunkSet {
         let n = self.geometry.data_chunks() + self.geometry.parity_chunks();
-        (0..n).filter(|&c| !self.available(op.chunk_member[c])).fold(op.errored, |s, c| s | bit(c))
+        (0..n)
+            .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
+            .fold(op.errored, |s, c| s | bit(c))
     }
 
     fn read_start_rebuild(&mut self, op_slot: usize, targets: ChunkSet, range: ChunkRange) {
@@ -362,7 +365,7 @@ impl Shard {
             for c in 0..self.geometry.data_chunks() {
                 let op = self.ops[op_slot].as_ref().expect("live");
                 let member = op.chunk_member[c];
-                if has(targets & recovered & errored, c) && self.available(member) {
+                if has(targets & recovered & errored, c) && self.usable(stripe, member) {
                     let kind = MemberIoKind::Write {
                         offset_bytes: self.member_offset(stripe, range.lo),
                         ptr: Self::scratch_ptr(op, c, 0),
@@ -394,7 +397,8 @@ impl Shard {
                 }
                 for copy in 0..self.geometry.copies() {
                     let member = self.geometry.data_member(stripe, i, copy).get();
-                    if has(errored, member) && self.members[member].health == Health::Active {
+                    let usable = self.usable(stripe, u16::try_from(member).expect("fits"));
+                    if has(errored, member) && usable {
                         let kind = MemberIoKind::Write {
                             offset_bytes: self
                                 .member_offset(stripe, s.location.offset_in_chunk_bytes),

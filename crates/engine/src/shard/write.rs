@@ -54,7 +54,7 @@ impl Shard {
                 for copy in 0..self.geometry.copies() {
                     let member = self.geometry.data_member(stripe, i, copy);
                     let chunk = if self.is_mirror() { member.get() } else { i };
-                    if !self.available(member.0) {
+                    if !self.usable(stripe, member.0) {
                         let op = self.ops[op_slot].as_mut().expect("live");
                         op.needs_failed |= failing & (1u64 << member.0);
                         continue;
@@ -317,7 +317,7 @@ impl Shard {
             if touched.is_none() && !repair && !is_parity {
                 continue;
             }
-            if !self.available(member) {
+            if !self.usable(stripe, member) {
                 let op = self.ops[op_slot].as_mut().expect("live");
                 op.needs_failed |= failing & (1u64 << member);
                 continue;
@@ -349,7 +349,7 @@ impl Shard {
     /// Chunk indices whose members are out of service (not written).
     fn gone_chunks(&self, op: &Op) -> ChunkSet {
         let n = self.geometry.data_chunks() + self.geometry.parity_chunks();
-        (0..n).filter(|&c| !self.available(op.chunk_member[c])).fold(0, |s, c| s | bit(c))
+        (0..n).filter(|&c| !self.usable(op.stripe, op.chunk_member[c])).fold(0, |s, c| s | bit(c))
     }
 
     pub(super) fn is_parity_level(&self) -> bool {

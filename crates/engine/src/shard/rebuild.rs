@@ -1,0 +1,456 @@
+//! Rebuild: reconstructing a replacement member's chunks, stripe by stripe, while the array
+//! serves IO.
+//!
+//! Owns the shard's rebuild cursor. A member being rebuilt (`Health::Rebuilding`) is in
+//! service for the stripes the rebuild has passed and missing for the others, so reads and
+//! writes are right on both sides of the cursor: below it the member is read and written like
+//! any other; above it reads reconstruct and writes leave it out (the rebuild will compute its
+//! chunk from the others when it gets there). A rebuild operation holds its stripe like any
+//! other operation, so no write can slip between its reads and its write.
+//!
+//! Invariants:
+//! - `rebuilt(s)` is true exactly for the stripes whose rebuild operation finished with its
+//!   write completed: every owned stripe below `low_water`, plus the finished ones of the
+//!   window above it (`done_ahead`). Operations finish out of order; the window is 64 owned
+//!   stripes, and no rebuild starts beyond it.
+//! - `low_water` never moves back, and is reported (`RebuildProgress`) only after the writes
+//!   below it completed; the runtime flushes the member before recording it durably, so a
+//!   restart resumes at or below the last durable cursor and never trusts an unwritten chunk.
+//!
+//! Rate: a token bucket in bytes written to the replacement, refilled by `tick`; a shard
+//! with no limit keeps `rebuild_stripes_max` operations in flight.
+//!
+//! Limits: one member rebuilt at a time per array. A stripe that cannot be reconstructed
+//! (more members unreadable than the level survives) stalls the rebuild there; the stripes
+//! from it on stay missing on the replacement, and status says so.
+
+use super::{OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StripeEntry};
+use crate::io::{Durability, MemberIoKind};
+use crate::plan::{ChunkSet, bit, has};
+use crate::request::RequestError;
+use flashraid_layout::{MEMBERS_MAX, MemberIndex, PARITY_CHUNKS_MAX, StripeIndex};
+use flashraid_parity::Stores;
+
+/// Owned stripes a rebuild may run ahead of its low-water mark (bits of `done_ahead`).
+const REBUILD_WINDOW_STRIPES: u64 = 64;
+/// Owned stripes between two `RebuildProgress` events, at most (small arrays report every
+/// 1/32 of their stripes, so a cursor is recorded on them too).
+const REBUILD_REPORT_STRIPES: u64 = 1024;
+/// Reports over a whole rebuild, at least (where the array has that many stripes).
+const REBUILD_REPORTS_MIN: u64 = 32;
+// `done_ahead` is a u64 bitmap of the window.
+const _: () = assert!(REBUILD_WINDOW_STRIPES <= 64);
+/// The token bucket holds at most this long a share of the rate, so an idle spell does not
+/// turn into a burst.
+const REBUILD_BURST_US: u64 = 20_000;
+
+/// The rebuild of one member, as one shard runs it.
+#[derive(Clone, Debug)]
+pub(super) struct RebuildState {
+    member: u16,
+    /// Every owned stripe below this is rebuilt.
+    low_water: u64,
+    /// Bit `i`: owned stripe `low_water + i * shard_count` is rebuilt.
+    done_ahead: u64,
+    /// Next owned stripe to start.
+    next: u64,
+    in_flight: usize,
+    /// A stripe the rebuild waits for (busy with another operation); it starts as soon as
+    /// that operation finishes.
+    waiting: Option<StripeIndex>,
+    /// Where reconstruction failed: nothing is started any more.
+    stalled: Option<StripeIndex>,
+    done_announced: bool,
+    last_report: u64,
+    /// Bytes the rate limit allows now (unused when unlimited).
+    budget_bytes: u64,
+    last_refill_us: u64,
+}
+
+/// A shard's rebuild, for status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RebuildStatus {
+    pub member: MemberIndex,
+    /// Every stripe of this shard below this is rebuilt.
+    pub done_below: StripeIndex,
+    /// Stripes of this shard, and how many of them are rebuilt.
+    pub stripes_total: u64,
+    pub stripes_done: u64,
+    pub stalled_at: Option<StripeIndex>,
+}
+
+impl Shard {
+    /// Start (or resume) rebuilding `member` onto the device that now holds its role: every
+    /// stripe from `from` on is reconstructed; those below it are trusted as they are (a
+    /// durable cursor recorded them). The member serves the stripes below `from` at once.
+    /// `zeroes_after_discard` describes the replacement device.
+    pub fn start_rebuild(
+        &mut self,
+        member: MemberIndex,
+        from: StripeIndex,
+        zeroes_after_discard: bool,
+    ) {
+        let m = member.get();
+        assert!(self.geometry.tolerance() > 0, "a level without redundancy cannot rebuild");
+        assert!(self.rebuild.is_none(), "one rebuild at a time");
+        assert!(
+            matches!(self.members[m].health, super::Health::Failed),
+            "a rebuild replaces a durably failed member"
+        );
+        let first = self.own_stripe_from(from.0.min(self.geometry.stripes()));
+        self.members[m].health = super::Health::Rebuilding;
+        self.members[m].zeroes_after_discard = zeroes_after_discard;
+        self.zero_unsupported[m] = false;
+        self.read_errors[m] = 0;
+        self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
+        self.rebuild = Some(RebuildState {
+            member: member.0,
+            low_water: first,
+            done_ahead: 0,
+            next: first,
+            in_flight: 0,
+            waiting: None,
+            stalled: None,
+            done_announced: false,
+            last_report: first,
+            budget_bytes: 0,
+            last_refill_us: self.now_us,
+        });
+        self.schedule_rebuild();
+    }
+
+    /// The rebuilt member is recorded in service durably: it is an ordinary member again.
+    pub fn finish_rebuild(&mut self, member: MemberIndex) {
+        let m = member.get();
+        let done = self
+            .rebuild
+            .as_ref()
+            .is_some_and(|r| usize::from(r.member) == m && r.low_water >= self.geometry.stripes());
+        assert!(done, "finish_rebuild before this shard rebuilt every stripe");
+        self.members[m].health = super::Health::Active;
+        self.rebuild = None;
+    }
+
+    /// Change this shard's share of the rebuild rate (bytes per second; 0: no limit).
+    pub fn set_rebuild_rate(&mut self, bytes_per_s: u64) {
+        self.rebuild_rate_bytes_per_s = bytes_per_s;
+        self.schedule_rebuild();
+    }
+
+    pub fn rebuild_status(&self) -> Option<RebuildStatus> {
+        let r = self.rebuild.as_ref()?;
+        let count = u64::from(self.shard_count);
+        let owned_below = |s: u64| s.saturating_sub(u64::from(self.shard_index)).div_ceil(count);
+        let stripes = self.geometry.stripes();
+        let ahead = u64::from(r.done_ahead.count_ones());
+        Some(RebuildStatus {
+            member: MemberIndex(r.member),
+            done_below: StripeIndex(r.low_water.min(stripes)),
+            stripes_total: owned_below(stripes),
+            stripes_done: owned_below(r.low_water.min(stripes)) + ahead,
+            stalled_at: r.stalled,
+        })
+    }
+
+    pub(super) fn rebuild_member(&self) -> Option<u16> {
+        self.rebuild.as_ref().map(|r| r.member)
+    }
+
+    /// Whether `stripe`'s chunk on the member being rebuilt is current.
+    pub(super) fn rebuilt(&self, stripe: StripeIndex) -> bool {
+        let Some(r) = &self.rebuild else { return false };
+        if stripe.0 < r.low_water {
+            return true;
+        }
+        let ahead = (stripe.0 - r.low_water) / u64::from(self.shard_count);
+        ahead < REBUILD_WINDOW_STRIPES && r.done_ahead & (1 << ahead) != 0
+    }
+
+    /// Refill the rate budget (from `tick`).
+    pub(super) fn refill_rebuild_budget(&mut self) {
+        let rate = self.rebuild_rate_bytes_per_s;
+        let now = self.now_us;
+        let chunk = u64::from(self.geometry.chunk_bytes());
+        let Some(r) = self.rebuild.as_mut() else { return };
+        let elapsed = now.saturating_sub(r.last_refill_us);
+        if rate == 0 {
+            r.last_refill_us = now;
+            return;
+        }
+        let earned = u128::from(elapsed) * u128::from(rate) / 1_000_000;
+        if earned == 0 {
+            return;
+        }
+        r.last_refill_us = now;
+        let cap = (rate * REBUILD_BURST_US / 1_000_000).max(chunk);
+        r.budget_bytes = (u128::from(r.budget_bytes) + earned).min(u128::from(cap)) as u64;
+    }
+
+    /// Start rebuild operations while the window, the rate and the op slots allow.
+    pub(super) fn schedule_rebuild(&mut self) {
+        if self.shutdown != ShutdownState::Running {
+            return;
+        }
+        let stripes = self.geometry.stripes();
+        let step = u64::from(self.shard_count);
+        let chunk = u64::from(self.geometry.chunk_bytes());
+        let limited = self.rebuild_rate_bytes_per_s > 0;
+        loop {
+            let Some(r) = self.rebuild.as_ref() else { return };
+            if r.stalled.is_some()
+                || r.waiting.is_some()
+                || r.in_flight >= self.config.rebuild_stripes_max
+                || r.next >= stripes
+                || r.next >= r.low_water + REBUILD_WINDOW_STRIPES * step
+                || (limited && r.budget_bytes < chunk)
+                || self.free_ops.is_empty()
+            {
+                break;
+            }
+            let stripe = StripeIndex(r.next);
+            let r = self.rebuild.as_mut().expect("checked");
+            r.next += step;
+            if limited {
+                r.budget_bytes -= chunk;
+            }
+            r.in_flight += 1;
+            if self.stripes.get(stripe).is_some() {
+                // Busy: it goes next, before the requests queued behind that operation.
+                self.rebuild.as_mut().expect("checked").waiting = Some(stripe);
+                break;
+            }
+            self.stripes.insert(stripe, StripeEntry::default()).expect("sized for every op slot");
+            self.start_rebuild_op(stripe);
+        }
+        self.announce_rebuild();
+    }
+
+    /// If the rebuild waits for `stripe` (whose operation just finished), start it there.
+    pub(super) fn start_waiting_rebuild(&mut self, stripe: StripeIndex) -> bool {
+        let running = self.shutdown == ShutdownState::Running;
+        let Some(r) = self.rebuild.as_mut() else { return false };
+        if r.waiting != Some(stripe) || self.free_ops.is_empty() || !running {
+            return false;
+        }
+        r.waiting = None;
+        self.start_rebuild_op(stripe);
+        true
+    }
+
+    fn start_rebuild_op(&mut self, stripe: StripeIndex) {
+        let op_slot = self.free_ops.pop().expect("checked by the caller");
+        let op = self.new_op(stripe, OpKind::Rebuild);
+        self.stripes.get_mut(stripe).expect("present").op = Some(op_slot);
+        self.ops[op_slot] = Some(op);
+        self.begin(op_slot);
+    }
+
+    fn announce_rebuild(&mut self) {
+        let stripes = self.geometry.stripes();
+        let every = self.rebuild_report_every();
+        let Some(r) = self.rebuild.as_mut() else { return };
+        let member = MemberIndex(r.member);
+        if r.low_water >= stripes && !r.done_announced {
+            r.done_announced = true;
+            self.events.push_back(ShardEvent::RebuildDone { member });
+        } else if r.low_water >= r.last_report + every {
+            r.last_report = r.low_water;
+            let done_below = StripeIndex(r.low_water);
+            self.events.push_back(ShardEvent::RebuildProgress { member, done_below });
+        }
+    }
+
+    /// Stripes (array numbering) between two progress reports.
+    fn rebuild_report_every(&self) -> u64 {
+        let count = u64::from(self.shard_count);
+        let owned = self.geometry.stripes().div_ceil(count);
+        (owned / REBUILD_REPORTS_MIN).clamp(1, REBUILD_REPORT_STRIPES) * count
+    }
+
+    /// The chunk index of `member` in an operation's stripe.
+    fn rebuild_target(&self, op_slot: usize, member: u16) -> usize {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let chunks = if self.is_parity_level() {
+            self.geometry.data_chunks() + self.geometry.parity_chunks()
+        } else {
+            self.geometry.member_count()
+        };
+        (0..chunks).find(|&c| op.chunk_member[c] == member).expect("every member holds a chunk")
+    }
+
+    /// Read what reconstructs the target chunk: `k` other chunks (parity levels) or another
+    /// copy (mirrors). False when scratch buffers are short (the op is parked).
+    pub(super) fn begin_rebuild(&mut self, op_slot: usize) -> bool {
+        let generation = self.ops[op_slot].as_ref().expect("live").rebuild_generation;
+        let current = self.rebuild.as_ref().filter(|_| generation == self.rebuild_generation);
+        let Some(member) = current.map(|r| r.member) else {
+            // The rebuild was given up (its member failed) before this op started.
+            self.ops[op_slot].as_mut().expect("live").result = Err(RequestError::ArrayFailed);
+            self.finish_op(op_slot);
+            return true;
+        };
+        let chunk = self.geometry.chunk_bytes();
+        let target = self.rebuild_target(op_slot, member);
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let stripe = op.stripe;
+        let untrusted = self.stripe_needs_resync(stripe);
+        let mut sources = [0usize; MEMBERS_MAX];
+        let source_count;
+        let erased;
+        if self.is_parity_level() {
+            erased = self.unreadable_chunks(op) | bit(target);
+            if erased.count_ones() as usize > self.geometry.parity_chunks()
+                || op.replans > REPLANS_MAX
+            {
+                self.rebuild_lost(op_slot);
+                return true;
+            }
+            let plan = self.plan_for(erased, bit(target));
+            source_count = plan.sources().len();
+            sources[..source_count].copy_from_slice(plan.sources());
+        } else {
+            // Mirrors: another copy of the same data (the reference copy where resync has
+            // not made the copies equal yet, as reads do).
+            let i = self.data_position(op, target).expect("mirror chunks hold data");
+            let errored = op.errored;
+            let source = if untrusted {
+                self.reference_copy(stripe, i).filter(|&c| !has(errored, c))
+            } else {
+                self.pick_copy(stripe, i, errored)
+            };
+            let Some(source) = source.filter(|_| op.replans <= REPLANS_MAX) else {
+                self.rebuild_lost(op_slot);
+                return true;
+            };
+            // Errors of earlier rounds, so that only a new one re-plans.
+            erased = errored;
+            sources[0] = source;
+            source_count = 1;
+        }
+        let mut needs = [(0usize, 0u32); MEMBERS_MAX + PARITY_CHUNKS_MAX];
+        for (n, &c) in needs.iter_mut().zip(&sources[..source_count]) {
+            *n = (c, chunk);
+        }
+        needs[source_count] = (target, chunk);
+        let mirror = !self.is_parity_level();
+        // Mirrors read straight into the target's buffer.
+        let count = if mirror { 1 } else { source_count + 1 };
+        if mirror {
+            needs[0] = (target, chunk);
+        }
+        if !self.take_scratch(op_slot, &needs[..count]) {
+            return false;
+        }
+        if untrusted && !mirror {
+            self.counters.rebuild_untrusted_stripes += 1;
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Reading;
+        op.serial = op.serial.wrapping_add(1);
+        op.rebuild_erased = erased;
+        op.rebuild_targets = bit(target);
+        for &c in &sources[..source_count] {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let into = if mirror { target } else { c };
+            let kind = MemberIoKind::Read {
+                offset_bytes: self.member_offset(stripe, 0),
+                ptr: Self::scratch_ptr(op, into, 0),
+                len_bytes: chunk,
+            };
+            self.issue(op_slot, c, 0, kind);
+        }
+        true
+    }
+
+    /// Sources are in: reconstruct the target chunk and write it to the replacement.
+    pub(super) fn rebuild_after_reads(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let targets: ChunkSet = op.rebuild_targets;
+        let target = targets.trailing_zeros() as usize;
+        if op.errored & !op.rebuild_erased & !targets != 0 {
+            // A source failed: plan again with it erased.
+            self.release_scratch(op_slot);
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.replans += 1;
+            if !self.begin_rebuild(op_slot) {
+                self.park_starved(op_slot);
+            }
+            return;
+        }
+        let Some(member) = self.rebuild.as_ref().map(|r| r.member) else {
+            // Its member failed while the sources were read.
+            self.ops[op_slot].as_mut().expect("live").result = Err(RequestError::ArrayFailed);
+            self.finish_op(op_slot);
+            return;
+        };
+        if self.is_parity_level() {
+            let erased = op.rebuild_erased;
+            let codec = self.codec.expect("parity level");
+            let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
+            self.plan_for(erased, targets);
+            let Shard { ops, plans, .. } = &mut *self;
+            let plan = plans.get(&(erased, targets)).expect("just planned");
+            let op = ops[op_slot].as_mut().expect("live");
+            let (sources, mut outs) =
+                super::read::split_scratch(op, plan.sources(), plan.targets(), len);
+            codec
+                .reconstruct_from(
+                    plan,
+                    &sources[..plan.sources().len()],
+                    &mut outs[..1],
+                    Stores::Cached,
+                )
+                .expect("plan, counts and lengths are consistent");
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Writing;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        debug_assert_eq!(op.chunk_member[target], member);
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let kind = MemberIoKind::Write {
+            offset_bytes: self.member_offset(stripe, 0),
+            ptr: Self::scratch_ptr(op, target, 0).cast_const(),
+            len_bytes: self.geometry.chunk_bytes(),
+            durability: Durability::Cached,
+        };
+        self.issue(op_slot, target, 0, kind);
+    }
+
+    /// The stripe cannot be reconstructed: the rebuild stalls here.
+    fn rebuild_lost(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.result = Err(RequestError::Unreadable);
+        self.finish_op(op_slot);
+    }
+
+    /// A rebuild operation finished (from `finish_op`).
+    pub(super) fn rebuild_op_done(&mut self, stripe: StripeIndex, generation: u32, rebuilt: bool) {
+        let step = u64::from(self.shard_count);
+        if generation != self.rebuild_generation {
+            return;
+        }
+        self.counters.rebuild_stripes += u64::from(rebuilt);
+        let Some(r) = self.rebuild.as_mut() else { return };
+        r.in_flight -= 1;
+        if !rebuilt {
+            if r.stalled.is_none_or(|s| stripe < s) {
+                r.stalled = Some(stripe);
+                let member = MemberIndex(r.member);
+                self.events.push_back(ShardEvent::RebuildStalled { member, stripe });
+            }
+            return;
+        }
+        let ahead = (stripe.0 - r.low_water) / step;
+        assert!(ahead < REBUILD_WINDOW_STRIPES, "rebuild finished outside its window");
+        r.done_ahead |= 1 << ahead;
+        while r.done_ahead & 1 != 0 {
+            r.done_ahead >>= 1;
+            r.low_water += step;
+        }
+        if r.low_water >= self.geometry.stripes() {
+            r.low_water = self.geometry.stripes().max(r.low_water);
+        }
+        self.announce_rebuild();
+    }
+}
