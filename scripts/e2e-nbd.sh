@@ -8,7 +8,9 @@
 # after remounting; a second server requires TLS with client certificates (nbdinfo, nbdsh,
 # qemu-io through it; plain and certificate-less clients refused); the server is killed with
 # SIGKILL mid-write and the array must start again with every flushed byte intact; status and
-# fail over the control socket; a dirty degraded array needs --force.
+# fail over the control socket: a member failed under fio verify is replaced by the hot spare
+# and rebuilt (rate set live, progress shown) with every byte verified; a second failure
+# leaves it degraded, and killed mid-write then it needs --force.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
 # Usage: scripts/e2e-nbd.sh [path/to/flashraid]     (default: target/release/flashraid)
@@ -53,7 +55,7 @@ trap cleanup EXIT
 
 start_server() {
     "$F" serve --socket "$SOCK" --tcp "127.0.0.1:$PORT" --control "$WORK/control" \
-        "$WORK"/m{0..7} "$WORK/spare" \
+        "${MEMBERS[@]}" \
         >"$WORK/serve.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 100); do
@@ -85,6 +87,7 @@ mount_fs() { # mount_fs [mkfs command...]
 }
 
 step "create a RAID 6 over 8 member files and a spare"
+MEMBERS=("$WORK"/m{0..7} "$WORK/spare")
 "$F" create --level 6 --name e2e --size 160M --spare "$WORK/spare" "$WORK"/m{0..7} >/dev/null
 start_server
 
@@ -324,14 +327,48 @@ nbdsh -u "$URI" -c '
 assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "flushed data lost"
 print("flushed data intact after SIGKILL")
 '
-step "status over the control socket; fail a member; IO goes on degraded"
+step "status over the control socket; fail a member under fio verify: the spare rebuilds it"
 "$F" status --control "$WORK/control" --json >"$WORK/status.json"
 grep -q '"state": "optimal"' "$WORK/status.json" || { cat "$WORK/status.json"; fail "not optimal"; }
-"$F" fail --control "$WORK/control" 2
-"$F" status --control "$WORK/control" | tee "$WORK/status.txt"
-grep -q "state: degraded" "$WORK/status.txt" || fail "not degraded after fail"
-grep -q "spare .*/spare" "$WORK/status.txt" || fail "status does not list the spare"
 "$F" fail --control "$WORK/control" 99 2>/dev/null && fail "failing role 99 succeeded"
+# Slow enough to watch, then no limit.
+"$F" rebuild --control "$WORK/control" --rate 40M | contains "at most" || fail "rate not set"
+fio --name=verify --ioengine=nbd --uri="$URI" --rw=randwrite --bs=64k --iodepth=16 \
+    --size=48M --offset=16M --verify=crc32c --do_verify=1 --verify_fatal=1 \
+    --output="$WORK/fio-rebuild.log" &
+FIO_PID=$!
+sleep 0.5
+"$F" fail --control "$WORK/control" 2 | tee "$WORK/fail.txt"
+contains "hot spare took over" <"$WORK/fail.txt" || fail "the spare did not take over"
+"$F" status --control "$WORK/control" | tee "$WORK/status.txt"
+contains "state: rebuilding" <"$WORK/status.txt" || fail "not rebuilding after fail"
+contains "rebuild: member 2 onto .*/spare" <"$WORK/status.txt" || fail "status shows no rebuild"
+nbdsh -u "$URI" -c '
+import os
+data = os.urandom(2 << 20)
+h.pwrite(data, 200 << 20)
+h.flush()
+assert h.pread(len(data), 200 << 20) == data
+print("read/write during the rebuild ok")
+'
+"$F" rebuild --control "$WORK/control" --rate 0 >/dev/null
+"$F" rebuild --control "$WORK/control" --wait | tail -c 300
+wait "$FIO_PID" || { cat "$WORK/fio-rebuild.log"; fail "fio verify failed across the rebuild"; }
+"$F" status --control "$WORK/control" | tee "$WORK/status.txt"
+contains "state: optimal" <"$WORK/status.txt" || fail "not optimal after the rebuild"
+contains "2  active .*/spare" <"$WORK/status.txt" || fail "the spare is not member 2"
+"$F" status --control "$WORK/control" --json | contains '"rebuild_stripes": [1-9]' \
+    || fail "status counts no rebuilt stripes"
+nbdsh -u "$URI" -c '
+assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost in the rebuild"
+print("data written before the failure intact")
+'
+# m2 is out of the array now; its place is the spare's.
+MEMBERS=("$WORK"/m0 "$WORK"/m1 "$WORK"/m{3..7} "$WORK/spare")
+
+step "a second failure, no spare left: degraded; SIGKILL mid-write: refused without --force"
+"$F" fail --control "$WORK/control" 3 | contains "runs degraded" || fail "no degraded notice"
+"$F" status --control "$WORK/control" | contains "state: degraded" || fail "not degraded"
 nbdsh -u "$URI" -c '
 import os
 data = os.urandom(2 << 20)
@@ -342,17 +379,20 @@ print("degraded read/write ok")
 '
 "$F" status --control "$WORK/control" --json | contains '"writes": [1-9]' \
     || fail "status counts no writes"
-
-step "SIGKILL while degraded: refused without --force, which then starts it"
+fio --name=kill --ioengine=nbd --uri="$URI" --rw=randwrite --bs=16k --iodepth=32 \
+    --size=64M --offset=0 --time_based --runtime=30 >/dev/null 2>&1 &
+FIO_PID=$!
+sleep 1
 kill -9 "$SERVER_PID"
 wait "$SERVER_PID" 2>/dev/null || true
 SERVER_PID=
-if "$F" serve --socket "$SOCK" "$WORK"/m{0..7} "$WORK/spare" >"$WORK/refused.log" 2>&1; then
+wait "$FIO_PID" 2>/dev/null || true
+if "$F" serve --socket "$SOCK" "${MEMBERS[@]}" >"$WORK/refused.log" 2>&1; then
     fail "a dirty, degraded array started without --force"
 fi
 grep -q -- "--force" "$WORK/refused.log" || { cat "$WORK/refused.log"; fail "refusal does not say how"; }
 sed 's/^/   /' "$WORK/refused.log"
-"$F" serve --force --socket "$SOCK" --control "$WORK/control" "$WORK"/m{0..7} "$WORK/spare" \
+"$F" serve --force --socket "$SOCK" --control "$WORK/control" "${MEMBERS[@]}" \
     >"$WORK/serve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do nbdinfo --size "$URI" >/dev/null 2>&1 && break; sleep 0.1; done

@@ -11,6 +11,7 @@
 pub mod engine;
 pub mod load;
 pub mod parity;
+pub mod rebuild;
 mod timing;
 
 pub use timing::{Measurement, median};

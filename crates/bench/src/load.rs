@@ -427,6 +427,106 @@ fn array_job(
     Ok((ios, bytes, histogram))
 }
 
+/// Drive an array through sessions like `run_array`, but paced: the jobs together start at
+/// most `target_iops` IOs per second (each its share, on a fixed schedule), so latency is
+/// measured at a given load rather than at saturation.
+pub fn run_array_paced(
+    array: &Array,
+    pattern: Pattern,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+    target_iops: f64,
+) -> Result<Measured, String> {
+    let size = array.size_bytes();
+    let cpu_start = ProcessTime::now();
+    let start = Instant::now();
+    let share = target_iops / jobs.max(1) as f64;
+    let results: Vec<Result<(u64, u64, Histogram), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|job| {
+                scope.spawn(move || {
+                    paced_job(array, size, pattern, job, jobs, queue_depth, duration, seed, share)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "array job panicked".to_string())?)
+            .collect()
+    });
+    let wall = start.elapsed();
+    let cpu = cpu_start.elapsed();
+    combine(results, wall, cpu)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn paced_job(
+    array: &Array,
+    size: u64,
+    pattern: Pattern,
+    job: usize,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+    iops: f64,
+) -> Result<(u64, u64, Histogram), String> {
+    let mut session = array.session().map_err(|e| e.to_string())?;
+    let block = u64::from(pattern.block_bytes);
+    let data = vec![0x5au8; usize::try_from(block).expect("fits")];
+    let mut ops = OpGen::new(size, pattern, job, jobs, seed);
+    let start = Instant::now();
+    let mut started = vec![start; queue_depth];
+    let mut free: Vec<usize> = (0..queue_depth).collect();
+    let mut histogram = Histogram::new();
+    let (mut ios, mut bytes, mut issued) = (0u64, 0u64, 0u64);
+    let mut failure: Option<String> = None;
+    let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
+    loop {
+        let elapsed = start.elapsed();
+        let done = elapsed >= duration;
+        // Latency counts from the scheduled time: a load that falls behind shows it.
+        let due = (elapsed.as_secs_f64() * iops) as u64;
+        while !done && issued < due {
+            let Some(slot) = free.pop() else { break };
+            let op = ops.next();
+            started[slot] = start + Duration::from_secs_f64(issued as f64 / iops);
+            submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
+            issued += 1;
+        }
+        let in_flight = queue_depth - free.len();
+        if done && in_flight == 0 {
+            break;
+        }
+        finished.clear();
+        if in_flight > 0 {
+            session.poll(false, &mut |event| {
+                if let Event::Done { tag, result } = event {
+                    if let Err(e) = result {
+                        failure.get_or_insert(e.to_string());
+                    }
+                    finished.push(usize::try_from(tag).expect("fits"));
+                }
+            });
+        }
+        if let Some(e) = failure.take() {
+            return Err(format!("array IO failed: {e}"));
+        }
+        if finished.is_empty() {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        for &slot in &finished {
+            histogram.record(started[slot].elapsed());
+            ios += 1;
+            bytes += block;
+            free.push(slot);
+        }
+    }
+    Ok((ios, bytes, histogram))
+}
+
 /// How array load reaches the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]

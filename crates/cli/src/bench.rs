@@ -14,6 +14,38 @@ pub enum BenchCommand {
     /// The array engine in-process vs its raw member files, same run (IOPS, GB/s, latency,
     /// CPU per IO).
     Engine(EngineArgs),
+    /// The array healthy, with a member failed, and rebuilding onto a hot spare (in-memory
+    /// members): degraded read ratios, rebuild rate, foreground latency during the rebuild.
+    Rebuild(RebuildArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RebuildArgs {
+    #[arg(long, default_value = "6")]
+    level: flashraid_layout::Level,
+    #[arg(long, default_value_t = 8)]
+    members: usize,
+    #[arg(long, default_value_t = 16)]
+    chunk_kib: u64,
+    /// Size of each in-memory member (needs (members + 2) x this of RAM).
+    #[arg(long, default_value = "512M", value_parser = crate::array_cmds::parse_size)]
+    member_size: u64,
+    #[arg(long, default_value_t = 2)]
+    shards: u32,
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    #[arg(long, default_value_t = 32)]
+    qd: usize,
+    /// Seconds per measured load.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Rebuild rate limit during the paced load (e.g. 200M; 0: none), as `serve
+    /// --rebuild-rate` sets it.
+    #[arg(long, default_value = "0", value_parser = crate::array_cmds::parse_size)]
+    rebuild_rate: u64,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -140,7 +172,30 @@ pub fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Parity(args) => run_parity(args),
         BenchCommand::Engine(args) => run_engine(args),
+        BenchCommand::Rebuild(args) => run_rebuild(args),
     }
+}
+
+fn run_rebuild(args: RebuildArgs) -> Result<()> {
+    use flashraid_bench::rebuild::{Config, format_report, run};
+    let config = Config {
+        level: args.level,
+        members: args.members,
+        chunk_bytes: args.chunk_kib << 10,
+        member_bytes: args.member_size,
+        shards: args.shards,
+        jobs: args.jobs,
+        queue_depth: args.qd,
+        run_time: Duration::from_secs_f64(args.seconds),
+        rate_under_load: args.rebuild_rate,
+    };
+    let report = run(&config, |line| eprintln!("{line}")).map_err(anyhow::Error::msg)?;
+    print!("{}", format_report(&report));
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn run_engine(args: EngineArgs) -> Result<()> {
