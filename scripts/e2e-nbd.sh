@@ -9,7 +9,8 @@
 # qemu-io through it; plain and certificate-less clients refused); the server is killed with
 # SIGKILL mid-write and the array must start again with every flushed byte intact; status and
 # fail over the control socket: a member failed under fio verify is replaced by the hot spare
-# and rebuilt (rate set live, progress shown) with every byte verified; a second failure
+# and rebuilt (rate set live, progress shown) with every byte verified; scrub finds, locates
+# and repairs bytes changed behind its back on a member; a second failure
 # leaves it degraded, and killed mid-write then it needs --force.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
@@ -365,6 +366,24 @@ print("data written before the failure intact")
 '
 # m2 is out of the array now; its place is the spare's.
 MEMBERS=("$WORK"/m0 "$WORK"/m1 "$WORK"/m{3..7} "$WORK/spare")
+
+step "scrub: clean; then silent corruption on a member is found, located and repaired"
+"$F" scrub --control "$WORK/control" --wait | tee "$WORK/scrub.txt"
+contains "finished .* 0 mismatched" <"$WORK/scrub.txt" || fail "a clean array has mismatches"
+# Garbage written straight into m5's data area (1 MiB in), behind the server's back.
+dd if=/dev/urandom of="$WORK/m5" bs=4096 seek=$(( (1 << 20) / 4096 + 300 )) count=3 \
+    conv=notrunc status=none
+"$F" scrub --control "$WORK/control" --wait | tee "$WORK/scrub.txt"
+contains "finished .* [1-9][0-9]* mismatched stripes ([1-9][0-9]* located), 0 repaired" \
+    <"$WORK/scrub.txt" || fail "the check did not find and locate the corruption"
+"$F" scrub --control "$WORK/control" --repair --wait | contains "[1-9][0-9]* repaired" \
+    || fail "repair repaired nothing"
+"$F" scrub --control "$WORK/control" --wait | contains "finished .* 0 mismatched" \
+    || fail "mismatches left after repair"
+nbdsh -u "$URI" -c '
+assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost"
+print("data intact after scrub repair")
+'
 
 step "a second failure, no spare left: degraded; SIGKILL mid-write: refused without --force"
 "$F" fail --control "$WORK/control" 3 | contains "runs degraded" || fail "no degraded notice"

@@ -92,6 +92,16 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             },
             Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
         },
+        ["scrub", what @ ("check" | "repair" | "stop")] => {
+            let result = match *what {
+                "stop" => context.array.stop_scrub(),
+                w => context.array.start_scrub(w == "repair"),
+            };
+            match result {
+                Ok(()) => json!({ "ok": true }),
+                Err(e) => json!({ "error": e.to_string() }),
+            }
+        }
         ["rebuild-rate", rate] => match rate.parse::<u64>() {
             Ok(rate) => match context.array.set_rebuild_rate(rate) {
                 Ok(()) => json!({ "ok": true, "rebuild_rate_bytes_per_s": rate }),
@@ -101,7 +111,8 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         },
         _ => json!({
             "error": format!(
-                "unknown command {:?}: try status, fail ROLE or rebuild-rate BYTES_PER_S",
+                "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S or \
+                 scrub check|repair|stop",
                 line.trim()
             )
         }),
@@ -138,6 +149,22 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "shards": s.shards,
         "event": s.event,
         "spares": s.spares,
+        "scrub": s.scrub.as_ref().map(|x| json!({
+            "mode": if x.repair { "repair" } else { "check" },
+            "running": x.running,
+            "percent": if x.tally.stripes_total == 0 { 100.0 } else {
+                (x.tally.stripes_checked as f64 * 1000.0 / x.tally.stripes_total as f64).round() / 10.0
+            },
+            "stripes_checked": x.tally.stripes_checked,
+            "stripes_total": x.tally.stripes_total,
+            "mismatches": x.tally.mismatches,
+            "located": x.tally.located,
+            "repaired": x.tally.repaired,
+            "read_errors_repaired": x.tally.read_errors_repaired,
+            "unreadable": x.tally.unreadable,
+            "stopped": x.stopped,
+            "seconds": (x.seconds * 10.0).round() / 10.0,
+        })),
         "rebuild": s.rebuild.as_ref().map(|r| json!({
             "role": r.role,
             "path": r.path,
@@ -268,6 +295,9 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
     if let Some(line) = rebuild_line(&v["rebuild"]) {
         println!("{line}");
     }
+    if let Some(line) = scrub_line(&v["scrub"]) {
+        println!("{line}");
+    }
     let c = &v["counters"];
     println!(
         "io: {} reads ({}), {} writes ({}); writes: {} full-stripe, {} read-modify-write, {} reconstruct; {} degraded reads, {} errors corrected",
@@ -312,6 +342,80 @@ fn rebuild_line(r: &Value) -> Option<String> {
         r["path"].as_str().unwrap_or("?"),
         crate::array_cmds::human(rate),
     ))
+}
+
+/// `scrub (check): running [####......] 40.0%  0 mismatches ...`, or `None` if none ran.
+fn scrub_line(x: &Value) -> Option<String> {
+    if x.is_null() {
+        return None;
+    }
+    let percent = x["percent"].as_f64().unwrap_or(0.0);
+    let filled = ((percent / 100.0) * 30.0).round().clamp(0.0, 30.0) as usize;
+    let bar = format!("{}{}", "#".repeat(filled), ".".repeat(30 - filled));
+    let state = match (x["running"].as_bool(), x["stopped"].as_str()) {
+        (Some(true), _) => "running".to_string(),
+        (_, Some(why)) => format!("stopped: {why}"),
+        _ => "finished".to_string(),
+    };
+    Some(format!(
+        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten, {} unreadable, {} s",
+        x["mode"].as_str().unwrap_or("?"),
+        x["mismatches"],
+        x["located"],
+        x["repaired"],
+        x["read_errors_repaired"],
+        x["unreadable"],
+        x["seconds"],
+    ))
+}
+
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Rewrite what disagrees (default: check and report only; read errors are always
+    /// rewritten from redundancy).
+    #[arg(long, conflicts_with = "stop")]
+    repair: bool,
+    /// Stop the running scrub.
+    #[arg(long)]
+    stop: bool,
+    /// Show a progress bar until the scrub finishes, then its results.
+    #[arg(long)]
+    wait: bool,
+}
+
+/// `flashraid scrub`: check (or repair) every stripe of a served array.
+pub fn run_scrub(args: ScrubArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    let command = match (args.stop, args.repair) {
+        (true, _) => "scrub stop",
+        (false, true) => "scrub repair",
+        (false, false) => "scrub check",
+    };
+    ask(&path, command)?;
+    if args.stop {
+        println!("scrub stopped");
+        return Ok(());
+    }
+    loop {
+        let v = ask(&path, "status")?;
+        let line = scrub_line(&v["scrub"]).unwrap_or_else(|| "scrub: not started".into());
+        let running = v["scrub"]["running"].as_bool().unwrap_or(false);
+        if !args.wait {
+            println!("{line}");
+            return Ok(());
+        }
+        if !running {
+            println!("\r{line}\x1b[K");
+            return Ok(());
+        }
+        print!("\r{line}\x1b[K");
+        std::io::stdout().flush()?;
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[derive(Args, Debug)]

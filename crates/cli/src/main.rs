@@ -45,6 +45,8 @@ enum Command {
     Fail(control::FailArgs),
     /// Show the rebuild of a served array, set its rate, or wait for it with a progress bar.
     Rebuild(control::RebuildArgs),
+    /// Check every stripe of a served array (or repair with --repair), with a progress bar.
+    Scrub(control::ScrubArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -71,6 +73,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => control::run_status(args),
         Command::Fail(args) => control::run_fail(args),
         Command::Rebuild(args) => control::run_rebuild(args),
+        Command::Scrub(args) => control::run_scrub(args),
         Command::Kernels => {
             let best = flashraid_parity::Kernel::best();
             for kernel in flashraid_parity::Kernel::ALL {

@@ -58,6 +58,13 @@ pub struct ServeArgs {
     /// fast as the members allow). Change it live with `flashraid rebuild --rate`.
     #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size, default_value = "0")]
     rebuild_rate: u64,
+    /// Scrub (check) every this many hours while serving, counted from the start (0: only
+    /// when asked with `flashraid scrub`).
+    #[arg(long, value_name = "HOURS", default_value_t = 0.0)]
+    scrub_every_hours: f64,
+    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none).
+    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size, default_value = "0")]
+    scrub_rate: u64,
     /// Instead of member devices: a new array on this many in-memory members (for
     /// benchmarks and trials; its data is gone when the server stops), e.g. `--memory 8x256M`.
     #[arg(long, value_name = "COUNTxSIZE", conflicts_with = "members")]
@@ -274,6 +281,11 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
     options.config.rebuild_rate_bytes_per_s = args.rebuild_rate;
+    options.scrub_rate_bytes_per_s = args.scrub_rate;
+    if args.scrub_every_hours > 0.0 {
+        options.scrub_interval =
+            Some(std::time::Duration::from_secs_f64(args.scrub_every_hours * 3600.0));
+    }
     let mut arrays: Vec<(String, Arc<Array>)> = vec![];
     for (name, members) in &plan {
         let opened = match &args.memory {

@@ -24,6 +24,8 @@ pub struct ShardConfig {
     pub resync_stripes_max: usize,
     /// Rebuild operations (one stripe each) in flight per shard.
     pub rebuild_stripes_max: usize,
+    /// Scrub operations (one stripe each) in flight per shard.
+    pub scrub_stripes_max: usize,
     /// Rebuild rate limit for the whole array, in bytes written to the replacement member
     /// per second (each shard takes its share); 0: as fast as `rebuild_stripes_max` allows.
     pub rebuild_rate_bytes_per_s: u64,
@@ -41,6 +43,7 @@ impl ShardConfig {
             bitmap_clear_delay_us: 5_000_000,
             resync_stripes_max: 8,
             rebuild_stripes_max: 8,
+            scrub_stripes_max: 4,
             rebuild_rate_bytes_per_s: 0,
         }
     }
@@ -53,7 +56,7 @@ impl ShardConfig {
         if self.stripes_active_max == 0 || self.stripes_active_max > 1 << 20 {
             return bad("stripes_active_max must be 1 to 1048576");
         }
-        // Op slots (stripes_active_max + resync_stripes_max + rebuild_stripes_max) and
+        // Op slots (stripes_active_max and the resync, rebuild and scrub maxima) and
         // request slots travel in 24-bit fields of member IO tokens; these bounds keep both
         // far below 2^24.
         if self.resync_stripes_max == 0 || self.resync_stripes_max > 1 << 16 {
@@ -61,6 +64,9 @@ impl ShardConfig {
         }
         if self.rebuild_stripes_max == 0 || self.rebuild_stripes_max > 1 << 16 {
             return bad("rebuild_stripes_max must be 1 to 65536");
+        }
+        if self.scrub_stripes_max == 0 || self.scrub_stripes_max > 1 << 16 {
+            return bad("scrub_stripes_max must be 1 to 65536");
         }
         Ok(())
     }

@@ -90,6 +90,10 @@ pub struct OpenOptions {
     pub session_buffer_bytes: usize,
     /// Only this array name (when the devices could hold several).
     pub name: Option<String>,
+    /// Start a check scrub this often (counted from the start; `None`: only on request).
+    pub scrub_interval: Option<std::time::Duration>,
+    /// Scrub rate limit, bytes read per second for the whole array (0: none).
+    pub scrub_rate_bytes_per_s: u64,
 }
 
 impl OpenOptions {
@@ -102,6 +106,8 @@ impl OpenOptions {
             dirty_degraded: DirtyDegraded::Refuse,
             session_buffer_bytes: 32 << 20,
             name: None,
+            scrub_interval: None,
+            scrub_rate_bytes_per_s: 0,
         }
     }
 }
@@ -125,6 +131,8 @@ pub struct ArrayStatus {
     pub spares: Vec<String>,
     /// The rebuild of a replacement, if one runs.
     pub rebuild: Option<RebuildProgress>,
+    /// The scrub running, or the last one that ran.
+    pub scrub: Option<ScrubProgress>,
     pub chunk_bytes: u32,
     pub array_bytes: u64,
     pub degraded: bool,
@@ -162,12 +170,25 @@ impl RebuildProgress {
     }
 }
 
+/// A scrub as `status` reports it: summed over the shards.
+#[derive(Clone, Debug)]
+pub struct ScrubProgress {
+    pub repair: bool,
+    pub running: bool,
+    pub tally: flashraid_engine::ScrubTally,
+    /// Why it stopped before the end, if it did.
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
 pub(crate) enum ToController {
     /// From shard `.0`.
     #[allow(dead_code)]
     Event(u32, ShardEvent),
     FailMember(usize, Sender<Result<(), ArrayError>>),
     SetRebuildRate(u64, Sender<Result<(), ArrayError>>),
+    /// Start (`Some(repair)`) or stop (`None`) a scrub.
+    Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
     Shutdown(Sender<Result<Stopped, ArrayError>>),
     Stop,
@@ -491,6 +512,10 @@ impl Array {
             rebuild: None,
             rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
             shard_count: shards,
+            scrub: None,
+            scrub_rate_bytes_per_s: options.scrub_rate_bytes_per_s,
+            scrub_interval: options.scrub_interval,
+            next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
         controller.resume_or_start_rebuild();
         let thread = std::thread::Builder::new()
@@ -610,6 +635,23 @@ impl Array {
         rx.recv().map_err(|_| ArrayError::Stopped)?
     }
 
+    /// Start a scrub of the whole array (`repair`: rewrite what disagrees); one already
+    /// running is restarted. Refused while a member is out of service.
+    pub fn start_scrub(&self, repair: bool) -> Result<(), ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller
+            .send(ToController::Scrub(Some(repair), tx))
+            .map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
+    /// Stop a running scrub (status keeps what it found).
+    pub fn stop_scrub(&self) -> Result<(), ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller.send(ToController::Scrub(None, tx)).map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
     /// Fail a member now (like `mdadm --fail`), durably.
     pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
         if role >= self.geometry.member_count() {
@@ -685,6 +727,19 @@ struct Controller {
     rebuild: Option<RunningRebuild>,
     rebuild_rate_bytes_per_s: u64,
     shard_count: u32,
+    scrub: Option<RunningScrub>,
+    scrub_rate_bytes_per_s: u64,
+    scrub_interval: Option<std::time::Duration>,
+    next_scrub_at: Option<std::time::Instant>,
+}
+
+/// The controller's view of the current (or last) scrub.
+struct RunningScrub {
+    repair: bool,
+    started: std::time::Instant,
+    finished: Option<std::time::Instant>,
+    /// Shards that reported the end, with what they found.
+    done: Vec<Option<(flashraid_engine::ScrubTally, Option<&'static str>)>>,
 }
 
 /// The controller's view of a rebuild.
@@ -726,12 +781,30 @@ impl Controller {
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
+            } else if let Some(at) = self.next_scrub_at {
+                match self
+                    .inbox
+                    .recv_timeout(at.saturating_duration_since(std::time::Instant::now()))
+                {
+                    Ok(m) => Some(m),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
             } else {
                 match self.inbox.recv() {
                     Ok(m) => Some(m),
                     Err(_) => return,
                 }
             };
+            if let (Some(at), None) = (self.next_scrub_at, &shutdown)
+                && std::time::Instant::now() >= at
+            {
+                self.next_scrub_at = self.scrub_interval.map(|i| at + i);
+                match self.start_scrub(false) {
+                    Ok(()) => log(&self.metadata, "scheduled scrub (check) started"),
+                    Err(e) => log(&self.metadata, &format!("scheduled scrub not started: {e}")),
+                }
+            }
             match message {
                 None => {}
                 Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, reason })) => {
@@ -760,6 +833,19 @@ impl Controller {
                     if let Some(r) = &mut self.rebuild {
                         r.stalled_at = Some(r.stalled_at.map_or(stripe.0, |s| s.min(stripe.0)));
                     }
+                }
+                Some(ToController::Event(shard, ShardEvent::ScrubDone { tally, stopped })) => {
+                    self.scrub_done(shard, tally, stopped);
+                }
+                Some(ToController::Scrub(request, reply)) => {
+                    let result = match request {
+                        Some(repair) => self.start_scrub(repair),
+                        None => {
+                            self.broadcast(|| Control::StopScrub);
+                            Ok(())
+                        }
+                    };
+                    let _ = reply.send(result);
                 }
                 Some(ToController::SetRebuildRate(rate, reply)) => {
                     self.rebuild_rate_bytes_per_s = rate;
@@ -853,6 +939,92 @@ impl Controller {
             self.take_spare_if_wanted();
         }
         result.map(|_| ()).map_err(ArrayError::from)
+    }
+
+    fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {
+        if self.rebuild.is_some() {
+            return Err(ArrayError::Other(
+                "a rebuild is running: scrub once it is done (parity cannot be checked \
+                 against a member being rebuilt)"
+                    .into(),
+            ));
+        }
+        let degraded = (0..self.metadata.superblock().members.len())
+            .any(|r| self.metadata.role_device(r).is_none());
+        if degraded {
+            return Err(ArrayError::Other(
+                "the array is degraded: parity cannot be checked against every chunk; \
+                 replace the failed member first"
+                    .into(),
+            ));
+        }
+        let share = self.scrub_rate_bytes_per_s.div_ceil(u64::from(self.shard_count));
+        self.broadcast(|| Control::StartScrub { repair, rate_bytes_per_s: share });
+        self.scrub = Some(RunningScrub {
+            repair,
+            started: std::time::Instant::now(),
+            finished: None,
+            done: vec![None; self.reactors.len()],
+        });
+        Ok(())
+    }
+
+    fn scrub_done(
+        &mut self,
+        shard: u32,
+        tally: flashraid_engine::ScrubTally,
+        stopped: Option<&'static str>,
+    ) {
+        let Some(s) = &mut self.scrub else { return };
+        s.done[usize::try_from(shard).expect("fits")] = Some((tally, stopped));
+        if s.done.iter().all(Option::is_some) && s.finished.is_none() {
+            s.finished = Some(std::time::Instant::now());
+            let mut total = flashraid_engine::ScrubTally::default();
+            for (t, _) in s.done.iter().flatten() {
+                total.add(t);
+            }
+            let why = s.done.iter().flatten().find_map(|(_, w)| *w);
+            let what = if s.repair { "repair" } else { "check" };
+            let ended = why.map_or("finished".to_string(), |w| format!("stopped early ({w})"));
+            log(
+                &self.metadata,
+                &format!(
+                    "scrub ({what}) {ended}: {} stripes checked, {} mismatched ({} located), \
+                     {} repaired, {} read errors rewritten, {} unreadable",
+                    total.stripes_checked,
+                    total.mismatches,
+                    total.located,
+                    total.repaired,
+                    total.read_errors_repaired,
+                    total.unreadable
+                ),
+            );
+        }
+    }
+
+    fn scrub_status(&self, shards: &[ShardStatus]) -> Option<ScrubProgress> {
+        let s = self.scrub.as_ref()?;
+        let mut tally = flashraid_engine::ScrubTally::default();
+        let mut stopped = None;
+        // Finished shards report through their events; running ones through status.
+        for (i, status) in shards.iter().enumerate() {
+            match (s.done.get(i).copied().flatten(), status.scrub) {
+                (Some((t, why)), _) => {
+                    tally.add(&t);
+                    stopped = stopped.or(why);
+                }
+                (None, Some(live)) => tally.add(&live.tally),
+                (None, None) => {}
+            }
+        }
+        let end = s.finished.unwrap_or_else(std::time::Instant::now);
+        Some(ScrubProgress {
+            repair: s.repair,
+            running: s.finished.is_none(),
+            tally,
+            stopped: stopped.map(str::to_string),
+            seconds: end.duration_since(s.started).as_secs_f64(),
+        })
     }
 
     /// At start: resume a rebuild the superblocks record, or give a failed role a spare.
@@ -1012,6 +1184,7 @@ impl Controller {
             failed: !geometry.survives(&unavailable),
             resyncing: shards.iter().any(|s| s.resyncing),
             rebuild: self.rebuild_status(&shards, geometry),
+            scrub: self.scrub_status(&shards),
             bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
             counters,
             shards: shards.len(),

@@ -29,7 +29,7 @@ mod session;
 
 pub use array::{
     Array, ArrayStatus, CreateSpec, CreatedArray, MemberStatus, OpenOptions, RebuildProgress,
-    Stopped, create, create_in_memory, create_in_memory_with_spares, inspect,
+    ScrubProgress, Stopped, create, create_in_memory, create_in_memory_with_spares, inspect,
 };
 pub use device::MemberDevice;
 pub use faults::{FaultRule, Faults, Healing, PowerDomain, SECTOR_BYTES, TornReport, Trigger};

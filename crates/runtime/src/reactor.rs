@@ -63,6 +63,7 @@ pub struct ShardStatus {
     pub bitmap_regions_set: usize,
     pub idle: bool,
     pub rebuild: Option<flashraid_engine::RebuildStatus>,
+    pub scrub: Option<flashraid_engine::ScrubStatus>,
 }
 
 thread_local! {
@@ -109,6 +110,13 @@ pub(crate) enum Control {
     FinishRebuild(MemberIndex),
     /// This shard's share of the rebuild rate, bytes per second (0: unlimited).
     SetRebuildRate(u64),
+    /// Scrub every stripe (`repair`: rewrite what disagrees) at this shard's share of a rate
+    /// (bytes read per second; 0: unlimited).
+    StartScrub {
+        repair: bool,
+        rate_bytes_per_s: u64,
+    },
+    StopScrub,
 }
 
 pub(crate) enum ToReactor {
@@ -344,6 +352,10 @@ impl Reactor {
                         }
                         Control::FinishRebuild(role) => self.shard.finish_rebuild(role),
                         Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
+                        Control::StartScrub { repair, rate_bytes_per_s } => {
+                            self.shard.start_scrub(repair, rate_bytes_per_s)
+                        }
+                        Control::StopScrub => self.shard.stop_scrub(),
                     }
                 }
                 Err(TryRecvError::Empty) => break,
@@ -437,6 +449,7 @@ impl Reactor {
             bitmap_regions_set: self.shard.bitmap_regions_set(),
             idle: self.shard.is_idle(),
             rebuild: self.shard.rebuild_status(),
+            scrub: self.shard.scrub_status(),
         }
     }
 }

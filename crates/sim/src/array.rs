@@ -521,6 +521,35 @@ impl SimArray {
         self.rebuild_shards_done = 0;
     }
 
+    /// Scrub the whole array (`repair`: rewrite what disagrees) and return the summed tally
+    /// and the first reason a shard stopped early, if any.
+    pub fn scrub(&mut self, repair: bool) -> (flashraid_engine::ScrubTally, Option<&'static str>) {
+        let first_event = self.events.len();
+        for shard in &mut self.shards {
+            shard.start_scrub(repair, 0);
+        }
+        let mut steps = 0;
+        loop {
+            let done: Vec<_> = self.events[first_event..]
+                .iter()
+                .filter_map(|e| match e {
+                    ShardEvent::ScrubDone { tally, stopped } => Some((*tally, *stopped)),
+                    _ => None,
+                })
+                .collect();
+            if done.len() == self.shards.len() {
+                let mut total = flashraid_engine::ScrubTally::default();
+                for (t, _) in &done {
+                    total.add(t);
+                }
+                return (total, done.iter().find_map(|(_, s)| *s));
+            }
+            self.step();
+            steps += 1;
+            assert!(steps < STEPS_MAX, "scrub never finished: {}", self.describe());
+        }
+    }
+
     /// Whether a role is fully in service: recorded active, held by a device that is there.
     pub fn role_in_service(&self, role: usize) -> bool {
         let active = self.metadata.superblock().members[role].state

@@ -40,6 +40,10 @@ impl Shard {
             self.refill_rebuild_budget();
             self.schedule_rebuild();
         }
+        if self.scrub.is_some() {
+            self.refill_scrub_budget();
+            self.schedule_scrub();
+        }
         self.advance_shutdown();
     }
 
@@ -643,7 +647,7 @@ impl Shard {
     }
 
     /// Like `unreadable_chunks`, over every chunk index of the level (mirrors: every member).
-    fn unreadable_chunks_all(&self, op: &super::Op) -> ChunkSet {
+    pub(super) fn unreadable_chunks_all(&self, op: &super::Op) -> ChunkSet {
         let chunks = if self.is_parity_level() {
             self.geometry.data_chunks() + self.geometry.parity_chunks()
         } else {

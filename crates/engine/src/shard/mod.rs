@@ -131,6 +131,8 @@ pub enum ShardEvent {
     /// Rebuild cannot go on: a stripe could not be reconstructed (too many members
     /// unreadable). The stripes from `stripe` on stay unrebuilt.
     RebuildStalled { member: MemberIndex, stripe: StripeIndex },
+    /// This shard's scrub finished (or stopped early, saying why).
+    ScrubDone { tally: ScrubTally, stopped: Option<&'static str> },
 }
 
 /// Why a member was failed.
@@ -224,6 +226,7 @@ enum OpKind {
     Write,
     Resync,
     Rebuild,
+    Scrub,
     Zero { how: ZeroHow },
 }
 
@@ -296,8 +299,8 @@ struct Op {
     zero_fallback_issued: bool,
     /// Zero with FUA: the member flush that makes it durable was issued.
     fua_flushed: bool,
-    /// Rebuild: the rebuild this operation belongs to (an operation of an abandoned rebuild
-    /// must not count for the next one).
+    /// Rebuild and scrub: the rebuild or scrub this operation belongs to (an operation of an
+    /// abandoned one must not count for the next).
     rebuild_generation: u32,
 }
 
@@ -386,6 +389,9 @@ pub struct Shard {
     rebuild: Option<rebuild::RebuildState>,
     /// Bumped by every `start_rebuild`.
     rebuild_generation: u32,
+    scrub: Option<scrub::ScrubState>,
+    /// Bumped by every `start_scrub`.
+    scrub_generation: u32,
     /// Rebuild rate for this shard (its share of the array's), bytes per second; 0: no limit.
     rebuild_rate_bytes_per_s: u64,
     ios: VecDeque<MemberIo>,
@@ -461,7 +467,8 @@ impl Shard {
         let requests_max = setup.config.requests_max;
         let ops_max = setup.config.stripes_active_max
             + setup.config.resync_stripes_max
-            + setup.config.rebuild_stripes_max;
+            + setup.config.rebuild_stripes_max
+            + setup.config.scrub_stripes_max;
         let mut resync_regions = setup.bitmap.dirty_regions.clone();
         resync_regions.sort_unstable();
         resync_regions.dedup();
@@ -507,6 +514,8 @@ impl Shard {
             last_bitmap_scan_us: 0,
             rebuild: None,
             rebuild_generation: 0,
+            scrub: None,
+            scrub_generation: 0,
             rebuild_rate_bytes_per_s: setup
                 .config
                 .rebuild_rate_bytes_per_s
@@ -837,7 +846,11 @@ impl Shard {
             zero_fallback: 0,
             zero_fallback_issued: false,
             fua_flushed: false,
-            rebuild_generation: self.rebuild_generation,
+            rebuild_generation: if kind == OpKind::Scrub {
+                self.scrub_generation
+            } else {
+                self.rebuild_generation
+            },
         }
     }
 
@@ -1112,6 +1125,7 @@ impl Shard {
             OpKind::Write => self.begin_write(op_slot),
             OpKind::Resync => self.begin_resync(op_slot),
             OpKind::Rebuild => self.begin_rebuild(op_slot),
+            OpKind::Scrub => self.begin_resync(op_slot),
             OpKind::Zero { .. } => self.begin_zero(op_slot),
         };
         if !started {
@@ -1134,9 +1148,15 @@ impl Shard {
             (OpKind::Write, Phase::Reading | Phase::Rebuilding) => self.write_after_reads(op_slot),
             (OpKind::Write, Phase::WaitBitmap) => self.write_issue(op_slot),
             (
-                OpKind::Write | OpKind::Zero { .. } | OpKind::Resync | OpKind::Rebuild,
+                OpKind::Write
+                | OpKind::Zero { .. }
+                | OpKind::Resync
+                | OpKind::Rebuild
+                | OpKind::Scrub,
                 Phase::Writing,
             ) => self.after_writes(op_slot),
+            (OpKind::Scrub, Phase::Reading) => self.scrub_after_reads(op_slot),
+            (OpKind::Scrub, Phase::WaitBitmap) => self.scrub_issue(op_slot),
             (OpKind::Rebuild, Phase::Reading) => self.rebuild_after_reads(op_slot),
             (OpKind::Resync, Phase::Reading) => self.resync_after_reads(op_slot),
             (OpKind::Zero { .. }, Phase::WaitBitmap) => self.zero_issue(op_slot),
@@ -1170,6 +1190,9 @@ impl Shard {
         }
         let entry = self.stripes.get_mut(op.stripe).expect("stripe of a live op");
         entry.op = None;
+        if op.kind == OpKind::Scrub {
+            self.scrub_op_done(op.rebuild_generation);
+        }
         if op.kind == OpKind::Rebuild {
             let rebuilt = op.result.is_ok() && op.errored & op.rebuild_targets == 0;
             self.rebuild_op_done(op.stripe, op.rebuild_generation, rebuilt);
@@ -1180,6 +1203,7 @@ impl Shard {
             self.start_next_op(op.stripe);
         }
         self.schedule_rebuild();
+        self.schedule_scrub();
         self.retry_starved();
         self.retry_waiting_stripes();
     }
@@ -1348,8 +1372,11 @@ fn scratch_pool(g: &Geometry, budget_bytes: usize) -> Result<BufPool, EngineErro
 }
 
 mod background;
+mod pace;
 mod read;
 mod rebuild;
+mod scrub;
 mod write;
 
 pub use rebuild::RebuildStatus;
+pub use scrub::{ScrubStatus, ScrubTally};

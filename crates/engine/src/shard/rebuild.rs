@@ -24,6 +24,7 @@
 //! (more members unreadable than the level survives) stalls the rebuild there; the stripes
 //! from it on stay missing on the replacement, and status says so.
 
+use super::pace::Pace;
 use super::{OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StripeEntry};
 use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkSet, bit, has};
@@ -40,9 +41,6 @@ const REBUILD_REPORT_STRIPES: u64 = 1024;
 const REBUILD_REPORTS_MIN: u64 = 32;
 // `done_ahead` is a u64 bitmap of the window.
 const _: () = assert!(REBUILD_WINDOW_STRIPES <= 64);
-/// The token bucket holds at most this long a share of the rate, so an idle spell does not
-/// turn into a burst.
-const REBUILD_BURST_US: u64 = 20_000;
 
 /// The rebuild of one member, as one shard runs it.
 #[derive(Clone, Debug)]
@@ -62,9 +60,7 @@ pub(super) struct RebuildState {
     stalled: Option<StripeIndex>,
     done_announced: bool,
     last_report: u64,
-    /// Bytes the rate limit allows now (unused when unlimited).
-    budget_bytes: u64,
-    last_refill_us: u64,
+    pace: Pace,
 }
 
 /// A shard's rebuild, for status.
@@ -113,8 +109,7 @@ impl Shard {
             stalled: None,
             done_announced: false,
             last_report: first,
-            budget_bytes: 0,
-            last_refill_us: self.now_us,
+            pace: Pace::new(self.rebuild_rate_bytes_per_s, self.now_us),
         });
         self.schedule_rebuild();
     }
@@ -134,6 +129,9 @@ impl Shard {
     /// Change this shard's share of the rebuild rate (bytes per second; 0: no limit).
     pub fn set_rebuild_rate(&mut self, bytes_per_s: u64) {
         self.rebuild_rate_bytes_per_s = bytes_per_s;
+        if let Some(r) = self.rebuild.as_mut() {
+            r.pace.set_rate(bytes_per_s);
+        }
         self.schedule_rebuild();
     }
 
@@ -168,22 +166,10 @@ impl Shard {
 
     /// Refill the rate budget (from `tick`).
     pub(super) fn refill_rebuild_budget(&mut self) {
-        let rate = self.rebuild_rate_bytes_per_s;
-        let now = self.now_us;
-        let chunk = u64::from(self.geometry.chunk_bytes());
-        let Some(r) = self.rebuild.as_mut() else { return };
-        let elapsed = now.saturating_sub(r.last_refill_us);
-        if rate == 0 {
-            r.last_refill_us = now;
-            return;
+        let (now, chunk) = (self.now_us, u64::from(self.geometry.chunk_bytes()));
+        if let Some(r) = self.rebuild.as_mut() {
+            r.pace.refill(now, chunk);
         }
-        let earned = u128::from(elapsed) * u128::from(rate) / 1_000_000;
-        if earned == 0 {
-            return;
-        }
-        r.last_refill_us = now;
-        let cap = (rate * REBUILD_BURST_US / 1_000_000).max(chunk);
-        r.budget_bytes = (u128::from(r.budget_bytes) + earned).min(u128::from(cap)) as u64;
     }
 
     /// Start rebuild operations while the window, the rate and the op slots allow.
@@ -194,7 +180,6 @@ impl Shard {
         let stripes = self.geometry.stripes();
         let step = u64::from(self.shard_count);
         let chunk = u64::from(self.geometry.chunk_bytes());
-        let limited = self.rebuild_rate_bytes_per_s > 0;
         loop {
             let Some(r) = self.rebuild.as_ref() else { return };
             if r.stalled.is_some()
@@ -202,17 +187,16 @@ impl Shard {
                 || r.in_flight >= self.config.rebuild_stripes_max
                 || r.next >= stripes
                 || r.next >= r.low_water + REBUILD_WINDOW_STRIPES * step
-                || (limited && r.budget_bytes < chunk)
                 || self.free_ops.is_empty()
             {
                 break;
             }
             let stripe = StripeIndex(r.next);
             let r = self.rebuild.as_mut().expect("checked");
-            r.next += step;
-            if limited {
-                r.budget_bytes -= chunk;
+            if !r.pace.take(chunk) {
+                break;
             }
+            r.next += step;
             r.in_flight += 1;
             if self.stripes.get(stripe).is_some() {
                 // Busy: it goes next, before the requests queued behind that operation.

@@ -1,8 +1,9 @@
-//! Hot spares and rebuild through the real runtime: reactors, controller, io_uring on files
-//! and in-memory members. A member fails under load; the spare takes the role over, the
-//! rebuild runs (at a limited rate, changed live) while reads and writes go on, status
+//! Hot spares, rebuild and scrub through the real runtime: reactors, controller, io_uring
+//! on files and in-memory members. A member fails under load; the spare takes the role over,
+//! the rebuild runs (at a limited rate, changed live) while reads and writes go on, status
 //! reports its progress, and afterwards the rebuilt member carries reads that reconstruct
-//! from it. A restart in the middle resumes the rebuild.
+//! from it. A restart in the middle resumes the rebuild. Scrub finds silent corruption,
+//! locates it, and repair fixes it.
 //!
 //! Timing never decides an assertion: waits poll `status` with a generous deadline.
 
@@ -166,4 +167,42 @@ fn file_raid6_rebuild_resumes_after_a_restart() {
     drop(session);
     array.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn scrub_finds_silent_corruption_and_repair_fixes_it() {
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("s{i}"), 16 << 20)).collect();
+    let spec = CreateSpec::in_memory("scrub", Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
+    let array = Array::open_in_memory(&members, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 3);
+    let finished = |s: &ArrayStatus| s.scrub.as_ref().is_some_and(|x| !x.running);
+    array.start_scrub(false).unwrap();
+    let status = wait_for(&array, "a clean check", finished);
+    assert_eq!(status.scrub.as_ref().unwrap().tally.mismatches, 0, "{status:#?}");
+    // Silent corruption: bytes of member 4 changed behind the array's back, in three places.
+    let data_offset = flashraid_format::layout::DATA_OFFSET_BYTES;
+    for at in [0u64, 5 << 20, 9 << 20] {
+        members[4].write(&[0xeeu8; 512], data_offset + at + 1024).unwrap();
+    }
+    array.start_scrub(false).unwrap();
+    let status = wait_for(&array, "the check", finished);
+    let tally = status.scrub.as_ref().unwrap().tally;
+    assert_eq!((tally.mismatches, tally.located, tally.repaired), (3, 3, 0), "{status:#?}");
+    array.start_scrub(true).unwrap();
+    let status = wait_for(&array, "the repair", finished);
+    assert_eq!(status.scrub.as_ref().unwrap().tally.repaired, 3, "{status:#?}");
+    array.start_scrub(false).unwrap();
+    let status = wait_for(&array, "the check after repair", finished);
+    assert_eq!(status.scrub.as_ref().unwrap().tally.mismatches, 0, "{status:#?}");
+    // Member 4's chunks are right again: read with two other members failed.
+    array.fail_member(0).unwrap();
+    array.fail_member(1).unwrap();
+    check(&mut session, &model, "after repair, relying on member 4");
+    // A degraded array refuses to scrub, saying why.
+    let e = array.start_scrub(false).unwrap_err().to_string();
+    assert!(e.contains("degraded"), "{e}");
 }

@@ -1,0 +1,461 @@
+//! Scrub: read every stripe of the shard, check that parity (or every mirror copy) agrees with
+//! the data, report what does not, and repair on request.
+//!
+//! Owns the shard's scrub cursor and its tallies. A scrub operation holds its stripe like any
+//! other operation, so a write can never slip between its reads and its repair.
+//!
+//! What is repaired:
+//! - a chunk that fails to read: reconstructed from the others and rewritten, always (a read
+//!   error is repaired whether or not the scrub repairs mismatches);
+//! - a mismatch on RAID 6 and 7.3: the one chunk whose replacement makes the stripe
+//!   consistent again is located from the syndromes (trying each chunk as the erased one) and
+//!   only it is rewritten; if no single chunk explains it, parity is recomputed from the data
+//!   and the stripe counted as not located;
+//! - a mismatch on RAID 5: it cannot be located (any one chunk could explain it): parity is
+//!   recomputed from the data, as md does;
+//! - mirrors: the value most copies hold wins (ties: the lowest member, resync's reference).
+//!
+//! Limits: the array must not be degraded (a scrub stops, saying why, when a member is not in
+//! service: parity can no longer be checked against all of a stripe). Locating allocates
+//! temporary buffers, once per mismatched stripe: a fault path, bounded by the stripe size.
+
+use super::pace::Pace;
+use super::{Health, OpKind, Phase, Shard, ShardEvent, ShutdownState, StripeEntry};
+use crate::io::{Durability, MemberIoKind};
+use crate::plan::{ChunkSet, bit, has};
+use flashraid_layout::{MEMBERS_MAX, StripeIndex};
+use flashraid_parity::Stores;
+
+/// A scrub as one shard runs it.
+#[derive(Clone, Debug)]
+pub(super) struct ScrubState {
+    repair: bool,
+    next: u64,
+    in_flight: usize,
+    pace: Pace,
+    tally: ScrubTally,
+    stopped: Option<&'static str>,
+    done_announced: bool,
+}
+
+/// What a scrub found and did (per shard; the array sums them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScrubTally {
+    pub stripes_checked: u64,
+    pub stripes_total: u64,
+    /// Stripes whose parity or copies disagreed with the data.
+    pub mismatches: u64,
+    /// Mismatched stripes where one chunk was found to be the wrong one.
+    pub located: u64,
+    /// Stripes rewritten to agree (mismatches repaired, in repair mode).
+    pub repaired: u64,
+    /// Chunks that failed to read and were rewritten from redundancy.
+    pub read_errors_repaired: u64,
+    /// Stripes that could not be checked (more chunks unreadable than redundancy).
+    pub unreadable: u64,
+}
+
+impl ScrubTally {
+    /// Add another shard's tally (an array's is the sum over its shards).
+    pub fn add(&mut self, other: &ScrubTally) {
+        let ScrubTally {
+            stripes_checked,
+            stripes_total,
+            mismatches,
+            located,
+            repaired,
+            read_errors_repaired,
+            unreadable,
+        } = other;
+        // Destructured, so a new field cannot be left out of the sum.
+        self.stripes_checked += stripes_checked;
+        self.stripes_total += stripes_total;
+        self.mismatches += mismatches;
+        self.located += located;
+        self.repaired += repaired;
+        self.read_errors_repaired += read_errors_repaired;
+        self.unreadable += unreadable;
+    }
+}
+
+/// A shard's scrub, for status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScrubStatus {
+    pub repair: bool,
+    pub tally: ScrubTally,
+    pub running: bool,
+    /// Why it stopped early, if it did.
+    pub stopped: Option<&'static str>,
+}
+
+impl Shard {
+    /// Start a scrub of every stripe this shard owns (`repair`: rewrite what disagrees). A
+    /// scrub already running is restarted.
+    pub fn start_scrub(&mut self, repair: bool, rate_bytes_per_s: u64) {
+        let count = u64::from(self.shard_count);
+        let owned =
+            self.geometry.stripes().saturating_sub(u64::from(self.shard_index)).div_ceil(count);
+        self.scrub_generation = self.scrub_generation.wrapping_add(1);
+        self.scrub = Some(ScrubState {
+            repair,
+            next: self.own_stripe_from(0),
+            in_flight: 0,
+            pace: Pace::new(rate_bytes_per_s, self.now_us),
+            tally: ScrubTally { stripes_total: owned, ..ScrubTally::default() },
+            stopped: None,
+            done_announced: false,
+        });
+        self.schedule_scrub();
+    }
+
+    /// Stop the scrub (it reports what it found so far).
+    pub fn stop_scrub(&mut self) {
+        if let Some(s) = self.scrub.as_mut()
+            && s.stopped.is_none()
+            && !s.done_announced
+        {
+            s.stopped = Some("stopped by the operator");
+        }
+        self.announce_scrub();
+    }
+
+    pub fn set_scrub_rate(&mut self, bytes_per_s: u64) {
+        if let Some(s) = self.scrub.as_mut() {
+            s.pace.set_rate(bytes_per_s);
+        }
+    }
+
+    pub fn scrub_status(&self) -> Option<ScrubStatus> {
+        self.scrub.as_ref().map(|s| ScrubStatus {
+            repair: s.repair,
+            tally: s.tally,
+            running: s.stopped.is_none() && !s.done_announced,
+            stopped: s.stopped,
+        })
+    }
+
+    pub(super) fn refill_scrub_budget(&mut self) {
+        let (now, chunk) = (self.now_us, u64::from(self.geometry.chunk_bytes()));
+        if let Some(s) = self.scrub.as_mut() {
+            s.pace.refill(now, chunk * self.geometry.member_count() as u64);
+        }
+    }
+
+    /// Bytes one scrub operation reads.
+    fn scrub_stripe_bytes(&self) -> u64 {
+        u64::from(self.geometry.chunk_bytes()) * self.geometry.member_count() as u64
+    }
+
+    pub(super) fn schedule_scrub(&mut self) {
+        if self.scrub.is_none() || self.shutdown != ShutdownState::Running {
+            return;
+        }
+        if self.members.iter().any(|m| m.health != Health::Active) {
+            let s = self.scrub.as_mut().expect("checked");
+            if s.stopped.is_none() && !s.done_announced {
+                s.stopped = Some("a member is not in service: parity cannot be checked");
+            }
+        }
+        let stripes = self.geometry.stripes();
+        let step = u64::from(self.shard_count);
+        let bytes = self.scrub_stripe_bytes();
+        loop {
+            let Some(s) = self.scrub.as_ref() else { return };
+            if s.stopped.is_some()
+                || s.in_flight >= self.config.scrub_stripes_max
+                || s.next >= stripes
+                || self.free_ops.is_empty()
+            {
+                break;
+            }
+            let stripe = StripeIndex(s.next);
+            if self.stripes.get(stripe).is_some() {
+                // Busy: try again when it is idle (the next tick or finished operation).
+                break;
+            }
+            let s = self.scrub.as_mut().expect("checked");
+            if !s.pace.take(bytes) {
+                break;
+            }
+            s.next += step;
+            s.in_flight += 1;
+            self.stripes.insert(stripe, StripeEntry::default()).expect("sized for every op slot");
+            let op_slot = self.free_ops.pop().expect("checked");
+            let op = self.new_op(stripe, OpKind::Scrub);
+            self.stripes.get_mut(stripe).expect("present").op = Some(op_slot);
+            self.ops[op_slot] = Some(op);
+            self.begin(op_slot);
+        }
+        self.announce_scrub();
+    }
+
+    fn announce_scrub(&mut self) {
+        let stripes = self.geometry.stripes();
+        let Some(s) = self.scrub.as_mut() else { return };
+        let finished = s.in_flight == 0 && (s.next >= stripes || s.stopped.is_some());
+        if finished && !s.done_announced {
+            s.done_announced = true;
+            self.events.push_back(ShardEvent::ScrubDone { tally: s.tally, stopped: s.stopped });
+        }
+    }
+
+    /// A scrub operation finished (from `finish_op`).
+    pub(super) fn scrub_op_done(&mut self, generation: u32) {
+        if generation != self.scrub_generation {
+            return;
+        }
+        if let Some(s) = self.scrub.as_mut() {
+            s.in_flight -= 1;
+            s.tally.stripes_checked += 1;
+        }
+        self.announce_scrub();
+    }
+
+    fn tally(&mut self, f: impl FnOnce(&mut ScrubTally)) {
+        if let Some(s) = self.scrub.as_mut() {
+            f(&mut s.tally);
+        }
+    }
+
+    fn scrub_repairs(&self) -> bool {
+        self.scrub.as_ref().is_some_and(|s| s.repair)
+    }
+
+    /// Every chunk is read (or failed to): decide what to rewrite. The chunks to rewrite get
+    /// their correct contents in their own scratch buffers.
+    pub(super) fn scrub_after_reads(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        // Chunks that failed to read, or whose member left service since the scrub started.
+        let errored = self.unreadable_chunks_all(op);
+        let rewrite = if self.is_parity_level() {
+            self.scrub_parity(op_slot, errored)
+        } else {
+            self.scrub_mirror(op_slot, errored)
+        };
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.repaired = rewrite;
+        if rewrite == 0 {
+            self.finish_op(op_slot);
+            return;
+        }
+        if self.bitmap_ready(op_slot) {
+            self.scrub_issue(op_slot);
+        }
+    }
+
+    fn scrub_parity(&mut self, op_slot: usize, errored: ChunkSet) -> ChunkSet {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let codec = self.codec.expect("parity level");
+        let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
+        let erased = errored.count_ones() as usize;
+        if erased > m {
+            self.tally(|t| t.unreadable += 1);
+            return 0;
+        }
+        if erased > 0 {
+            // Read errors: rebuild those chunks in place and rewrite them.
+            let targets = errored;
+            self.plan_for(errored, targets);
+            let Shard { ops, plans, .. } = &mut *self;
+            let plan = plans.get(&(errored, targets)).expect("just planned");
+            let op = ops[op_slot].as_mut().expect("live");
+            let (sources, mut outs) =
+                super::read::split_scratch(op, plan.sources(), plan.targets(), len);
+            let count = plan.targets().len();
+            codec
+                .reconstruct_from(
+                    plan,
+                    &sources[..plan.sources().len()],
+                    &mut outs[..count],
+                    Stores::Cached,
+                )
+                .expect("plan, counts and lengths are consistent");
+            self.tally(|t| t.read_errors_repaired += u64::from(errored.count_ones()));
+            self.counters.errors_corrected += u64::from(errored.count_ones());
+            // With chunks rebuilt from parity, the stripe is consistent by construction.
+            return errored;
+        }
+        // Recompute parity from the data and compare.
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
+        {
+            let mut sources: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
+            for i in 0..k {
+                sources[i] = head[i].as_ref().expect("data").as_slice();
+            }
+            let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
+            for (r, slot) in extra.iter_mut().take(m).enumerate() {
+                outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
+            }
+            codec.encode(&sources[..k], &mut outs[..m], Stores::Cached).expect("shapes");
+        }
+        let differs = (0..m).any(|r| {
+            head[k + r].as_ref().expect("parity").as_slice()
+                != extra[r].as_ref().expect("computed").as_slice()
+        });
+        if !differs {
+            return 0;
+        }
+        self.tally(|t| t.mismatches += 1);
+        let located = if m >= 2 { self.locate_bad_chunk(op_slot) } else { None };
+        if located.is_some() {
+            self.tally(|t| t.located += 1);
+        }
+        if !self.scrub_repairs() {
+            return 0;
+        }
+        self.tally(|t| t.repaired += 1);
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
+        match located {
+            Some((chunk, contents)) => {
+                head[chunk].as_mut().expect("chunk").as_mut_slice().copy_from_slice(&contents);
+                bit(chunk)
+            }
+            None => {
+                // Not located: parity follows the data.
+                let mut rewrite = 0;
+                for r in 0..m {
+                    let computed = extra[r].as_ref().expect("computed").as_slice();
+                    let stored = head[k + r].as_mut().expect("parity").as_mut_slice();
+                    if stored != computed {
+                        stored.copy_from_slice(computed);
+                        rewrite |= bit(k + r);
+                    }
+                }
+                rewrite
+            }
+        }
+    }
+
+    /// The one chunk whose replacement by what the others say makes the stripe consistent,
+    /// with that replacement; `None` when no single chunk (or more than one) does.
+    fn locate_bad_chunk(&mut self, op_slot: usize) -> Option<(usize, Vec<u8>)> {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let codec = self.codec.expect("parity level");
+        let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
+        let mut found: Option<(usize, Vec<u8>)> = None;
+        for candidate in 0..k + m {
+            self.plan_for(bit(candidate), bit(candidate));
+            let plan = self.plans.get(&(bit(candidate), bit(candidate))).expect("just planned");
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let chunk = |c: usize| &op.scratch[c].as_ref().expect("read").as_slice()[..len];
+            let sources: Vec<&[u8]> = plan.sources().iter().map(|&c| chunk(c)).collect();
+            let mut rebuilt = vec![0u8; len];
+            codec
+                .reconstruct_from(plan, &sources, &mut [&mut rebuilt[..]], Stores::Cached)
+                .expect("shapes");
+            // The stripe with the candidate replaced: consistent?
+            let data: Vec<&[u8]> =
+                (0..k).map(|i| if i == candidate { &rebuilt[..] } else { chunk(i) }).collect();
+            let mut parity: Vec<Vec<u8>> = vec![vec![0u8; len]; m];
+            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+            codec.encode(&data, &mut outs, Stores::Cached).expect("shapes");
+            let consistent = (0..m).all(|r| {
+                let stored = if k + r == candidate { &rebuilt[..] } else { chunk(k + r) };
+                parity[r] == stored
+            });
+            if consistent {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some((candidate, rebuilt));
+            }
+        }
+        found
+    }
+
+    /// Mirrors: each data position's copies are compared; the value most readable copies
+    /// hold wins (ties: the lowest member). Unreadable copies are rewritten always,
+    /// disagreeing ones in repair mode.
+    fn scrub_mirror(&mut self, op_slot: usize, errored: ChunkSet) -> ChunkSet {
+        let mut rewrite: ChunkSet = 0;
+        let mut mismatch = false;
+        let mut unreadable = false;
+        let n = self.geometry.member_count();
+        for c in 0..n {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let Some(i) = self.data_position(op, c) else { continue };
+            let copies: Vec<usize> =
+                (0..n).filter(|&o| self.data_position(op, o) == Some(i)).collect();
+            if c != copies[0] {
+                continue;
+            }
+            let readable: Vec<usize> =
+                copies.iter().copied().filter(|&o| !has(errored, o)).collect();
+            if readable.is_empty() {
+                unreadable = true;
+                continue;
+            }
+            let buf = |o: usize| op.scratch[o].as_ref().expect("read").as_slice();
+            let winner = readable
+                .iter()
+                .copied()
+                .max_by_key(|&a| {
+                    (readable.iter().filter(|&&b| buf(b) == buf(a)).count(), usize::MAX - a)
+                })
+                .expect("readable");
+            let mut mine: ChunkSet = 0;
+            for &o in &copies {
+                if has(errored, o) {
+                    mine |= bit(o);
+                } else if buf(o) != buf(winner) {
+                    mismatch = true;
+                    if self.scrub_repairs() {
+                        mine |= bit(o);
+                    }
+                }
+            }
+            let contents = buf(winner).to_vec();
+            let op = self.ops[op_slot].as_mut().expect("live");
+            for &o in copies.iter().filter(|&&o| has(mine, o)) {
+                op.scratch[o].as_mut().expect("read").as_mut_slice().copy_from_slice(&contents);
+            }
+            rewrite |= mine;
+        }
+        let read_errors = u64::from(errored.count_ones());
+        self.tally(|t| {
+            t.read_errors_repaired += read_errors;
+            t.mismatches += u64::from(mismatch);
+            t.unreadable += u64::from(unreadable);
+        });
+        if mismatch && self.scrub_repairs() {
+            self.tally(|t| t.repaired += 1);
+        }
+        self.counters.errors_corrected += read_errors;
+        rewrite
+    }
+
+    /// Write the chunks `scrub_after_reads` corrected, from their own scratch buffers.
+    pub(super) fn scrub_issue(&mut self, op_slot: usize) {
+        let chunk = self.geometry.chunk_bytes();
+        let failing = self.failing_mask();
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Writing;
+        op.serial = op.serial.wrapping_add(1);
+        let rewrite = op.repaired;
+        let stripe = op.stripe;
+        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let member = op.chunk_member[c];
+            if !self.usable(stripe, member) {
+                let op = self.ops[op_slot].as_mut().expect("live");
+                op.needs_failed |= failing & (1u64 << member);
+                continue;
+            }
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let kind = MemberIoKind::Write {
+                offset_bytes: self.member_offset(stripe, 0),
+                ptr: Self::scratch_ptr(op, c, 0).cast_const(),
+                len_bytes: chunk,
+                durability: Durability::Cached,
+            };
+            self.issue(op_slot, c, 0, kind);
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+    }
+}
