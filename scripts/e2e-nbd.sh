@@ -10,7 +10,8 @@
 # SIGKILL mid-write and the array must start again with every flushed byte intact; status and
 # fail over the control socket: a member failed under fio verify is replaced by the hot spare
 # and rebuilt (rate set live, progress shown) with every byte verified; scrub finds, locates
-# and repairs bytes changed behind its back on a member; a second failure
+# and repairs bytes changed behind its back on a member; a spare added while serving takes
+# over a failed member, replace swaps a member for a new file; a failure with no spare
 # leaves it degraded, and killed mid-write then it needs --force.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
@@ -385,8 +386,29 @@ assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost"
 print("data intact after scrub repair")
 '
 
-step "a second failure, no spare left: degraded; SIGKILL mid-write: refused without --force"
+step "no spare left: a failure degrades; a spare added while serving rebuilds it; replace"
 "$F" fail --control "$WORK/control" 3 | contains "runs degraded" || fail "no degraded notice"
+"$F" status --control "$WORK/control" | contains "state: degraded" || fail "not degraded"
+truncate -s 160M "$WORK/spare2" "$WORK/spare3"
+{ "$F" spare add --control "$WORK/control" "$WORK/m0" 2>&1 || true; } | contains "twice" \
+    || fail "a member was accepted as a spare"
+"$F" spare add --control "$WORK/control" "$WORK/spare2" | contains "took over" \
+    || fail "the added spare did not take over"
+"$F" rebuild --control "$WORK/control" --wait >/dev/null
+"$F" status --control "$WORK/control" | tee "$WORK/status.txt" | contains "state: optimal" \
+    || { cat "$WORK/status.txt"; fail "not optimal after the added spare's rebuild"; }
+"$F" replace --control "$WORK/control" "$WORK/m4" "$WORK/spare3" | contains "being replaced" \
+    || fail "replace did not start"
+"$F" rebuild --control "$WORK/control" --wait >/dev/null
+"$F" status --control "$WORK/control" | contains "4  active .*/spare3" || fail "spare3 not member 4"
+nbdsh -u "$URI" -c '
+assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost"
+print("data intact after spare add and replace")
+'
+MEMBERS=("$WORK"/m0 "$WORK"/m1 "$WORK/spare" "$WORK/spare2" "$WORK/spare3" "$WORK"/m{5..7})
+
+step "a failure with no spare: degraded; SIGKILL mid-write: refused without --force"
+"$F" fail --control "$WORK/control" 5 | contains "runs degraded" || fail "no degraded notice"
 "$F" status --control "$WORK/control" | contains "state: degraded" || fail "not degraded"
 nbdsh -u "$URI" -c '
 import os

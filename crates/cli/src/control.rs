@@ -11,6 +11,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use flashraid_control::Overwrite;
 use flashraid_runtime::{Array, ArrayStatus};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -80,7 +81,19 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
     let mut line = String::new();
     BufReader::new((&stream).take(COMMAND_BYTES_MAX)).read_line(&mut line)?;
     let words: Vec<&str> = line.split_whitespace().collect();
+    // `spare-add force|keep PATH`: the path is the rest of the line (it may hold spaces).
+    let spare_path = line.trim_end_matches(['\r', '\n']).splitn(3, ' ').nth(2).map(PathBuf::from);
     let reply = match words.as_slice() {
+        ["spare-add", how @ ("force" | "keep"), ..] => match spare_path {
+            Some(path) if path.is_absolute() => {
+                let overwrite = if *how == "force" { Overwrite::Force } else { Overwrite::Refuse };
+                match context.array.add_spare(&path, overwrite) {
+                    Ok(()) => json!({ "ok": true }),
+                    Err(e) => json!({ "error": e.to_string() }),
+                }
+            }
+            _ => json!({ "error": "spare-add needs an absolute path" }),
+        },
         ["status"] => match context.array.status() {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),
@@ -111,8 +124,8 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         },
         _ => json!({
             "error": format!(
-                "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S or \
-                 scrub check|repair|stop",
+                "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
+                 scrub check|repair|stop or spare-add force|keep PATH",
                 line.trim()
             )
         }),
@@ -416,6 +429,86 @@ pub fn run_scrub(args: ScrubArgs) -> Result<()> {
         std::io::stdout().flush()?;
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+#[derive(Args, Debug)]
+pub struct SpareArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Overwrite a device that holds a filesystem, a partition table or another array.
+    #[arg(long)]
+    force: bool,
+    /// `add`: the only action (a spare leaves by taking a role, or with its array).
+    #[arg(value_parser = ["add"])]
+    action: String,
+    /// The device or file to add.
+    device: PathBuf,
+}
+
+/// `flashraid spare add DEVICE`: a hot spare for a served array, while it runs.
+pub fn run_spare(args: SpareArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    let device = std::fs::canonicalize(&args.device)
+        .with_context(|| format!("{}: cannot find it", args.device.display()))?;
+    let how = if args.force { "force" } else { "keep" };
+    ask(&path, &format!("spare-add {how} {}", device.display()))?;
+    let v = ask(&path, "status")?;
+    match rebuild_line(&v["rebuild"]) {
+        Some(line) => println!("{} added; it took over a failed member\n{line}", device.display()),
+        None => println!("{} added as a hot spare", device.display()),
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct ReplaceArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Overwrite a NEW device that holds a filesystem, a partition table or another array.
+    #[arg(long)]
+    force: bool,
+    /// The member to replace (its path, as `status` lists it).
+    old: PathBuf,
+    /// The device or file that takes its place.
+    new: PathBuf,
+}
+
+/// `flashraid replace OLD NEW`: NEW is added as a spare, OLD is failed, NEW is rebuilt.
+/// Partial: the data is reconstructed from the other members rather than copied from OLD,
+/// so the array has one failure less of margin until the rebuild ends.
+pub fn run_replace(args: ReplaceArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    let old = std::fs::canonicalize(&args.old)
+        .with_context(|| format!("{}: cannot find it", args.old.display()))?;
+    let v = ask(&path, "status")?;
+    let role = v["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["path"].as_str().map(PathBuf::from).as_ref() == Some(&old))
+        .and_then(|m| m["role"].as_u64())
+        .with_context(|| format!("{} is not a member of this array", old.display()))?;
+    if !v["rebuild"].is_null() {
+        bail!("a rebuild is running; replace once it is done");
+    }
+    if v["spares"].as_array().is_some_and(|s| !s.is_empty()) {
+        bail!("the array has a hot spare, which would take the role instead; fail the member");
+    }
+    let new = std::fs::canonicalize(&args.new)
+        .with_context(|| format!("{}: cannot find it", args.new.display()))?;
+    let how = if args.force { "force" } else { "keep" };
+    ask(&path, &format!("spare-add {how} {}", new.display()))?;
+    ask(&path, &format!("fail {role}"))?;
+    let v = ask(&path, "status")?;
+    println!("member {role} ({}) is being replaced by {}", old.display(), new.display());
+    if let Some(line) = rebuild_line(&v["rebuild"]) {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug)]

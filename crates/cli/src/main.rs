@@ -47,6 +47,10 @@ enum Command {
     Rebuild(control::RebuildArgs),
     /// Check every stripe of a served array (or repair with --repair), with a progress bar.
     Scrub(control::ScrubArgs),
+    /// Add a hot spare to a served array: `flashraid spare add DEVICE`.
+    Spare(control::SpareArgs),
+    /// Replace a member of a served array with a new device (rebuilt from the others).
+    Replace(control::ReplaceArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -74,6 +78,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fail(args) => control::run_fail(args),
         Command::Rebuild(args) => control::run_rebuild(args),
         Command::Scrub(args) => control::run_scrub(args),
+        Command::Spare(args) => control::run_spare(args),
+        Command::Replace(args) => control::run_replace(args),
         Command::Kernels => {
             let best = flashraid_parity::Kernel::best();
             for kernel in flashraid_parity::Kernel::ALL {

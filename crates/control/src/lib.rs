@@ -433,6 +433,55 @@ impl Metadata {
         entry.errors_corrected = entry.errors_corrected.saturating_add(count);
     }
 
+    /// Add device `device` (the last of `devices`, not yet part of the array) as a hot spare
+    /// with identity `uuid`: refused if it holds recognisable data (unless `overwrite`), is
+    /// too small for a member's data area, or the member table is full. Its bitmap area is
+    /// written blank, then every superblock (it is listed everywhere before it is used).
+    pub fn add_spare(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+        uuid: flashraid_format::Uuid,
+        overwrite: Overwrite,
+    ) -> Result<(), ControlError> {
+        assert_eq!(device, self.sizes.len(), "the new device comes after the known ones");
+        let d = devices[device];
+        let known: Vec<&dyn MetaDevice> = devices[..device].to_vec();
+        if known.iter().any(|k| k.name() == d.name()) {
+            return Err(ControlError::DuplicateDevice { device: d.name() });
+        }
+        check_devices(&[d], overwrite)?;
+        let needed = self.template.member_data_bytes;
+        let capacity = flashraid_format::layout::member_data_capacity(d.size_bytes());
+        if capacity.is_none_or(|c| c < needed) {
+            return Err(ControlError::Invalid(format!(
+                "{} is too small: a member of this array needs {needed} bytes of data area \
+                 (the members are {} bytes each)",
+                d.name(),
+                self.sizes.iter().copied().min().unwrap_or(0)
+            )));
+        }
+        if self.template.members.len() + self.template.spares.len() >= flashraid_layout::MEMBERS_MAX
+        {
+            return Err(ControlError::Invalid(
+                "the member table is full (64 members and spares)".into(),
+            ));
+        }
+        if self.template.spares.iter().chain(&self.template.members).any(|e| e.uuid == uuid) {
+            return Err(ControlError::Invalid("identity collision; try again".into()));
+        }
+        write_bitmap_area(d, &self.template, &[], self.template.bitmap_shards)?;
+        self.sizes.push(d.size_bytes());
+        self.template.spares.push(flashraid_format::superblock::MemberEntry {
+            uuid,
+            state: MemberState::Spare,
+            ..flashraid_format::superblock::MemberEntry::EMPTY
+        });
+        self.spares.push(device);
+        self.template.event += 1;
+        self.write_all(devices).map(|_| ())
+    }
+
     /// The rebuild in progress, if any: the role and the stripe it resumes from.
     pub fn rebuild_in_progress(&self) -> Option<(MemberIndex, StripeIndex)> {
         let role = self.template.rebuild_role;

@@ -10,7 +10,7 @@ use crate::device::MemberDevice;
 use crate::driver::UringDriver;
 use crate::memory::{MemDriver, MemMember};
 use crate::reactor::{
-    Backend, Control, Doorbell, Reactor, ShardJob, ShardStatus, ToReactor, member_ring,
+    AddedDevice, Backend, Control, Doorbell, Reactor, ShardJob, ShardStatus, ToReactor, member_ring,
 };
 use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
@@ -181,12 +181,20 @@ pub struct ScrubProgress {
     pub seconds: f64,
 }
 
+/// A device to add as a hot spare.
+pub(crate) enum NewSpare {
+    Path(PathBuf),
+    Memory(Arc<MemMember>),
+}
+
 pub(crate) enum ToController {
     /// From shard `.0`.
     #[allow(dead_code)]
     Event(u32, ShardEvent),
     FailMember(usize, Sender<Result<(), ArrayError>>),
     SetRebuildRate(u64, Sender<Result<(), ArrayError>>),
+    /// A device to add as a hot spare, and whether it may be overwritten.
+    AddSpare(NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
@@ -426,6 +434,10 @@ impl Array {
                 MemberDevice::Device(device) => device.raw_fd(),
                 MemberDevice::Memory(_) => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
             }))
+            // Free slots for spares added while running (`Array::add_spare`), up to the
+            // member table's size.
+            .chain(std::iter::repeat(std::os::fd::AsRawFd::as_raw_fd(&placeholder)))
+            .take(flashraid_layout::MEMBERS_MAX)
             .collect();
         let mem_members: Vec<Option<Arc<MemMember>>> = role_devices
             .iter()
@@ -502,7 +514,9 @@ impl Array {
             piece_bytes_max,
             threads: Mutex::new(threads),
         };
+        let next_slot = geometry.member_count() + metadata.spare_devices().len();
         let mut controller = Controller {
+            next_slot,
             inbox: controller_rx,
             metadata,
             devices,
@@ -635,6 +649,26 @@ impl Array {
         rx.recv().map_err(|_| ArrayError::Stopped)?
     }
 
+    /// Add a hot spare while running (like `mdadm --add`): `path` is checked (no data of
+    /// someone else's unless `overwrite`, large enough), listed in every superblock, and
+    /// opened by every reactor. A failed role takes it over at once.
+    pub fn add_spare(&self, path: &Path, overwrite: Overwrite) -> Result<(), ArrayError> {
+        self.add_new_spare(NewSpare::Path(path.to_path_buf()), overwrite)
+    }
+
+    /// `add_spare` for an array on in-memory members.
+    pub fn add_spare_in_memory(&self, member: Arc<MemMember>) -> Result<(), ArrayError> {
+        self.add_new_spare(NewSpare::Memory(member), Overwrite::Refuse)
+    }
+
+    fn add_new_spare(&self, spare: NewSpare, overwrite: Overwrite) -> Result<(), ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller
+            .send(ToController::AddSpare(spare, overwrite, tx))
+            .map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
     /// Start a scrub of the whole array (`repair`: rewrite what disagrees); one already
     /// running is restarted. Refused while a member is out of service.
     pub fn start_scrub(&self, repair: bool) -> Result<(), ArrayError> {
@@ -724,6 +758,8 @@ struct Controller {
     _placeholder: std::fs::File,
     /// Per device: its registered index in the reactors' drivers (roles, then spares).
     registered: Vec<Option<usize>>,
+    /// The next free registration slot (for a spare added while running).
+    next_slot: usize,
     rebuild: Option<RunningRebuild>,
     rebuild_rate_bytes_per_s: u64,
     shard_count: u32,
@@ -847,6 +883,13 @@ impl Controller {
                     };
                     let _ = reply.send(result);
                 }
+                Some(ToController::AddSpare(spare, overwrite, reply)) => {
+                    let result = self.add_spare(spare, overwrite);
+                    if let Err(e) = &result {
+                        log(&self.metadata, &format!("spare not added: {e}"));
+                    }
+                    let _ = reply.send(result);
+                }
                 Some(ToController::SetRebuildRate(rate, reply)) => {
                     self.rebuild_rate_bytes_per_s = rate;
                     let share = rate.div_ceil(u64::from(self.shard_count));
@@ -939,6 +982,59 @@ impl Controller {
             self.take_spare_if_wanted();
         }
         result.map(|_| ()).map_err(ArrayError::from)
+    }
+
+    fn add_spare(&mut self, spare: NewSpare, overwrite: Overwrite) -> Result<(), ArrayError> {
+        if self.next_slot >= flashraid_layout::MEMBERS_MAX {
+            return Err(ArrayError::Other("no free device slot (64 members and spares)".into()));
+        }
+        let memory = self.devices.iter().any(|d| matches!(d, MemberDevice::Memory(_)));
+        let (device, added) = match spare {
+            NewSpare::Path(_) if memory => {
+                return Err(ArrayError::Other("an in-memory array takes no device files".into()));
+            }
+            NewSpare::Memory(_) if !memory => {
+                return Err(ArrayError::Other("a device array takes no in-memory spare".into()));
+            }
+            NewSpare::Path(path) => {
+                let device = Device::open(&path, Access::ReadWrite)
+                    .map_err(|e| ArrayError::Device(e.to_string()))?;
+                let fd = device.raw_fd();
+                (MemberDevice::Device(device), AddedDevice::Fd(fd))
+            }
+            NewSpare::Memory(m) => (MemberDevice::Memory(m.clone()), AddedDevice::Memory(m)),
+        };
+        let name = device.name();
+        self.devices.push(device);
+        let index = self.devices.len() - 1;
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let uuid = random_uuid()?;
+        if let Err(e) = self.metadata.add_spare(&refs, index, uuid, overwrite) {
+            self.devices.pop();
+            return Err(e.into());
+        }
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        self.registered.push(Some(slot));
+        let mut waits = vec![];
+        for link in self.reactors.iter() {
+            let (tx, rx) = mpsc::channel();
+            let device = added.clone();
+            let _ = link.tx.send(ToReactor::Control(Control::AddDevice { slot, device, done: tx }));
+            link.bell.ring();
+            waits.push(rx);
+        }
+        for rx in waits {
+            // A reactor that cannot open it would send IO for the role to a placeholder: the
+            // spare is listed, but it must not take a role. Say so.
+            rx.recv()
+                .map_err(|_| ArrayError::Stopped)?
+                .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
+        }
+        log(&self.metadata, &format!("hot spare {name} added"));
+        self.take_spare_if_wanted();
+        Ok(())
     }
 
     fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {

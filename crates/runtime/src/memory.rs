@@ -246,6 +246,12 @@ impl MemDriver {
         Self { members, spares, pending: VecDeque::with_capacity(in_flight_max), in_flight_max }
     }
 
+    /// A device added while running takes registration slot `slot` (the next one).
+    pub fn add_device(&mut self, slot: usize, member: Arc<MemMember>) {
+        assert_eq!(slot, self.members.len() + self.spares.len(), "slots are given in order");
+        self.spares.push(member);
+    }
+
     /// From now on, IO for `role` goes to device `device` (numbered like registered files:
     /// roles, then spares). IO already submitted was performed where it was sent.
     pub fn assign_role(&mut self, role: usize, device: usize) {

@@ -117,6 +117,21 @@ pub(crate) enum Control {
         rate_bytes_per_s: u64,
     },
     StopScrub,
+    /// A device added while running (a hot spare) takes registration slot `slot`; the
+    /// reactor answers whether its driver could take it.
+    AddDevice {
+        slot: usize,
+        device: AddedDevice,
+        done: Sender<Result<(), String>>,
+    },
+}
+
+/// What a reactor needs to address a device added while running.
+#[derive(Clone, Debug)]
+pub(crate) enum AddedDevice {
+    /// Its descriptor (the controller keeps it open; the ring takes its own duplicate).
+    Fd(std::os::fd::RawFd),
+    Memory(Arc<crate::memory::MemMember>),
 }
 
 pub(crate) enum ToReactor {
@@ -356,6 +371,19 @@ impl Reactor {
                             self.shard.start_scrub(repair, rate_bytes_per_s)
                         }
                         Control::StopScrub => self.shard.stop_scrub(),
+                        Control::AddDevice { slot, device, done } => {
+                            let result = match (&mut self.driver, device) {
+                                (Backend::Uring(d), AddedDevice::Fd(fd)) => {
+                                    d.ring().update_file(slot, fd).map_err(|e| e.to_string())
+                                }
+                                (Backend::Memory(d), AddedDevice::Memory(m)) => {
+                                    d.add_device(slot, m);
+                                    Ok(())
+                                }
+                                _ => Err("a device of another kind than the array's".to_string()),
+                            };
+                            let _ = done.send(result);
+                        }
                     }
                 }
                 Err(TryRecvError::Empty) => break,

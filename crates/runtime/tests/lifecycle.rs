@@ -206,3 +206,67 @@ fn scrub_finds_silent_corruption_and_repair_fixes_it() {
     let e = array.start_scrub(false).unwrap_err().to_string();
     assert!(e.contains("degraded"), "{e}");
 }
+
+#[test]
+fn a_spare_added_while_running_takes_over_a_failed_member() {
+    let members: Vec<Arc<MemMember>> =
+        (0..5).map(|i| MemMember::new(&format!("a{i}"), 16 << 20)).collect();
+    let spec = CreateSpec::in_memory("add", Level::Raid5, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
+    let array = Array::open_in_memory(&members, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 4);
+    array.fail_member(2).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.degraded && status.rebuild.is_none(), "{status:#?}");
+    // Too small: refused, and nothing changes.
+    let small = MemMember::new("small", 1 << 20);
+    let e = array.add_spare_in_memory(small).unwrap_err().to_string();
+    assert!(e.contains("too small"), "{e}");
+    let spare = MemMember::new("late", 16 << 20);
+    array.add_spare_in_memory(spare).unwrap();
+    let status = wait_for(&array, "the added spare's rebuild", |s| s.rebuild.is_none());
+    assert!(!status.degraded, "{status:#?}");
+    assert_eq!(status.members[2].path.as_deref(), Some("late"));
+    check(&mut session, &model, "after the added spare's rebuild");
+    array.fail_member(0).unwrap();
+    check(&mut session, &model, "relying on the added spare");
+}
+
+#[test]
+fn adding_a_file_that_holds_another_array_needs_force() {
+    let dir = std::env::temp_dir().join(format!("flashraid-addspare-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let make = |prefix: &str, name: &str| {
+        let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("{prefix}{i}"))).collect();
+        let spec = CreateSpec {
+            members: paths.clone(),
+            create_files_bytes: Some(24 << 20),
+            ..CreateSpec::in_memory(name, Level::Raid5, CHUNK_BYTES, 2)
+        };
+        create(&spec).unwrap();
+        paths
+    };
+    let ours = make("o", "ours");
+    let theirs = make("t", "theirs");
+    let array = Array::open(&ours, &options(0)).unwrap();
+    let e = array.add_spare(&theirs[0], flashraid_control::Overwrite::Refuse).unwrap_err();
+    assert!(e.to_string().contains("--force"), "{e}");
+    assert!(array.status().unwrap().spares.is_empty());
+    array.add_spare(&theirs[0], flashraid_control::Overwrite::Force).unwrap();
+    assert_eq!(array.status().unwrap().spares.len(), 1);
+    // Adding the same device twice is refused.
+    let e = array.add_spare(&theirs[0], flashraid_control::Overwrite::Force).unwrap_err();
+    assert!(e.to_string().contains("twice") || e.to_string().contains("named"), "{e}");
+    array.fail_member(1).unwrap();
+    wait_for(&array, "the rebuild onto the added file", |s| s.rebuild.is_none() && !s.degraded);
+    array.shutdown().unwrap();
+    // The added spare is a member now: the array assembles from it.
+    let now: Vec<PathBuf> = vec![ours[0].clone(), theirs[0].clone(), ours[2].clone()];
+    let again = Array::open(&now, &options(0)).unwrap();
+    assert!(!again.status().unwrap().degraded);
+    again.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -191,6 +191,27 @@ struct RegisteredFile {
     logical_block_bytes: u32,
 }
 
+impl RegisteredFile {
+    /// Duplicate `fd` (registration slot `index`, for messages) and learn how it takes
+    /// direct IO.
+    fn open(index: usize, fd: RawFd) -> Result<Self, RingError> {
+        let not_usable = |source| RingError::FileNotUsable { index, fd, source };
+        let file = File::from(sys::dup_raw(fd).map_err(not_usable)?);
+        let is_block = file.metadata().map_err(not_usable)?.file_type().is_block_device();
+        let (kind, logical_block_bytes) = if is_block {
+            let block_bytes = sys::block_logical_block_bytes(file.as_fd()).map_err(not_usable)?;
+            if !block_bytes.is_power_of_two() {
+                let odd = io::Error::other(format!("logical block of {block_bytes} bytes"));
+                return Err(not_usable(odd));
+            }
+            (FileKind::BlockDevice, block_bytes)
+        } else {
+            (FileKind::Other, FILE_LOGICAL_BLOCK_BYTES)
+        };
+        Ok(Self { file, kind, logical_block_bytes })
+    }
+}
+
 #[derive(Debug)]
 struct ArmedWaker {
     /// Keeps the eventfd open while the kernel reads it.
@@ -274,21 +295,7 @@ impl Ring {
         }
         let mut files = Vec::with_capacity(fds.len());
         for (index, &fd) in fds.iter().enumerate() {
-            let not_usable = |source| RingError::FileNotUsable { index, fd, source };
-            let file = File::from(sys::dup_raw(fd).map_err(not_usable)?);
-            let is_block = file.metadata().map_err(not_usable)?.file_type().is_block_device();
-            let (kind, logical_block_bytes) = if is_block {
-                let block_bytes =
-                    sys::block_logical_block_bytes(file.as_fd()).map_err(not_usable)?;
-                if !block_bytes.is_power_of_two() {
-                    let odd = io::Error::other(format!("logical block of {block_bytes} bytes"));
-                    return Err(not_usable(odd));
-                }
-                (FileKind::BlockDevice, block_bytes)
-            } else {
-                (FileKind::Other, FILE_LOGICAL_BLOCK_BYTES)
-            };
-            files.push(RegisteredFile { file, kind, logical_block_bytes });
+            files.push(RegisteredFile::open(index, fd)?);
         }
         let raw: Vec<RawFd> = files.iter().map(|registered| registered.file.as_raw_fd()).collect();
         let count = raw.len();
@@ -298,6 +305,26 @@ impl Ring {
             .map_err(|source| RingError::RegisterFiles { count, source })?;
         self.files = files;
         self.files_registered = true;
+        Ok(())
+    }
+
+    /// Replace registered file `index` with `fd` (a device added while the ring runs: a hot
+    /// spare). IO already submitted on the old file completes on it: the kernel holds its
+    /// own reference until then.
+    pub fn update_file(&mut self, index: usize, fd: RawFd) -> Result<(), RingError> {
+        if index >= self.files.len() {
+            return Err(RingError::UnknownFile {
+                file: u32::try_from(index).unwrap_or(u32::MAX),
+                registered: self.files.len(),
+            });
+        }
+        let registered = RegisteredFile::open(index, fd)?;
+        let offset = u32::try_from(index).expect("below REGISTERED_FILES_MAX");
+        self.ring
+            .submitter()
+            .register_files_update(offset, &[registered.file.as_raw_fd()])
+            .map_err(|source| RingError::RegisterFiles { count: 1, source })?;
+        self.files[index] = registered;
         Ok(())
     }
 
