@@ -57,6 +57,7 @@ trap cleanup EXIT
 
 start_server() {
     "$F" serve --socket "$SOCK" --tcp "127.0.0.1:$PORT" --control "$WORK/control" \
+        --on-event 'echo "$FLASHRAID_EVENT $FLASHRAID_ARRAY: $FLASHRAID_MESSAGE" >>'"$WORK/events.log" \
         "${MEMBERS[@]}" \
         >"$WORK/serve.log" 2>&1 &
     SERVER_PID=$!
@@ -365,6 +366,13 @@ nbdsh -u "$URI" -c '
 assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost in the rebuild"
 print("data written before the failure intact")
 '
+# The operator's event hook heard it all (it runs apart from the server: give it a moment).
+for _ in $(seq 50); do grep -q "^rebuild-finished e2e" "$WORK/events.log" 2>/dev/null && break; sleep 0.1; done
+for kind in member-failed spare-takeover rebuild-finished; do
+    grep -q "^$kind e2e: " "$WORK/events.log" || { cat "$WORK/events.log"; fail "no $kind event"; }
+done
+"$F" status --control "$WORK/control" --json | contains '"kind": "spare-takeover"' \
+    || fail "status --json lists no events"
 # m2 is out of the array now; its place is the spare's.
 MEMBERS=("$WORK"/m0 "$WORK"/m1 "$WORK"/m{3..7} "$WORK/spare")
 

@@ -206,6 +206,11 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "rebuild_untrusted_stripes": c.rebuild_untrusted_stripes,
         },
         "nbd": { "exports": exports, "connections": connections },
+        "events": s.events.iter().map(|e| json!({
+            "unix_seconds": e.unix_seconds,
+            "kind": e.kind,
+            "message": e.message,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -325,6 +330,18 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
         c["errors_corrected"],
     );
     println!("nbd: exports {}, {} connections", v["nbd"]["exports"], v["nbd"]["connections"]);
+    let events = v["events"].as_array().cloned().unwrap_or_default();
+    if !events.is_empty() {
+        println!("recent events:");
+        for e in events.iter().rev().take(5).rev() {
+            println!(
+                "  {}  {:<18} {}",
+                e["unix_seconds"],
+                e["kind"].as_str().unwrap_or("?"),
+                e["message"].as_str().unwrap_or("")
+            );
+        }
+    }
     Ok(())
 }
 

@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// when asked with `flashraid scrub`).
     #[arg(long, value_name = "HOURS", default_value_t = 0.0)]
     scrub_every_hours: f64,
+    /// A shell command to run on every event of an array (member failed, spare took over,
+    /// rebuild finished, scrub found mismatches, ...), like mdadm's PROGRAM: FLASHRAID_EVENT,
+    /// FLASHRAID_ARRAY and FLASHRAID_MESSAGE are set.
+    #[arg(long, value_name = "COMMAND")]
+    on_event: Option<String>,
     /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none).
     #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size, default_value = "0")]
     scrub_rate: u64,
@@ -282,6 +287,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     }
     options.config.rebuild_rate_bytes_per_s = args.rebuild_rate;
     options.scrub_rate_bytes_per_s = args.scrub_rate;
+    options.event_command = args.on_event.clone();
     if args.scrub_every_hours > 0.0 {
         options.scrub_interval =
             Some(std::time::Duration::from_secs_f64(args.scrub_every_hours * 3600.0));

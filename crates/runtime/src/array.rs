@@ -94,6 +94,8 @@ pub struct OpenOptions {
     pub scrub_interval: Option<std::time::Duration>,
     /// Scrub rate limit, bytes read per second for the whole array (0: none).
     pub scrub_rate_bytes_per_s: u64,
+    /// A shell command run on every event (see `EventRecord`), like mdadm's PROGRAM.
+    pub event_command: Option<String>,
 }
 
 impl OpenOptions {
@@ -108,6 +110,7 @@ impl OpenOptions {
             name: None,
             scrub_interval: None,
             scrub_rate_bytes_per_s: 0,
+            event_command: None,
         }
     }
 }
@@ -133,6 +136,8 @@ pub struct ArrayStatus {
     pub rebuild: Option<RebuildProgress>,
     /// The scrub running, or the last one that ran.
     pub scrub: Option<ScrubProgress>,
+    /// The last events, oldest first (at most `EVENTS_KEPT`).
+    pub events: Vec<EventRecord>,
     pub chunk_bytes: u32,
     pub array_bytes: u64,
     pub degraded: bool,
@@ -527,6 +532,7 @@ impl Array {
             rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
             shard_count: shards,
             scrub: None,
+            events: EventLog::new(options.event_command.clone()),
             scrub_rate_bytes_per_s: options.scrub_rate_bytes_per_s,
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
@@ -764,6 +770,7 @@ struct Controller {
     rebuild_rate_bytes_per_s: u64,
     shard_count: u32,
     scrub: Option<RunningScrub>,
+    events: EventLog,
     scrub_rate_bytes_per_s: u64,
     scrub_interval: Option<std::time::Duration>,
     next_scrub_at: Option<std::time::Instant>,
@@ -837,14 +844,26 @@ impl Controller {
             {
                 self.next_scrub_at = self.scrub_interval.map(|i| at + i);
                 match self.start_scrub(false) {
-                    Ok(()) => log(&self.metadata, "scheduled scrub (check) started"),
-                    Err(e) => log(&self.metadata, &format!("scheduled scrub not started: {e}")),
+                    Ok(()) => self.events.record(
+                        &self.metadata,
+                        "scrub-started",
+                        "scheduled scrub (check) started",
+                    ),
+                    Err(e) => self.events.record(
+                        &self.metadata,
+                        "scrub-not-started",
+                        &format!("scheduled scrub not started: {e}"),
+                    ),
                 }
             }
             match message {
                 None => {}
                 Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, reason })) => {
-                    log(&self.metadata, &format!("member {} failed ({reason:?})", member.get()));
+                    self.events.record(
+                        &self.metadata,
+                        "member-failed",
+                        &format!("member {} failed ({reason:?})", member.get()),
+                    );
                     let _ = self.fail(&[member]);
                 }
                 Some(ToController::Event(
@@ -857,8 +876,9 @@ impl Controller {
                     self.rebuild_progress(shard, u64::MAX, true);
                 }
                 Some(ToController::Event(_, ShardEvent::RebuildStalled { member, stripe })) => {
-                    log(
+                    self.events.record(
                         &self.metadata,
+                        "rebuild-stalled",
                         &format!(
                             "rebuild of member {} stalled at stripe {}: it cannot be \
                              reconstructed (too many members unreadable)",
@@ -875,7 +895,11 @@ impl Controller {
                 }
                 Some(ToController::Scrub(request, reply)) => {
                     let result = match request {
-                        Some(repair) => self.start_scrub(repair),
+                        Some(repair) => self.start_scrub(repair).inspect(|()| {
+                            let what = if repair { "repair" } else { "check" };
+                            let message = format!("scrub ({what}) started");
+                            self.events.record(&self.metadata, "scrub-started", &message);
+                        }),
                         None => {
                             self.broadcast(|| Control::StopScrub);
                             Ok(())
@@ -886,7 +910,11 @@ impl Controller {
                 Some(ToController::AddSpare(spare, overwrite, reply)) => {
                     let result = self.add_spare(spare, overwrite);
                     if let Err(e) = &result {
-                        log(&self.metadata, &format!("spare not added: {e}"));
+                        self.events.record(
+                            &self.metadata,
+                            "spare-not-added",
+                            &format!("spare not added: {e}"),
+                        );
                     }
                     let _ = reply.send(result);
                 }
@@ -902,6 +930,8 @@ impl Controller {
                 Some(ToController::Event(_, ShardEvent::ResyncDone)) => {}
                 Some(ToController::FailMember(role, reply)) => {
                     let member = MemberIndex(u16::try_from(role).expect("fits"));
+                    let message = format!("member {role} failed (by the operator)");
+                    self.events.record(&self.metadata, "member-failed", &message);
                     let _ = reply.send(self.fail(&[member]));
                 }
                 Some(ToController::Status(reply)) => {
@@ -975,11 +1005,37 @@ impl Controller {
         };
         self.broadcast(|| Control::ApplyFailed(all.clone()));
         if self.rebuild.as_ref().is_some_and(|r| all.contains(&r.role)) {
-            log(&self.metadata, "the member being rebuilt failed: its rebuild is abandoned");
+            self.events.record(
+                &self.metadata,
+                "rebuild-abandoned",
+                "the member being rebuilt failed: its rebuild is abandoned",
+            );
             self.rebuild = None;
         }
         if result.is_ok() {
             self.take_spare_if_wanted();
+        }
+        let geometry = self.metadata.superblock().geometry();
+        let missing: Vec<usize> = (0..geometry.member_count())
+            .filter(|&r| self.metadata.role_device(r).is_none())
+            .collect();
+        let unavailable: Vec<bool> =
+            (0..geometry.member_count()).map(|r| missing.contains(&r)).collect();
+        if !geometry.survives(&unavailable) {
+            let message = format!(
+                "FAILED: members {missing:?} are out of service, beyond what {} survives \
+                 ({}): writes are refused and reads of lost data return errors; nothing \
+                 is written to the remaining members",
+                geometry.level(),
+                geometry.tolerance()
+            );
+            self.events.record(&self.metadata, "array-failed", &message);
+        } else if !missing.is_empty() && self.rebuild.is_none() {
+            let message = format!(
+                "degraded: members {missing:?} out of service and no hot spare to take over \
+                 (add one with flashraid spare add)"
+            );
+            self.events.record(&self.metadata, "degraded", &message);
         }
         result.map(|_| ()).map_err(ArrayError::from)
     }
@@ -1032,7 +1088,7 @@ impl Controller {
                 .map_err(|_| ArrayError::Stopped)?
                 .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
         }
-        log(&self.metadata, &format!("hot spare {name} added"));
+        self.events.record(&self.metadata, "spare-added", &format!("hot spare {name} added"));
         self.take_spare_if_wanted();
         Ok(())
     }
@@ -1082,8 +1138,9 @@ impl Controller {
             let why = s.done.iter().flatten().find_map(|(_, w)| *w);
             let what = if s.repair { "repair" } else { "check" };
             let ended = why.map_or("finished".to_string(), |w| format!("stopped early ({w})"));
-            log(
+            self.events.record(
                 &self.metadata,
+                "scrub-finished",
                 &format!(
                     "scrub ({what}) {ended}: {} stripes checked, {} mismatched ({} located), \
                      {} repaired, {} read errors rewritten, {} unreadable",
@@ -1128,8 +1185,9 @@ impl Controller {
         if let Some((role, from)) = self.metadata.rebuild_in_progress() {
             let device = self.metadata.role_device(role.get()).expect("a rebuild has a device");
             let zeroes_after_discard = self.devices[device].zeroes_after_discard();
-            log(
+            self.events.record(
                 &self.metadata,
+                "rebuild-resumed",
                 &format!("resuming the rebuild of member {} at stripe {}", role.get(), from.0),
             );
             self.begin_rebuild(role, device, from, zeroes_after_discard);
@@ -1146,8 +1204,9 @@ impl Controller {
         match self.metadata.take_spare(&refs, role) {
             Ok(device) => {
                 let zeroes_after_discard = self.devices[device].zeroes_after_discard();
-                log(
+                self.events.record(
                     &self.metadata,
+                    "spare-takeover",
                     &format!(
                         "hot spare {} takes over member {}; rebuilding",
                         self.devices[device].name(),
@@ -1156,7 +1215,11 @@ impl Controller {
                 );
                 self.begin_rebuild(role, device, StripeIndex(0), zeroes_after_discard);
             }
-            Err(e) => log(&self.metadata, &format!("hot spare could not take over: {e}")),
+            Err(e) => self.events.record(
+                &self.metadata,
+                "spare-takeover-failed",
+                &format!("hot spare could not take over: {e}"),
+            ),
         }
     }
 
@@ -1204,12 +1267,17 @@ impl Controller {
             match self.metadata.finish_rebuild(&refs) {
                 Ok(_) => {
                     self.broadcast(|| Control::FinishRebuild(role));
-                    log(
+                    self.events.record(
                         &self.metadata,
+                        "rebuild-finished",
                         &format!("rebuild of member {} finished in {elapsed:.1?}", role.get()),
                     );
                 }
-                Err(e) => log(&self.metadata, &format!("recording the rebuilt member: {e}")),
+                Err(e) => self.events.record(
+                    &self.metadata,
+                    "metadata-error",
+                    &format!("recording the rebuilt member: {e}"),
+                ),
             }
             self.rebuild = None;
             self.take_spare_if_wanted();
@@ -1219,7 +1287,11 @@ impl Controller {
             r.last_recorded = std::time::Instant::now();
             let cursor = r.done_below.iter().copied().min().unwrap_or(0);
             if let Err(e) = self.metadata.record_rebuild_progress(&refs, StripeIndex(cursor)) {
-                log(&self.metadata, &format!("recording rebuild progress: {e}"));
+                self.events.record(
+                    &self.metadata,
+                    "metadata-error",
+                    &format!("recording rebuild progress: {e}"),
+                );
             }
         }
     }
@@ -1281,6 +1353,7 @@ impl Controller {
             resyncing: shards.iter().any(|s| s.resyncing),
             rebuild: self.rebuild_status(&shards, geometry),
             scrub: self.scrub_status(&shards),
+            events: self.events.recent.iter().cloned().collect(),
             bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
             counters,
             shards: shards.len(),
@@ -1331,8 +1404,74 @@ impl Controller {
     }
 }
 
-/// One line on standard error for an event of the array: what changed and why.
-fn log(metadata: &Metadata, message: &str) {
-    let sb = metadata.superblock();
-    eprintln!("flashraid: array {}: {message}", sb.array_name);
+/// One thing that happened to the array, for `status` and the operator's hook.
+#[derive(Clone, Debug)]
+pub struct EventRecord {
+    pub unix_seconds: u64,
+    /// A stable name for scripts: `member-failed`, `spare-takeover`, `rebuild-finished`,
+    /// `scrub-finished`, ...
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// Events kept for `status`, at most.
+pub const EVENTS_KEPT: usize = 64;
+/// Operator hooks running at once, at most (more are skipped, and say so).
+const HOOKS_RUNNING_MAX: usize = 4;
+
+/// The array's event log: each event goes to standard error, to the last `EVENTS_KEPT`
+/// kept for `status`, and to the operator's command if one is set (like mdadm's PROGRAM):
+/// run by `sh -c` with FLASHRAID_EVENT, FLASHRAID_ARRAY and FLASHRAID_MESSAGE set, never
+/// waited for on the controller's thread.
+struct EventLog {
+    recent: std::collections::VecDeque<EventRecord>,
+    hook: Option<String>,
+    hooks_running: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl EventLog {
+    fn new(hook: Option<String>) -> Self {
+        Self {
+            recent: std::collections::VecDeque::with_capacity(EVENTS_KEPT),
+            hook,
+            hooks_running: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+
+    fn record(&mut self, metadata: &Metadata, kind: &'static str, message: &str) {
+        let array = metadata.superblock().array_name.clone();
+        eprintln!("flashraid: array {array}: {message}");
+        let unix_seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self.recent.len() == EVENTS_KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(EventRecord { unix_seconds, kind, message: message.to_string() });
+        let Some(hook) = self.hook.clone() else { return };
+        let running = self.hooks_running.clone();
+        if running.fetch_add(1, Ordering::SeqCst) >= HOOKS_RUNNING_MAX {
+            running.fetch_sub(1, Ordering::SeqCst);
+            eprintln!("flashraid: array {array}: event hook skipped ({HOOKS_RUNNING_MAX} running)");
+            return;
+        }
+        let message = message.to_string();
+        let spawned = std::thread::Builder::new().name("flashraid-hook".into()).spawn(move || {
+            let status = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&hook)
+                .env("FLASHRAID_EVENT", kind)
+                .env("FLASHRAID_ARRAY", &array)
+                .env("FLASHRAID_MESSAGE", &message)
+                .stdin(std::process::Stdio::null())
+                .status();
+            if let Err(e) = status {
+                eprintln!("flashraid: array {array}: event hook {hook:?} could not run: {e}");
+            }
+            running.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            self.hooks_running.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }

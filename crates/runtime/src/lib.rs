@@ -28,8 +28,9 @@ mod reactor;
 mod session;
 
 pub use array::{
-    Array, ArrayStatus, CreateSpec, CreatedArray, MemberStatus, OpenOptions, RebuildProgress,
-    ScrubProgress, Stopped, create, create_in_memory, create_in_memory_with_spares, inspect,
+    Array, ArrayStatus, CreateSpec, CreatedArray, EVENTS_KEPT, EventRecord, MemberStatus,
+    OpenOptions, RebuildProgress, ScrubProgress, Stopped, create, create_in_memory,
+    create_in_memory_with_spares, inspect,
 };
 pub use device::MemberDevice;
 pub use faults::{FaultRule, Faults, Healing, PowerDomain, SECTOR_BYTES, TornReport, Trigger};
