@@ -1,12 +1,14 @@
 #!/bin/sh
-# The main job, on a fresh Debian machine with only Rust installed (about two minutes):
+# The main job, on a fresh Debian machine with only Rust installed (about three minutes):
 #
 #   1. create a RAID 6 over 8 member files and a hot spare (in /dev/shm: tmpfs, where
 #      O_DIRECT works; no spare hardware needed),
 #   2. serve it over NBD (`flashraid serve`),
 #   3. run the same short fio loads through NBD against the array and directly against 8
 #      raw files of the same size (the "hardware" column), and print them side by side,
-#   4. show the array's status, fail a member, and run the loads again degraded,
+#   4. fail a member under load: the hot spare takes over and is rebuilt (rate-limited while
+#      the loads run again, then at full speed), scrub every stripe, run the loads once more,
+#      and print the before/during/after figures,
 #   5. tell you how to attach the export with nbd-client or qemu, and stop the server.
 #
 #   scripts/tour.sh                  the tour
@@ -81,9 +83,10 @@ randwrite-4k randwrite 4k 2 32
 seqread-128k read 128k 2 16
 seqwrite-1m write 1m 2 8"
 
-run_loads() { # label
+run_loads() { # label [targets]: targets "raw array" (default) or "array"
+    targets="${2:-raw array}"
     echo "$LOADS" | while read -r name rw bs jobs qd; do
-        for target in raw array; do
+        for target in $targets; do
             out="$DIR/fio-$1-$name-$target.json"
             if [ "$target" = raw ]; then
                 set -- "$1" --ioengine=io_uring --direct=1 --filename="$RAW_FILES" --size=256M
@@ -96,9 +99,10 @@ run_loads() { # label
                 --time_based --runtime="$seconds" --ramp_time=1 --group_reporting \
                 --offset_increment=256M --verify_state_save=0 --output-format=json \
                 --output="$out" "$@" >/dev/null
-            set -- "$label"
+            set -- "$label" "$targets"
         done
     done
+    [ "$targets" = array ] && return 0
     /usr/bin/python3 - "$DIR" "$1" <<'EOF'
 import json, sys, os
 d, label = sys.argv[1], sys.argv[2]
@@ -126,14 +130,61 @@ echo "   Raw files take the kernel's fastest path; the array adds RAID 6 (a 4k r
 echo "   is 3 reads and 3 writes on the members) and the NBD socket. See docs/PERFORMANCE.md."
 
 echo
-echo "== 4. status, then a member fails (flashraid fail 5) and the loads run degraded"
+echo "== 4. a member fails under load: the hot spare takes over, is rebuilt, then scrubbed"
 "$F" status --control "$CTL" | sed 's/^/   /'
+# Limited so that the rebuild spans the loads below; unlimited, it runs as fast as the
+# members allow (step 4b).
+"$F" rebuild --control "$CTL" --rate 12M | sed 's/^/   /'
+echo "   flashraid fail 5  (while the array is loaded)"
+fio --name=bg --ioengine=nbd --uri="$URI" --rw=randrw --bs=16k --iodepth=8 --size=1G \
+    --time_based --runtime=2 --output=/dev/null >/dev/null 2>&1 &
+BG=$!
+sleep 1
 "$F" fail --control "$CTL" 5 | sed 's/^/   /'
-run_loads degraded
-"$F" status --control "$CTL" | grep -E "state|^ *5 " | sed 's/^/   /'
-echo "   (hot spares do not take over yet, and there is no rebuild: issue 5)"
-
+wait "$BG" || true
 echo
+echo "== 4a. the same loads on the array while it rebuilds"
+run_loads rebuilding array
+"$F" rebuild --control "$CTL" | sed 's/^/   /'
+echo
+echo "== 4b. the rate limit lifted: the rest of the rebuild at full speed"
+"$F" rebuild --control "$CTL" --rate 0 >/dev/null
+START=$(date +%s.%N)
+"$F" rebuild --control "$CTL" --wait | tail -n 1 | sed 's/^/   /'
+echo "   done $(/usr/bin/python3 -c "print(round($(date +%s.%N) - $START, 1))") s after lifting the limit"
+grep -E "takes over|finished in" "$DIR/serve.log" | sed 's/^/   /'
+echo
+echo "== 4c. scrub: every stripe read and its parity checked"
+"$F" scrub --control "$CTL" --wait | tail -n 1 | sed 's/^/   /'
+echo
+echo "== 4d. the loads again, rebuilt"
+run_loads rebuilt array
+/usr/bin/python3 - "$DIR" <<'EOF'
+import json, sys, os
+d = sys.argv[1]
+def figure(label, name, target):
+    j = json.load(open(os.path.join(d, f"fio-{label}-{name}-{target}.json")))["jobs"][0]
+    io = j["read"] if j["read"]["io_bytes"] else j["write"]
+    p99 = io.get("clat_ns", {}).get("percentile", {}).get("99.000000", 0) / 1000
+    value = io["iops"] / 1e3 if name.startswith("rand") else io["bw_bytes"] / 1e9
+    return value, p99
+print("   before / during / after the rebuild (flashraid through NBD; raw files for reference):")
+print(f"   {'load':<14} {'raw files':>11} {'healthy':>11} {'rebuilding':>11} {'rebuilt':>11}   p99 us: healthy / rebuilding")
+for name in ["randread-4k", "randwrite-4k", "seqread-128k", "seqwrite-1m"]:
+    raw, _ = figure("healthy", name, "raw")
+    h, hp = figure("healthy", name, "array")
+    r, rp = figure("rebuilding", name, "array")
+    a, _ = figure("rebuilt", name, "array")
+    if name.startswith("rand"):
+        fmt = lambda v: f"{v:>6.0f}k IOPS"
+    else:
+        fmt = lambda v: f"{v:>6.2f} GB/s"
+    print(f"   {name:<14} {fmt(raw)} {fmt(h)} {fmt(r)} {fmt(a)}   {hp:>6.0f} / {rp:.0f}")
+EOF
+echo "   ('rebuilding' ran with the rebuild limited to 12 MiB/s; 'flashraid bench rebuild'"
+echo "   measures degraded and rebuilding ratios in one run: docs/PERFORMANCE.md)"
+echo
+
 echo "== 5. use it yourself: while 'flashraid serve' runs,"
 echo "   qemu:        qemu-system-x86_64 -drive file=nbd+unix:///NAME?socket=SOCKET,format=raw,cache=none ..."
 echo "   nbd-client:  nbd-client -unix SOCKET -N NAME -b 4096 /dev/nbd0   (needs the nbd module;"
