@@ -430,6 +430,7 @@ fn array_job(
 /// Drive an array through sessions like `run_array`, but paced: the jobs together start at
 /// most `target_iops` IOs per second (each its share, on a fixed schedule), so latency is
 /// measured at a given load rather than at saturation.
+#[allow(clippy::too_many_arguments)]
 pub fn run_array_paced(
     array: &Array,
     pattern: Pattern,
@@ -438,6 +439,7 @@ pub fn run_array_paced(
     duration: Duration,
     seed: u64,
     target_iops: f64,
+    stop: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<Measured, String> {
     let size = array.size_bytes();
     let cpu_start = ProcessTime::now();
@@ -447,7 +449,8 @@ pub fn run_array_paced(
         let handles: Vec<_> = (0..jobs)
             .map(|job| {
                 scope.spawn(move || {
-                    paced_job(array, size, pattern, job, jobs, queue_depth, duration, seed, share)
+                    let args = (job, jobs, queue_depth, duration, seed, share);
+                    paced_job(array, size, pattern, args, stop)
                 })
             })
             .collect();
@@ -461,17 +464,12 @@ pub fn run_array_paced(
     combine(results, wall, cpu)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn paced_job(
     array: &Array,
     size: u64,
     pattern: Pattern,
-    job: usize,
-    jobs: usize,
-    queue_depth: usize,
-    duration: Duration,
-    seed: u64,
-    iops: f64,
+    (job, jobs, queue_depth, duration, seed, iops): (usize, usize, usize, Duration, u64, f64),
+    stop: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<(u64, u64, Histogram), String> {
     let mut session = array.session().map_err(|e| e.to_string())?;
     let block = u64::from(pattern.block_bytes);
@@ -486,7 +484,8 @@ fn paced_job(
     let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
     loop {
         let elapsed = start.elapsed();
-        let done = elapsed >= duration;
+        let stopped = stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed));
+        let done = elapsed >= duration || stopped;
         // Latency counts from the scheduled time: a load that falls behind shows it.
         let due = (elapsed.as_secs_f64() * iops) as u64;
         while !done && issued < due {

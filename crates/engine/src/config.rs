@@ -24,6 +24,10 @@ pub struct ShardConfig {
     pub resync_stripes_max: usize,
     /// Rebuild operations (one stripe each) in flight per shard.
     pub rebuild_stripes_max: usize,
+    /// Rebuild operations in flight per shard while foreground requests are in flight (the
+    /// rebuild's priority: lower keeps foreground latency down, higher rebuilds sooner under
+    /// load). At most `rebuild_stripes_max`.
+    pub rebuild_busy_stripes_max: usize,
     /// Scrub operations (one stripe each) in flight per shard.
     pub scrub_stripes_max: usize,
     /// Rebuild rate limit for the whole array, in bytes written to the replacement member
@@ -43,6 +47,7 @@ impl ShardConfig {
             bitmap_clear_delay_us: 5_000_000,
             resync_stripes_max: 8,
             rebuild_stripes_max: 8,
+            rebuild_busy_stripes_max: 1,
             scrub_stripes_max: 4,
             rebuild_rate_bytes_per_s: 0,
         }
@@ -64,6 +69,11 @@ impl ShardConfig {
         }
         if self.rebuild_stripes_max == 0 || self.rebuild_stripes_max > 1 << 16 {
             return bad("rebuild_stripes_max must be 1 to 65536");
+        }
+        if self.rebuild_busy_stripes_max == 0
+            || self.rebuild_busy_stripes_max > self.rebuild_stripes_max
+        {
+            return bad("rebuild_busy_stripes_max must be 1 to rebuild_stripes_max");
         }
         if self.scrub_stripes_max == 0 || self.scrub_stripes_max > 1 << 16 {
             return bad("scrub_stripes_max must be 1 to 65536");

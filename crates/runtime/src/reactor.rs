@@ -258,7 +258,11 @@ struct TurnState {
 
 /// Whether the reactor goes on after a turn.
 enum Next {
-    Continue { progress: bool },
+    /// `foreground`: requests came in or replies went out (not only background work).
+    Continue {
+        progress: bool,
+        foreground: bool,
+    },
     Exit,
 }
 
@@ -280,8 +284,8 @@ impl Reactor {
         let mut idle_since: Option<Instant> = None;
         let mut idle_turns = 0u32;
         loop {
-            let progress = match self.turn(&mut state) {
-                Next::Continue { progress } => progress,
+            let (progress, foreground) = match self.turn(&mut state) {
+                Next::Continue { progress, foreground } => (progress, foreground),
                 Next::Exit => return,
             };
             idle_turns = if progress { 0 } else { idle_turns.saturating_add(1) };
@@ -308,7 +312,13 @@ impl Reactor {
             // Polling with nothing to do: now and then let the kernel's own IO workers
             // (io_uring punts some IO to them) and other threads have this core; a yield is a
             // system call, so not on every idle turn.
-            if !sleep && idle_turns > 0 && idle_turns.is_multiple_of(YIELD_EVERY_IDLE_TURNS) {
+            // A turn that did only background work (rebuild, scrub, resync) yields its core:
+            // on a machine with no core to spare, the clients' threads would otherwise wait
+            // for the scheduler to preempt a reactor that never sleeps.
+            let background_only = progress && !foreground && state.jobs.is_empty();
+            if background_only
+                || (!sleep && idle_turns > 0 && idle_turns.is_multiple_of(YIELD_EVERY_IDLE_TURNS))
+            {
                 std::thread::yield_now();
             }
         }
@@ -316,6 +326,7 @@ impl Reactor {
 
     fn turn(&mut self, state: &mut TurnState) -> Next {
         let mut progress = false;
+        let mut foreground = false;
         // Messages, while there is room to hold requests the shard cannot take yet.
         while state.held_requests.len() < HELD_REQUESTS_MAX {
             let message = match state.woke_with.take() {
@@ -325,6 +336,7 @@ impl Reactor {
             match message {
                 Ok(ToReactor::Request(request)) => {
                     progress = true;
+                    foreground = true;
                     state.held_requests.push_back(request);
                 }
                 Ok(ToReactor::Session { id, replies, bell }) => {
@@ -419,6 +431,7 @@ impl Reactor {
         progress |= self.push_io(&mut state.held_io);
         while let Some(reply) = self.shard.poll_reply() {
             progress = true;
+            foreground = true;
             let session =
                 usize::try_from(reply.id.0 >> crate::session::SESSION_SHIFT).expect("fits");
             if let Some(Some((tx, bell))) = state.sessions.get(session) {
@@ -448,7 +461,7 @@ impl Reactor {
                 index += 1;
             }
         }
-        Next::Continue { progress }
+        Next::Continue { progress, foreground }
     }
 
     /// Move the shard's IO into the ring until it is full. True if anything moved.

@@ -2,7 +2,7 @@
 //! redundancy (another mirror copy, or reconstruction from the stripe's other chunks), after
 //! which the bad range is rewritten from the recovered data.
 
-use super::{Op, Phase, REPLANS_MAX, Shard};
+use super::{Op, Phase, REPLANS_MAX, Shard, usize_of};
 use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkRange, ChunkSet, bit, has};
 use crate::request::{RequestError, ShardOp};
@@ -262,14 +262,23 @@ impl Shard {
         let mut count = 0;
         let mut sources = [0usize; MEMBERS_MAX];
         let source_count;
+        let mut target_list = [0usize; PARITY_CHUNKS_MAX];
+        let target_count;
         {
             let plan = self.plan_for(erased, targets);
-            for &c in plan.sources().iter().chain(plan.targets()) {
+            source_count = plan.sources().len();
+            sources[..source_count].copy_from_slice(plan.sources());
+            target_count = plan.targets().len();
+            target_list[..target_count].copy_from_slice(plan.targets());
+        }
+        // Sources the requests already read (data chunks covering the whole range, read
+        // without error) are taken from the requests' buffers: no second read, no copy.
+        let borrowed = self.borrow_read_sources(op_slot, &sources[..source_count], range);
+        for &c in sources[..source_count].iter().chain(&target_list[..target_count]) {
+            if borrowed[c].is_none() {
                 needs[count] = (c, len);
                 count += 1;
             }
-            source_count = plan.sources().len();
-            sources[..source_count].copy_from_slice(plan.sources());
         }
         if !self.take_scratch(op_slot, &needs[..count]) {
             // No buffers now: park; the round restarts when buffers come back.
@@ -283,8 +292,9 @@ impl Shard {
         op.rebuild_erased = erased;
         op.rebuild_targets = targets;
         op.rebuild_range = Some(range);
+        op.touched = borrowed;
         let stripe = op.stripe;
-        for &c in &sources[..source_count] {
+        for &c in sources[..source_count].iter().filter(|&&c| borrowed[c].is_none()) {
             let op = self.ops[op_slot].as_ref().expect("live");
             let kind = MemberIoKind::Read {
                 offset_bytes: self.member_offset(stripe, range.lo),
@@ -298,6 +308,35 @@ impl Shard {
         }
     }
 
+    /// For each data source chunk whose `range` a part of this read operation already read
+    /// into its request's buffer (with no error), where it is (a read op's `touched` slots
+    /// are free for this).
+    fn borrow_read_sources(
+        &self,
+        op_slot: usize,
+        sources: &[usize],
+        range: ChunkRange,
+    ) -> [Option<super::Touch>; MEMBERS_MAX] {
+        let mut found = [None; MEMBERS_MAX];
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let k = self.geometry.data_chunks();
+        for part in op.parts.iter().flatten() {
+            let (offset, len_bytes) = self.read_range(part.request);
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let c = s.location.data_index;
+                let lo = s.location.offset_in_chunk_bytes;
+                let covers = lo <= range.lo && range.hi <= lo + s.len_bytes;
+                let clean = !has(part.rebuild | part.lost | op.errored, c);
+                if c < k && covers && clean && sources.contains(&c) && found[c].is_none() {
+                    let at = usize::try_from(s.range_offset_bytes).expect("fits")
+                        + usize_of(range.lo - lo);
+                    found[c] = Some(super::Touch { range, request: part.request, buf_offset: at });
+                }
+            }
+        }
+        found
+    }
+
     /// Sources are in: reconstruct the targets and copy them into the requests.
     fn read_reconstruct(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
@@ -307,10 +346,17 @@ impl Shard {
         let len = usize::try_from(range.len()).expect("fits");
         self.plan_for(erased, rebuild_targets);
         {
-            let Shard { ops, plans, .. } = &mut *self;
+            let Shard { ops, plans, requests, .. } = &mut *self;
             let plan = plans.get(&(erased, rebuild_targets)).expect("just planned");
             let op = ops[op_slot].as_mut().expect("live");
-            let (sources, mut targets) = split_scratch(op, plan.sources(), plan.targets(), len);
+            let borrowed = op.touched;
+            let (mut sources, mut targets) = split_scratch(op, plan.sources(), plan.targets(), len);
+            for (s, &c) in plan.sources().iter().enumerate() {
+                if let Some(t) = borrowed[c] {
+                    let buf = requests[t.request].as_ref().expect("live").buf.as_ref();
+                    sources[s] = &buf.expect("read buffer").as_slice()[t.buf_offset..][..len];
+                }
+            }
             let count = plan.targets().len();
             codec
                 .reconstruct_from(

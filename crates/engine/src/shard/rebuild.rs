@@ -17,8 +17,10 @@
 //!   below it completed; the runtime flushes the member before recording it durably, so a
 //!   restart resumes at or below the last durable cursor and never trusts an unwritten chunk.
 //!
-//! Rate: a token bucket in bytes written to the replacement, refilled by `tick`; a shard
-//! with no limit keeps `rebuild_stripes_max` operations in flight.
+//! Rate and priority: a token bucket in bytes written to the replacement, refilled by `tick`
+//! (the operator's limit); within it, a shard keeps `rebuild_stripes_max` operations in
+//! flight when idle and `rebuild_busy_stripes_max` while foreground requests are in flight,
+//! so that a busy array's requests do not queue behind a burst of rebuild work.
 //!
 //! Limits: one member rebuilt at a time per array. A stripe that cannot be reconstructed
 //! (more members unreadable than the level survives) stalls the rebuild there; the stripes
@@ -180,11 +182,18 @@ impl Shard {
         let stripes = self.geometry.stripes();
         let step = u64::from(self.shard_count);
         let chunk = u64::from(self.geometry.chunk_bytes());
+        // Foreground requests in flight: the rebuild steps back to its busy share.
+        let busy = self.free_requests.len() < self.requests.len();
+        let in_flight_max = if busy {
+            self.config.rebuild_busy_stripes_max
+        } else {
+            self.config.rebuild_stripes_max
+        };
         loop {
             let Some(r) = self.rebuild.as_ref() else { return };
             if r.stalled.is_some()
                 || r.waiting.is_some()
-                || r.in_flight >= self.config.rebuild_stripes_max
+                || r.in_flight >= in_flight_max
                 || r.next >= stripes
                 || r.next >= r.low_water + REBUILD_WINDOW_STRIPES * step
                 || self.free_ops.is_empty()
