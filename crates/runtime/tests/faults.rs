@@ -428,8 +428,8 @@ fn a_write_torn_with_an_error_fails_the_member_and_reads_stay_right() {
 /// The limit of the above, shown: a lost write with no crash after it is silent corruption.
 /// The member keeps old data beside parity that includes the new; nothing reads parity on
 /// the healthy path, so nothing notices until a reconstruction uses the stale chunk and
-/// returns wrong bytes for data that was never rewritten. Checksums or scrub (issue 5) are
-/// what would catch it; this test fails when something does.
+/// returns wrong bytes for data that was never rewritten (unless a scrub runs first: see
+/// the next test).
 #[test]
 fn a_lost_write_without_a_crash_goes_unnoticed_until_reconstruction() {
     let power = PowerDomain::new();
@@ -452,4 +452,35 @@ fn a_lost_write_without_a_crash_goes_unnoticed_until_reconstruction() {
     assert!(degraded != a, "reconstruction from the stale chunk returns wrong data");
     drop(s);
     drop(array);
+}
+
+/// The same lost write, caught: a scrub finds the stripe whose parity disagrees, locates the
+/// stale chunk from the syndromes (RAID 6) and repair rewrites just it; then the write reads
+/// back and a reconstruction returns the right data.
+#[test]
+fn a_lost_write_is_found_located_and_repaired_by_scrub() {
+    let power = PowerDomain::new();
+    let members = members(6, &power);
+    let geometry = create(Level::Raid6, &members);
+    let array = Array::open_in_memory(&members, &options()).unwrap();
+    let mut s = array.session().unwrap();
+    let a = pattern(9, 3 * CHUNK_BYTES);
+    s.write(0, &a).unwrap();
+    let (b_member, b_offset) = locate(&geometry, 3 * CHUNK_BYTES);
+    let lost = members[b_member].faults().lost_writes();
+    lost.set(Trigger::range(b_offset, CHUNK_BYTES));
+    let b = pattern(10, CHUNK_BYTES);
+    s.write(3 * CHUNK_BYTES, &b).unwrap();
+    s.flush().unwrap();
+    lost.clear();
+    let finished = |st: &ArrayStatus| st.scrub.as_ref().is_some_and(|x| !x.running);
+    array.start_scrub(false).unwrap();
+    let check = wait_for(&array, "the check", finished).scrub.unwrap().tally;
+    assert_eq!((check.mismatches, check.located), (1, 1), "{check:?}");
+    array.start_scrub(true).unwrap();
+    let repair = wait_for(&array, "the repair", finished).scrub.unwrap().tally;
+    assert_eq!(repair.repaired, 1, "{repair:?}");
+    assert_eq!(read(&mut s, 3 * CHUNK_BYTES, CHUNK_BYTES), b, "the lost write is back");
+    array.fail_member(geometry.data_member(StripeIndex(0), 0, 0).get()).unwrap();
+    assert_eq!(read(&mut s, 0, 3 * CHUNK_BYTES), a, "reconstruction is right again");
 }
