@@ -120,6 +120,7 @@ fn build_array(u: &mut Unstructured, tag: u8) -> Result<Option<Vec<Superblock>>>
         bitmap_region_bytes: None,
         shards: 1,
         member_data_bytes_max: None,
+        tunables: Default::default(),
     };
     Ok(new_array(&new).ok().map(|(_, superblocks)| superblocks))
 }

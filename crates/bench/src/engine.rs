@@ -280,6 +280,7 @@ fn run_inner(
         init: Some(Init::Zero),
         bitmap_region_bytes: None,
         shards: config.shards,
+        tunables: Default::default(),
     };
     let made = match members {
         Members::Files(_) => create(&spec),

@@ -36,6 +36,20 @@ pub struct CreateArgs {
     /// Cores the array will use (bitmap shard sections).
     #[arg(long, default_value_t = 2)]
     shards: u32,
+    /// Rebuild rate limit stored with the array (e.g. 500M per second; 0: none). A server's
+    /// --rebuild-rate overrides it; `flashraid rebuild --rate` changes it live and stores it.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    rebuild_rate: Option<u64>,
+    /// Scrub rate limit stored with the array (bytes read per second; 0: none).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    scrub_rate: Option<u64>,
+    /// How long a write that leaves its stripe partial waits for its neighbours, in
+    /// microseconds (0: never; sequential writers that fill stripes gain from ~50-200).
+    #[arg(long)]
+    merge_window_us: Option<u32>,
+    /// A check scrub every this many hours while served (0: only when asked).
+    #[arg(long, value_name = "HOURS")]
+    scrub_every_hours: Option<u32>,
     /// Members, in role order.
     #[arg(required = true)]
     members: Vec<PathBuf>,
@@ -62,6 +76,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text} is too large"))
 }
 
+/// Bytes per second to the MiB/s the superblock stores (rounded up, so a limit never becomes
+/// "no limit").
+pub fn mib_per_s(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
+
 pub fn run_create(args: CreateArgs) -> Result<()> {
     let init = match args.init.as_deref() {
         None => None,
@@ -81,6 +101,12 @@ pub fn run_create(args: CreateArgs) -> Result<()> {
         init,
         bitmap_region_bytes: None,
         shards: args.shards,
+        tunables: flashraid_format::superblock::Tunables {
+            rebuild_rate_mib_per_s: args.rebuild_rate.map(mib_per_s),
+            scrub_rate_mib_per_s: args.scrub_rate.map(mib_per_s),
+            merge_window_us: args.merge_window_us,
+            scrub_interval_hours: args.scrub_every_hours,
+        },
     };
     let made = create(&spec).context("create failed; nothing was written to the devices named")?;
     let g = made.geometry;
@@ -177,6 +203,21 @@ fn print_superblock(copy: usize, sb: &Superblock) {
         human(sb.bitmap_region_bytes),
         sb.bitmap_shards
     );
+    if sb.rebuild_role != flashraid_format::superblock::ROLE_NONE {
+        println!(
+            "    rebuilding slot {}: stripes below {} are rebuilt",
+            sb.rebuild_role, sb.rebuild_cursor_stripes
+        );
+    }
+    let t = sb.tunables;
+    let show = |v: Option<u32>, unit: &str| v.map_or("-".to_string(), |v| format!("{v}{unit}"));
+    println!(
+        "    tunables: rebuild rate {}, scrub rate {}, merge window {}, scrub every {}",
+        show(t.rebuild_rate_mib_per_s, " MiB/s"),
+        show(t.scrub_rate_mib_per_s, " MiB/s"),
+        show(t.merge_window_us, " us"),
+        show(t.scrub_interval_hours, " h"),
+    );
     for (i, m) in sb.members.iter().chain(&sb.spares).enumerate() {
         let failed = if m.state == MemberState::Failed {
             format!(" at event {}", m.failed_at_event)
@@ -207,6 +248,16 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
             "array_bytes": sb.geometry().array_bytes(),
             "this_slot": sb.this_role,
             "this_uuid": sb.this_uuid.to_string(),
+            "rebuild_slot": (sb.rebuild_role != flashraid_format::superblock::ROLE_NONE)
+                .then_some(sb.rebuild_role),
+            "rebuild_cursor_stripes": (sb.rebuild_role != flashraid_format::superblock::ROLE_NONE)
+                .then_some(sb.rebuild_cursor_stripes),
+            "tunables": {
+                "rebuild_rate_mib_per_s": sb.tunables.rebuild_rate_mib_per_s,
+                "scrub_rate_mib_per_s": sb.tunables.scrub_rate_mib_per_s,
+                "merge_window_us": sb.tunables.merge_window_us,
+                "scrub_interval_hours": sb.tunables.scrub_interval_hours,
+            },
             "slots": sb.members.iter().chain(&sb.spares).map(|m| serde_json::json!({
                 "uuid": m.uuid.to_string(),
                 "state": state_name(m.state),

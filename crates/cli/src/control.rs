@@ -206,6 +206,12 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "rebuild_untrusted_stripes": c.rebuild_untrusted_stripes,
         },
         "nbd": { "exports": exports, "connections": connections },
+        "tunables": {
+            "rebuild_rate_mib_per_s": s.tunables.rebuild_rate_mib_per_s,
+            "scrub_rate_mib_per_s": s.tunables.scrub_rate_mib_per_s,
+            "merge_window_us": s.tunables.merge_window_us,
+            "scrub_interval_hours": s.tunables.scrub_interval_hours,
+        },
         "events": s.events.iter().map(|e| json!({
             "unix_seconds": e.unix_seconds,
             "kind": e.kind,

@@ -55,21 +55,26 @@ pub struct ServeArgs {
     #[arg(long)]
     force: bool,
     /// Rebuild rate limit, bytes written to the replacement per second (e.g. 200M; 0: as
-    /// fast as the members allow). Change it live with `flashraid rebuild --rate`.
-    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size, default_value = "0")]
-    rebuild_rate: u64,
+    /// fast as the members allow). Stored with the array (the next start uses it); change it
+    /// live with `flashraid rebuild --rate`. Default: what the array stores, else no limit.
+    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
+    rebuild_rate: Option<u64>,
     /// Scrub (check) every this many hours while serving, counted from the start (0: only
-    /// when asked with `flashraid scrub`).
-    #[arg(long, value_name = "HOURS", default_value_t = 0.0)]
-    scrub_every_hours: f64,
+    /// when asked with `flashraid scrub`). Stored with the array.
+    #[arg(long, value_name = "HOURS")]
+    scrub_every_hours: Option<u32>,
+    /// How long a write that leaves its stripe partial waits for its neighbours to fill it,
+    /// microseconds (0: never). Stored with the array.
+    #[arg(long)]
+    merge_window_us: Option<u32>,
     /// A shell command to run on every event of an array (member failed, spare took over,
     /// rebuild finished, scrub found mismatches, ...), like mdadm's PROGRAM: FLASHRAID_EVENT,
     /// FLASHRAID_ARRAY and FLASHRAID_MESSAGE are set.
     #[arg(long, value_name = "COMMAND")]
     on_event: Option<String>,
-    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none).
-    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size, default_value = "0")]
-    scrub_rate: u64,
+    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none). Stored with the array.
+    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
+    scrub_rate: Option<u64>,
     /// Instead of member devices: a new array on this many in-memory members (for
     /// benchmarks and trials; its data is gone when the server stops), e.g. `--memory 8x256M`.
     #[arg(long, value_name = "COUNTxSIZE", conflicts_with = "members")]
@@ -285,13 +290,13 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
-    options.config.rebuild_rate_bytes_per_s = args.rebuild_rate;
-    options.scrub_rate_bytes_per_s = args.scrub_rate;
     options.event_command = args.on_event.clone();
-    if args.scrub_every_hours > 0.0 {
-        options.scrub_interval =
-            Some(std::time::Duration::from_secs_f64(args.scrub_every_hours * 3600.0));
-    }
+    options.tunables = flashraid_format::superblock::Tunables {
+        rebuild_rate_mib_per_s: args.rebuild_rate.map(crate::array_cmds::mib_per_s),
+        scrub_rate_mib_per_s: args.scrub_rate.map(crate::array_cmds::mib_per_s),
+        merge_window_us: args.merge_window_us,
+        scrub_interval_hours: args.scrub_every_hours,
+    };
     let mut arrays: Vec<(String, Arc<Array>)> = vec![];
     for (name, members) in &plan {
         let opened = match &args.memory {

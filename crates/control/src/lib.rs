@@ -482,6 +482,17 @@ impl Metadata {
         self.write_all(devices).map(|_| ())
     }
 
+    /// Store new tunables in every superblock.
+    pub fn set_tunables(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        tunables: flashraid_format::superblock::Tunables,
+    ) -> Result<(), ControlError> {
+        self.template.tunables = tunables;
+        self.template.event += 1;
+        self.write_all(devices).map(|_| ())
+    }
+
     /// The rebuild in progress, if any: the role and the stripe it resumes from.
     pub fn rebuild_in_progress(&self) -> Option<(MemberIndex, StripeIndex)> {
         let role = self.template.rebuild_role;

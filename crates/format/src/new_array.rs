@@ -31,6 +31,8 @@ pub struct NewArray {
     /// Use at most this many bytes of each member for data (`None`: as much as the smallest
     /// member allows).
     pub member_data_bytes_max: Option<u64>,
+    /// Tunables stored with the array.
+    pub tunables: crate::superblock::Tunables,
 }
 
 /// Why a new array cannot be made.
@@ -126,6 +128,7 @@ pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArray
             rebuild_role: ROLE_NONE,
             members: members.clone(),
             spares: spares.clone(),
+            tunables: new.tunables,
         };
         sb.validate().map_err(|_| NewArrayError::Other("bitmap region too small or misaligned"))?;
         superblocks.push(sb);

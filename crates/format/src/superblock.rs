@@ -104,6 +104,57 @@ impl MemberEntry {
     };
 }
 
+/// Tunables stored with the array (set at create or changed live; `None`: not set, the
+/// server's option or default applies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tunables {
+    /// Rebuild rate limit, MiB/s (0: no limit).
+    pub rebuild_rate_mib_per_s: Option<u32>,
+    /// Scrub rate limit, MiB/s (0: no limit).
+    pub scrub_rate_mib_per_s: Option<u32>,
+    /// Partial-stripe write merge window, microseconds.
+    pub merge_window_us: Option<u32>,
+    /// A check scrub this often while served, hours (0: only on request).
+    pub scrub_interval_hours: Option<u32>,
+}
+
+const TUNABLES_OFFSET: usize = 232;
+
+impl Tunables {
+    fn encode(&self, b: &mut [u8]) {
+        let fields = self.fields();
+        let mut flags = 0u32;
+        for (i, f) in fields.iter().enumerate() {
+            if let Some(v) = f {
+                flags |= 1 << i;
+                put_u32(b, TUNABLES_OFFSET + 4 + 4 * i, *v);
+            }
+        }
+        put_u32(b, TUNABLES_OFFSET, flags);
+    }
+
+    fn decode(b: &[u8]) -> Self {
+        let flags = get_u32(b, TUNABLES_OFFSET);
+        let field =
+            |i: usize| (flags & (1 << i) != 0).then(|| get_u32(b, TUNABLES_OFFSET + 4 + 4 * i));
+        Tunables {
+            rebuild_rate_mib_per_s: field(0),
+            scrub_rate_mib_per_s: field(1),
+            merge_window_us: field(2),
+            scrub_interval_hours: field(3),
+        }
+    }
+
+    fn fields(&self) -> [Option<u32>; 4] {
+        [
+            self.rebuild_rate_mib_per_s,
+            self.scrub_rate_mib_per_s,
+            self.merge_window_us,
+            self.scrub_interval_hours,
+        ]
+    }
+}
+
 /// A decoded, validated superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -139,6 +190,7 @@ pub struct Superblock {
     pub members: Vec<MemberEntry>,
     /// Hot spares (state [`MemberState::Spare`]), stored in the table slots after the roles.
     pub spares: Vec<MemberEntry>,
+    pub tunables: Tunables,
 }
 
 impl Superblock {
@@ -283,6 +335,7 @@ impl Superblock {
         put_u64(&mut b, 208, self.rebuild_cursor_stripes);
         put_u16(&mut b, 216, self.rebuild_role);
         put_u64(&mut b, 224, self.member_size_bytes);
+        self.tunables.encode(&mut b);
         for (i, entry) in self.members.iter().chain(&self.spares).enumerate() {
             let at = MEMBER_TABLE_OFFSET + i * MEMBER_ENTRY_BYTES;
             b[at..at + 16].copy_from_slice(&entry.uuid.0);
@@ -384,6 +437,7 @@ impl Superblock {
             init_cursor_stripes: get_u64(b, 200),
             rebuild_cursor_stripes: get_u64(b, 208),
             rebuild_role: get_u16(b, 216),
+            tunables: Tunables::decode(b),
             members,
             spares,
         };

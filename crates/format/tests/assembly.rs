@@ -29,6 +29,7 @@ fn array(tag: u8, level: Level, members: usize, spares: usize) -> Vec<Superblock
         bitmap_region_bytes: None,
         shards: 1,
         member_data_bytes_max: None,
+        tunables: Default::default(),
     };
     new_array(&new).unwrap().1
 }

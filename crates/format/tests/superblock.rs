@@ -25,6 +25,7 @@ fn golden_array() -> Vec<Superblock> {
         bitmap_region_bytes: None,
         shards: 2,
         member_data_bytes_max: None,
+        tunables: Default::default(),
     };
     new_array(&new).unwrap().1
 }
@@ -137,5 +138,27 @@ proptest! {
             let again = Superblock::decode(&sb.encode()).unwrap();
             prop_assert_eq!(again, sb);
         }
+    }
+}
+
+#[test]
+fn tunables_round_trip_and_unset_stays_unset() {
+    use flashraid_format::superblock::Tunables;
+    let mut sb = golden_array().remove(0);
+    assert_eq!(sb.tunables, Tunables::default(), "an array created without tunables stores none");
+    for t in [
+        Tunables { rebuild_rate_mib_per_s: Some(0), ..Default::default() },
+        Tunables {
+            rebuild_rate_mib_per_s: Some(500),
+            scrub_rate_mib_per_s: Some(u32::MAX),
+            merge_window_us: Some(150),
+            scrub_interval_hours: Some(168),
+        },
+        Tunables { scrub_interval_hours: Some(0), ..Default::default() },
+    ] {
+        sb.tunables = t;
+        let back = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(back.tunables, t, "0 (no limit) must not read back as unset");
+        assert_eq!(back, sb);
     }
 }

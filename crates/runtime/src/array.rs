@@ -16,7 +16,7 @@ use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
 use flashraid_engine::{Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
-use flashraid_format::superblock::Superblock;
+use flashraid_format::superblock::{Superblock, Tunables};
 use flashraid_format::{NewArray, Uuid};
 use flashraid_iobuf::BufPool;
 use flashraid_layout::{Geometry, Level, MemberIndex, StripeIndex};
@@ -46,6 +46,8 @@ pub struct CreateSpec {
     pub bitmap_region_bytes: Option<u64>,
     /// Shard sections the bitmap is prepared for (the cores the array will use).
     pub shards: u32,
+    /// Tunables stored with the array (rates, merge window, scrub schedule).
+    pub tunables: flashraid_format::superblock::Tunables,
 }
 
 impl CreateSpec {
@@ -63,6 +65,7 @@ impl CreateSpec {
             init: None,
             bitmap_region_bytes: None,
             shards,
+            tunables: flashraid_format::superblock::Tunables::default(),
         }
     }
 }
@@ -96,6 +99,9 @@ pub struct OpenOptions {
     pub scrub_rate_bytes_per_s: u64,
     /// A shell command run on every event (see `EventRecord`), like mdadm's PROGRAM.
     pub event_command: Option<String>,
+    /// Tunables given by the operator now: they override and replace what the array stores
+    /// (`None` fields: the stored value, else the defaults above, apply).
+    pub tunables: Tunables,
 }
 
 impl OpenOptions {
@@ -111,6 +117,7 @@ impl OpenOptions {
             scrub_interval: None,
             scrub_rate_bytes_per_s: 0,
             event_command: None,
+            tunables: Tunables::default(),
         }
     }
 }
@@ -138,6 +145,8 @@ pub struct ArrayStatus {
     pub scrub: Option<ScrubProgress>,
     /// The last events, oldest first (at most `EVENTS_KEPT`).
     pub events: Vec<EventRecord>,
+    /// The tunables the array stores.
+    pub tunables: Tunables,
     pub chunk_bytes: u32,
     pub array_bytes: u64,
     pub degraded: bool,
@@ -317,6 +326,7 @@ fn create_inner(
         bitmap_region_bytes: spec.bitmap_region_bytes,
         shards: spec.shards,
         member_data_bytes_max: None,
+        tunables: spec.tunables,
     };
     let member_refs: Vec<&dyn MetaDevice> = members.iter().map(|d| d as &dyn MetaDevice).collect();
     let spare_refs: Vec<&dyn MetaDevice> = spares.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -373,6 +383,7 @@ pub fn create_in_memory_with_spares(
         bitmap_region_bytes: spec.bitmap_region_bytes,
         shards: spec.shards,
         member_data_bytes_max: None,
+        tunables: spec.tunables,
     };
     let init = spec.init.unwrap_or(Init::Zero);
     let made = flashraid_control::create(&new, &refs, &spare_refs, spec.overwrite, init)?;
@@ -416,8 +427,36 @@ impl Array {
         let prepared = flashraid_control::prepare(&refs, &request)?;
         let shards =
             options.shards.unwrap_or_else(cpu_count).clamp(1, flashraid_format::bitmap::SHARDS_MAX);
-        let (metadata, setups) =
+        // Tunables: what the operator gave now, else what the array stores, else the
+        // options' defaults. What was given now is stored (below, once started).
+        let stored = prepared.assembled.superblock.tunables;
+        let given = options.tunables;
+        let tunables = Tunables {
+            rebuild_rate_mib_per_s: given.rebuild_rate_mib_per_s.or(stored.rebuild_rate_mib_per_s),
+            scrub_rate_mib_per_s: given.scrub_rate_mib_per_s.or(stored.scrub_rate_mib_per_s),
+            merge_window_us: given.merge_window_us.or(stored.merge_window_us),
+            scrub_interval_hours: given.scrub_interval_hours.or(stored.scrub_interval_hours),
+        };
+        let mut options = options.clone();
+        if let Some(mib) = tunables.rebuild_rate_mib_per_s {
+            options.config.rebuild_rate_bytes_per_s = u64::from(mib) << 20;
+        }
+        if let Some(mib) = tunables.scrub_rate_mib_per_s {
+            options.scrub_rate_bytes_per_s = u64::from(mib) << 20;
+        }
+        if let Some(us) = tunables.merge_window_us {
+            options.config.merge_window_us = u64::from(us);
+        }
+        if let Some(hours) = tunables.scrub_interval_hours {
+            options.scrub_interval =
+                (hours > 0).then(|| std::time::Duration::from_secs(u64::from(hours) * 3600));
+        }
+        let options = &options;
+        let (mut metadata, setups) =
             flashraid_control::start(&refs, &prepared, shards, options.config, options.kernel)?;
+        if tunables != stored {
+            metadata.set_tunables(&refs, tunables)?;
+        }
         let geometry = prepared.assembled.geometry;
         // Registered files: role order; missing roles get a placeholder never addressed.
         let placeholder =
@@ -922,7 +961,14 @@ impl Controller {
                     self.rebuild_rate_bytes_per_s = rate;
                     let share = rate.div_ceil(u64::from(self.shard_count));
                     self.broadcast(|| Control::SetRebuildRate(share));
-                    let _ = reply.send(Ok(()));
+                    // Stored with the array: the next start uses it too.
+                    let mut tunables = self.metadata.superblock().tunables;
+                    tunables.rebuild_rate_mib_per_s =
+                        Some(u32::try_from(rate.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+                    let refs: Vec<&dyn MetaDevice> =
+                        self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+                    let stored = self.metadata.set_tunables(&refs, tunables);
+                    let _ = reply.send(stored.map_err(ArrayError::from));
                 }
                 Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
                     self.metadata.note_errors_corrected(member, 1);
@@ -1354,6 +1400,7 @@ impl Controller {
             rebuild: self.rebuild_status(&shards, geometry),
             scrub: self.scrub_status(&shards),
             events: self.events.recent.iter().cloned().collect(),
+            tunables: sb.tunables,
             bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
             counters,
             shards: shards.len(),

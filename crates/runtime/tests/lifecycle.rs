@@ -270,3 +270,40 @@ fn adding_a_file_that_holds_another_array_needs_force() {
     again.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn tunables_given_at_create_or_live_are_stored_and_used_at_the_next_start() {
+    let dir = std::env::temp_dir().join(format!("flashraid-tunables-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("m{i}"))).collect();
+    let spec = CreateSpec {
+        members: paths.clone(),
+        create_files_bytes: Some(24 << 20),
+        tunables: flashraid_format::superblock::Tunables {
+            rebuild_rate_mib_per_s: Some(40),
+            merge_window_us: Some(100),
+            ..Default::default()
+        },
+        ..CreateSpec::in_memory("tunables", Level::Raid5, CHUNK_BYTES, 2)
+    };
+    create(&spec).unwrap();
+    let array = Array::open(&paths, &options(0)).unwrap();
+    let t = array.status().unwrap().tunables;
+    assert_eq!((t.rebuild_rate_mib_per_s, t.merge_window_us), (Some(40), Some(100)));
+    // Changed live: stored at once.
+    array.set_rebuild_rate(7 << 20).unwrap();
+    array.shutdown().unwrap();
+    let mut given = options(0);
+    given.tunables.scrub_interval_hours = Some(24);
+    let array = Array::open(&paths, &given).unwrap();
+    let t = array.status().unwrap().tunables;
+    assert_eq!(t.rebuild_rate_mib_per_s, Some(7), "the live change was not kept");
+    assert_eq!(t.merge_window_us, Some(100));
+    assert_eq!(t.scrub_interval_hours, Some(24), "a value given at start is stored");
+    array.shutdown().unwrap();
+    let again = Array::open(&paths, &options(0)).unwrap();
+    assert_eq!(again.status().unwrap().tunables.scrub_interval_hours, Some(24));
+    again.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

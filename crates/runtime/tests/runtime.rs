@@ -19,6 +19,7 @@ fn spec(dir: &std::path::Path, level: Level, members: usize) -> CreateSpec {
         init: None,
         bitmap_region_bytes: None,
         shards: 2,
+        tunables: Default::default(),
     }
 }
 

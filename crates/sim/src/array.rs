@@ -138,6 +138,7 @@ impl SimArray {
             bitmap_region_bytes: Some(1 << 20),
             shards: options.shards,
             member_data_bytes_max: None,
+            tunables: Default::default(),
         };
         let all = dyn_devices(&devices);
         let (members, spares) = all.split_at(options.members);
