@@ -40,6 +40,10 @@ pub struct CreateArgs {
     /// --rebuild-rate overrides it; `flashraid rebuild --rate` changes it live and stores it.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     rebuild_rate: Option<u64>,
+    /// Rebuild rate limit while the array is busy (default 200M; 0: no separate limit):
+    /// the rebuild runs at --rebuild-rate when idle and steps down to this under load.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    rebuild_busy_rate: Option<u64>,
     /// Scrub rate limit stored with the array (bytes read per second; 0: none).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     scrub_rate: Option<u64>,
@@ -106,6 +110,7 @@ pub fn run_create(args: CreateArgs) -> Result<()> {
             scrub_rate_mib_per_s: args.scrub_rate.map(mib_per_s),
             merge_window_us: args.merge_window_us,
             scrub_interval_hours: args.scrub_every_hours,
+            rebuild_busy_rate_mib_per_s: args.rebuild_busy_rate.map(mib_per_s),
         },
     };
     let made = create(&spec).context("create failed; nothing was written to the devices named")?;
@@ -212,8 +217,9 @@ fn print_superblock(copy: usize, sb: &Superblock) {
     let t = sb.tunables;
     let show = |v: Option<u32>, unit: &str| v.map_or("-".to_string(), |v| format!("{v}{unit}"));
     println!(
-        "    tunables: rebuild rate {}, scrub rate {}, merge window {}, scrub every {}",
+        "    tunables: rebuild rate {} (busy {}), scrub rate {}, merge window {}, scrub every {}",
         show(t.rebuild_rate_mib_per_s, " MiB/s"),
+        show(t.rebuild_busy_rate_mib_per_s, " MiB/s"),
         show(t.scrub_rate_mib_per_s, " MiB/s"),
         show(t.merge_window_us, " us"),
         show(t.scrub_interval_hours, " h"),
@@ -257,6 +263,7 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
                 "scrub_rate_mib_per_s": sb.tunables.scrub_rate_mib_per_s,
                 "merge_window_us": sb.tunables.merge_window_us,
                 "scrub_interval_hours": sb.tunables.scrub_interval_hours,
+                "rebuild_busy_rate_mib_per_s": sb.tunables.rebuild_busy_rate_mib_per_s,
             },
             "slots": sb.members.iter().chain(&sb.spares).map(|m| serde_json::json!({
                 "uuid": m.uuid.to_string(),

@@ -43,6 +43,9 @@ pub struct RebuildArgs {
     /// --rebuild-rate` sets it.
     #[arg(long, default_value = "0", value_parser = crate::array_cmds::parse_size)]
     rebuild_rate: u64,
+    /// The rebuild's limit while clients use the array (`serve --rebuild-busy-rate`).
+    #[arg(long, default_value = "200M", value_parser = crate::array_cmds::parse_size)]
+    rebuild_busy_rate: u64,
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -188,6 +191,7 @@ fn run_rebuild(args: RebuildArgs) -> Result<()> {
         queue_depth: args.qd,
         run_time: Duration::from_secs_f64(args.seconds),
         rate_under_load: args.rebuild_rate,
+        busy_rate: args.rebuild_busy_rate,
     };
     let report = run(&config, |line| eprintln!("{line}")).map_err(anyhow::Error::msg)?;
     print!("{}", format_report(&report));

@@ -115,6 +115,13 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
                 Err(e) => json!({ "error": e.to_string() }),
             }
         }
+        ["rebuild-busy-rate", rate] => match rate.parse::<u64>() {
+            Ok(rate) => match context.array.set_rebuild_busy_rate(rate) {
+                Ok(()) => json!({ "ok": true, "rebuild_busy_rate_bytes_per_s": rate }),
+                Err(e) => json!({ "error": e.to_string() }),
+            },
+            Err(_) => json!({ "error": format!("not a rate in bytes per second: {rate:?}") }),
+        },
         ["rebuild-rate", rate] => match rate.parse::<u64>() {
             Ok(rate) => match context.array.set_rebuild_rate(rate) {
                 Ok(()) => json!({ "ok": true, "rebuild_rate_bytes_per_s": rate }),
@@ -125,7 +132,8 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         _ => json!({
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
-                 scrub check|repair|stop or spare-add force|keep PATH",
+                 rebuild-busy-rate BYTES_PER_S, scrub check|repair|stop or \
+                 spare-add force|keep PATH",
                 line.trim()
             )
         }),
@@ -211,6 +219,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "scrub_rate_mib_per_s": s.tunables.scrub_rate_mib_per_s,
             "merge_window_us": s.tunables.merge_window_us,
             "scrub_interval_hours": s.tunables.scrub_interval_hours,
+            "rebuild_busy_rate_mib_per_s": s.tunables.rebuild_busy_rate_mib_per_s,
         },
         "events": s.events.iter().map(|e| json!({
             "unix_seconds": e.unix_seconds,
@@ -541,9 +550,12 @@ pub struct RebuildArgs {
     #[arg(long)]
     name: Option<String>,
     /// Set the rebuild rate limit, bytes per second for the whole array (e.g. 500M; 0: no
-    /// limit). Lower keeps foreground latency down; higher finishes sooner.
+    /// limit). Lower keeps foreground latency down; higher finishes sooner. Stored.
     #[arg(long, value_parser = crate::array_cmds::parse_size)]
     rate: Option<u64>,
+    /// Set the limit that applies while clients use the array (0: none but --rate). Stored.
+    #[arg(long, value_parser = crate::array_cmds::parse_size)]
+    busy_rate: Option<u64>,
     /// Show a progress bar until the rebuild (and any that follows it) finishes.
     #[arg(long)]
     wait: bool,
@@ -557,6 +569,13 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
         match rate {
             0 => println!("rebuild rate: no limit"),
             r => println!("rebuild rate: at most {}/s", crate::array_cmds::human(r)),
+        }
+    }
+    if let Some(rate) = args.busy_rate {
+        ask(&path, &format!("rebuild-busy-rate {rate}"))?;
+        match rate {
+            0 => println!("rebuild rate while busy: no separate limit"),
+            r => println!("rebuild rate while busy: at most {}/s", crate::array_cmds::human(r)),
         }
     }
     let mut shown = false;

@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// live with `flashraid rebuild --rate`. Default: what the array stores, else no limit.
     #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
     rebuild_rate: Option<u64>,
+    /// Rebuild rate limit while clients are using the array (a request in the last 2 ms);
+    /// e.g. 200M (the default), 0: no separate limit. Like md's speed_limit_min: the rebuild
+    /// runs at --rebuild-rate when idle. Stored with the array.
+    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
+    rebuild_busy_rate: Option<u64>,
     /// Scrub (check) every this many hours while serving, counted from the start (0: only
     /// when asked with `flashraid scrub`). Stored with the array.
     #[arg(long, value_name = "HOURS")]
@@ -296,6 +301,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         scrub_rate_mib_per_s: args.scrub_rate.map(crate::array_cmds::mib_per_s),
         merge_window_us: args.merge_window_us,
         scrub_interval_hours: args.scrub_every_hours,
+        rebuild_busy_rate_mib_per_s: args.rebuild_busy_rate.map(crate::array_cmds::mib_per_s),
     };
     let mut arrays: Vec<(String, Arc<Array>)> = vec![];
     for (name, members) in &plan {

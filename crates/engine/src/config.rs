@@ -33,6 +33,10 @@ pub struct ShardConfig {
     /// Rebuild rate limit for the whole array, in bytes written to the replacement member
     /// per second (each shard takes its share); 0: as fast as `rebuild_stripes_max` allows.
     pub rebuild_rate_bytes_per_s: u64,
+    /// Rebuild rate while the array is busy (a foreground request in the last 2 ms), for the
+    /// whole array; 0: no separate limit. Like md's speed_limit_min: the rebuild runs at full
+    /// speed when idle and steps down to this under load.
+    pub rebuild_busy_rate_bytes_per_s: u64,
 }
 
 impl ShardConfig {
@@ -50,6 +54,7 @@ impl ShardConfig {
             rebuild_busy_stripes_max: 1,
             scrub_stripes_max: 4,
             rebuild_rate_bytes_per_s: 0,
+            rebuild_busy_rate_bytes_per_s: 200 << 20,
         }
     }
 

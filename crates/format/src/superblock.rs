@@ -116,6 +116,8 @@ pub struct Tunables {
     pub merge_window_us: Option<u32>,
     /// A check scrub this often while served, hours (0: only on request).
     pub scrub_interval_hours: Option<u32>,
+    /// Rebuild rate limit while the array is busy, MiB/s (0: no separate limit).
+    pub rebuild_busy_rate_mib_per_s: Option<u32>,
 }
 
 const TUNABLES_OFFSET: usize = 232;
@@ -142,15 +144,17 @@ impl Tunables {
             scrub_rate_mib_per_s: field(1),
             merge_window_us: field(2),
             scrub_interval_hours: field(3),
+            rebuild_busy_rate_mib_per_s: field(4),
         }
     }
 
-    fn fields(&self) -> [Option<u32>; 4] {
+    fn fields(&self) -> [Option<u32>; 5] {
         [
             self.rebuild_rate_mib_per_s,
             self.scrub_rate_mib_per_s,
             self.merge_window_us,
             self.scrub_interval_hours,
+            self.rebuild_busy_rate_mib_per_s,
         ]
     }
 }

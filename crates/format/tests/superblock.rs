@@ -153,6 +153,7 @@ fn tunables_round_trip_and_unset_stays_unset() {
             scrub_rate_mib_per_s: Some(u32::MAX),
             merge_window_us: Some(150),
             scrub_interval_hours: Some(168),
+            rebuild_busy_rate_mib_per_s: Some(200),
         },
         Tunables { scrub_interval_hours: Some(0), ..Default::default() },
     ] {

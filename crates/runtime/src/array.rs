@@ -206,7 +206,12 @@ pub(crate) enum ToController {
     #[allow(dead_code)]
     Event(u32, ShardEvent),
     FailMember(usize, Sender<Result<(), ArrayError>>),
-    SetRebuildRate(u64, Sender<Result<(), ArrayError>>),
+    /// The rebuild's rate limit (`busy`: the one while the array is busy).
+    SetRebuildRate {
+        bytes_per_s: u64,
+        busy: bool,
+        reply: Sender<Result<(), ArrayError>>,
+    },
     /// A device to add as a hot spare, and whether it may be overwritten.
     AddSpare(NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
@@ -436,10 +441,16 @@ impl Array {
             scrub_rate_mib_per_s: given.scrub_rate_mib_per_s.or(stored.scrub_rate_mib_per_s),
             merge_window_us: given.merge_window_us.or(stored.merge_window_us),
             scrub_interval_hours: given.scrub_interval_hours.or(stored.scrub_interval_hours),
+            rebuild_busy_rate_mib_per_s: given
+                .rebuild_busy_rate_mib_per_s
+                .or(stored.rebuild_busy_rate_mib_per_s),
         };
         let mut options = options.clone();
         if let Some(mib) = tunables.rebuild_rate_mib_per_s {
             options.config.rebuild_rate_bytes_per_s = u64::from(mib) << 20;
+        }
+        if let Some(mib) = tunables.rebuild_busy_rate_mib_per_s {
+            options.config.rebuild_busy_rate_bytes_per_s = u64::from(mib) << 20;
         }
         if let Some(mib) = tunables.scrub_rate_mib_per_s {
             options.scrub_rate_bytes_per_s = u64::from(mib) << 20;
@@ -687,9 +698,19 @@ impl Array {
     /// Limit the rebuild rate (bytes written to the replacement per second, for the whole
     /// array; 0: no limit). Takes effect at once, also for a rebuild already running.
     pub fn set_rebuild_rate(&self, bytes_per_s: u64) -> Result<(), ArrayError> {
-        let (tx, rx) = mpsc::channel();
+        self.send_rebuild_rate(bytes_per_s, false)
+    }
+
+    /// Limit the rebuild while the array is busy (a foreground request in the last 2 ms),
+    /// like md's speed_limit_min; 0: no separate limit. Stored with the array.
+    pub fn set_rebuild_busy_rate(&self, bytes_per_s: u64) -> Result<(), ArrayError> {
+        self.send_rebuild_rate(bytes_per_s, true)
+    }
+
+    fn send_rebuild_rate(&self, bytes_per_s: u64, busy: bool) -> Result<(), ArrayError> {
+        let (reply, rx) = mpsc::channel();
         self.controller
-            .send(ToController::SetRebuildRate(bytes_per_s, tx))
+            .send(ToController::SetRebuildRate { bytes_per_s, busy, reply })
             .map_err(|_| ArrayError::Stopped)?;
         rx.recv().map_err(|_| ArrayError::Stopped)?
     }
@@ -957,14 +978,19 @@ impl Controller {
                     }
                     let _ = reply.send(result);
                 }
-                Some(ToController::SetRebuildRate(rate, reply)) => {
-                    self.rebuild_rate_bytes_per_s = rate;
+                Some(ToController::SetRebuildRate { bytes_per_s: rate, busy, reply }) => {
                     let share = rate.div_ceil(u64::from(self.shard_count));
-                    self.broadcast(|| Control::SetRebuildRate(share));
+                    let mib = Some(u32::try_from(rate.div_ceil(1 << 20)).unwrap_or(u32::MAX));
                     // Stored with the array: the next start uses it too.
                     let mut tunables = self.metadata.superblock().tunables;
-                    tunables.rebuild_rate_mib_per_s =
-                        Some(u32::try_from(rate.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+                    if busy {
+                        self.broadcast(|| Control::SetRebuildBusyRate(share));
+                        tunables.rebuild_busy_rate_mib_per_s = mib;
+                    } else {
+                        self.rebuild_rate_bytes_per_s = rate;
+                        self.broadcast(|| Control::SetRebuildRate(share));
+                        tunables.rebuild_rate_mib_per_s = mib;
+                    }
                     let refs: Vec<&dyn MetaDevice> =
                         self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
                     let stored = self.metadata.set_tunables(&refs, tunables);

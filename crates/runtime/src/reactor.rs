@@ -110,6 +110,8 @@ pub(crate) enum Control {
     FinishRebuild(MemberIndex),
     /// This shard's share of the rebuild rate, bytes per second (0: unlimited).
     SetRebuildRate(u64),
+    /// This shard's share of the busy-time rebuild rate (0: no separate limit).
+    SetRebuildBusyRate(u64),
     /// Scrub every stripe (`repair`: rewrite what disagrees) at this shard's share of a rate
     /// (bytes read per second; 0: unlimited).
     StartScrub {
@@ -379,6 +381,7 @@ impl Reactor {
                         }
                         Control::FinishRebuild(role) => self.shard.finish_rebuild(role),
                         Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
+                        Control::SetRebuildBusyRate(rate) => self.shard.set_rebuild_busy_rate(rate),
                         Control::StartScrub { repair, rate_bytes_per_s } => {
                             self.shard.start_scrub(repair, rate_bytes_per_s)
                         }

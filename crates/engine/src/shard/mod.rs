@@ -394,6 +394,10 @@ pub struct Shard {
     scrub_generation: u32,
     /// Rebuild rate for this shard (its share of the array's), bytes per second; 0: no limit.
     rebuild_rate_bytes_per_s: u64,
+    /// The same while foreground requests came in the last `REBUILD_BUSY_WINDOW_US`.
+    rebuild_busy_rate_bytes_per_s: u64,
+    /// When the last foreground request arrived (the shard's clock).
+    last_foreground_us: u64,
     ios: VecDeque<MemberIo>,
     replies: VecDeque<ShardReply>,
     events: VecDeque<ShardEvent>,
@@ -520,6 +524,11 @@ impl Shard {
                 .config
                 .rebuild_rate_bytes_per_s
                 .div_ceil(u64::from(setup.shard_count)),
+            rebuild_busy_rate_bytes_per_s: setup
+                .config
+                .rebuild_busy_rate_bytes_per_s
+                .div_ceil(u64::from(setup.shard_count)),
+            last_foreground_us: 0,
             ios: VecDeque::with_capacity(ops_max * (n + 4)),
             replies: VecDeque::with_capacity(requests_max),
             events: VecDeque::with_capacity(4 * n + 4),
@@ -620,6 +629,7 @@ impl Shard {
             return Err(Rejected::Busy(request));
         };
         let ShardRequest { id, op, mut buf } = request;
+        self.last_foreground_us = self.now_us;
         let base = buf.as_mut().map_or(0, |b| b.as_mut_ptr() as usize);
         self.requests[slot] = Some(Request {
             id,

@@ -45,6 +45,11 @@ impl Pace {
             u64::try_from((u128::from(self.budget_bytes) + earned).min(cap)).expect("capped");
     }
 
+    /// Whether `take(bytes)` would succeed now.
+    pub(super) fn can_take(&self, bytes: u64) -> bool {
+        self.rate_bytes_per_s == 0 || self.budget_bytes >= bytes
+    }
+
     /// Take `bytes` if the budget allows (always, with no limit).
     pub(super) fn take(&mut self, bytes: u64) -> bool {
         if self.rate_bytes_per_s == 0 {

@@ -34,6 +34,8 @@ use crate::request::RequestError;
 use flashraid_layout::{MEMBERS_MAX, MemberIndex, PARITY_CHUNKS_MAX, StripeIndex};
 use flashraid_parity::Stores;
 
+/// A foreground request this recently makes the array busy for the rebuild's pace.
+const REBUILD_BUSY_WINDOW_US: u64 = 2_000;
 /// Owned stripes a rebuild may run ahead of its low-water mark (bits of `done_ahead`).
 const REBUILD_WINDOW_STRIPES: u64 = 64;
 /// Owned stripes between two `RebuildProgress` events, at most (small arrays report every
@@ -63,6 +65,8 @@ pub(super) struct RebuildState {
     done_announced: bool,
     last_report: u64,
     pace: Pace,
+    /// The busy-time limit, taken from as well while the array is busy.
+    busy_pace: Pace,
 }
 
 /// A shard's rebuild, for status.
@@ -112,6 +116,7 @@ impl Shard {
             done_announced: false,
             last_report: first,
             pace: Pace::new(self.rebuild_rate_bytes_per_s, self.now_us),
+            busy_pace: Pace::new(self.rebuild_busy_rate_bytes_per_s, self.now_us),
         });
         self.schedule_rebuild();
     }
@@ -133,6 +138,15 @@ impl Shard {
         self.rebuild_rate_bytes_per_s = bytes_per_s;
         if let Some(r) = self.rebuild.as_mut() {
             r.pace.set_rate(bytes_per_s);
+        }
+        self.schedule_rebuild();
+    }
+
+    /// Change this shard's share of the busy-time rebuild rate (0: no separate limit).
+    pub fn set_rebuild_busy_rate(&mut self, bytes_per_s: u64) {
+        self.rebuild_busy_rate_bytes_per_s = bytes_per_s;
+        if let Some(r) = self.rebuild.as_mut() {
+            r.busy_pace.set_rate(bytes_per_s);
         }
         self.schedule_rebuild();
     }
@@ -171,6 +185,7 @@ impl Shard {
         let (now, chunk) = (self.now_us, u64::from(self.geometry.chunk_bytes()));
         if let Some(r) = self.rebuild.as_mut() {
             r.pace.refill(now, chunk);
+            r.busy_pace.refill(now, chunk);
         }
     }
 
@@ -182,8 +197,11 @@ impl Shard {
         let stripes = self.geometry.stripes();
         let step = u64::from(self.shard_count);
         let chunk = u64::from(self.geometry.chunk_bytes());
-        // Foreground requests in flight: the rebuild steps back to its busy share.
+        // Foreground requests in flight: the rebuild steps back to its busy share; requests
+        // in the last moments: to its busy rate.
         let busy = self.free_requests.len() < self.requests.len();
+        let recently_busy =
+            busy || self.now_us.saturating_sub(self.last_foreground_us) < REBUILD_BUSY_WINDOW_US;
         let in_flight_max = if busy {
             self.config.rebuild_busy_stripes_max
         } else {
@@ -202,8 +220,11 @@ impl Shard {
             }
             let stripe = StripeIndex(r.next);
             let r = self.rebuild.as_mut().expect("checked");
-            if !r.pace.take(chunk) {
+            if (recently_busy && !r.busy_pace.can_take(chunk)) || !r.pace.take(chunk) {
                 break;
+            }
+            if recently_busy {
+                r.busy_pace.take(chunk);
             }
             r.next += step;
             r.in_flight += 1;
