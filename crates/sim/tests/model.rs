@@ -176,6 +176,13 @@ fn run_model_with_spares(
     }
     let after = array.read(0, size).unwrap();
     assert!(after == model, "{level} seed {seed}: read after the rebuild differs");
+    // Healed: a scrub finds every stripe consistent (a bad range left unread is rewritten).
+    if (0..members).all(|r| array.role_in_service(r)) {
+        let (tally, stopped) = array.scrub(false);
+        assert_eq!(stopped, None, "{level} seed {seed}: {tally:?}");
+        assert_eq!(tally.mismatches, 0, "{level} seed {seed}: scrub after healing: {tally:?}");
+        assert_eq!(tally.unreadable, 0, "{level} seed {seed}: {tally:?}");
+    }
     // Lean on the rebuilt members: fail others up to the tolerance and read everything. Bad
     // ranges left unread would be one erasure too many there: they go first (their
     // contents are current; a bad range only refuses reads).

@@ -102,6 +102,8 @@ fn run(level: Level, members: usize, seed: u64) {
     array.run_until_rebuilt();
     assert!(array.role_in_service(failed), "seed {seed}: role {failed} not back in service");
     check_all(&mut array, &model, &format!("seed {seed}: after the rebuild"));
+    let (tally, stopped) = array.scrub(false);
+    assert_eq!((tally.mismatches, stopped), (0, None), "seed {seed}: scrub after the rebuild");
     // Lean on the rebuilt member.
     let tolerance = array.geometry().tolerance();
     let mut down = 0;
