@@ -579,6 +579,7 @@ impl Array {
             _placeholder: placeholder,
             registered,
             rebuild: None,
+            rebuild_generation: 0,
             rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
             shard_count: shards,
             scrub: None,
@@ -827,6 +828,8 @@ struct Controller {
     /// The next free registration slot (for a spare added while running).
     next_slot: usize,
     rebuild: Option<RunningRebuild>,
+    /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
+    rebuild_generation: u32,
     rebuild_rate_bytes_per_s: u64,
     shard_count: u32,
     scrub: Option<RunningScrub>,
@@ -851,9 +854,11 @@ struct RunningRebuild {
     started: std::time::Instant,
     /// Stripe the rebuild (re)started from.
     from: u64,
-    /// Per shard: its reported low-water stripe.
+    /// Per shard: its reported low-water stripe, and whether it reported the end.
     done_below: Vec<u64>,
-    shards_done: usize,
+    shard_done: Vec<bool>,
+    /// Which `StartRebuild` this is (the shards count them the same way).
+    generation: u32,
     last_recorded: std::time::Instant,
     stalled_at: Option<u64>,
 }
@@ -928,12 +933,12 @@ impl Controller {
                 }
                 Some(ToController::Event(
                     shard,
-                    ShardEvent::RebuildProgress { done_below, .. },
+                    ShardEvent::RebuildProgress { done_below, generation, .. },
                 )) => {
-                    self.rebuild_progress(shard, done_below.0, false);
+                    self.rebuild_progress(shard, generation, done_below.0, false);
                 }
-                Some(ToController::Event(shard, ShardEvent::RebuildDone { .. })) => {
-                    self.rebuild_progress(shard, u64::MAX, true);
+                Some(ToController::Event(shard, ShardEvent::RebuildDone { generation, .. })) => {
+                    self.rebuild_progress(shard, generation, u64::MAX, true);
                 }
                 Some(ToController::Event(_, ShardEvent::RebuildStalled { member, stripe })) => {
                     self.events.record(
@@ -941,7 +946,9 @@ impl Controller {
                         "rebuild-stalled",
                         &format!(
                             "rebuild of member {} stalled at stripe {}: it cannot be \
-                             reconstructed (too many members unreadable)",
+                             reconstructed reliably (too many members unreadable, or it was \
+                             being written when the array stopped and no second parity \
+                             row can check it); its data there is lost",
                             member.get(),
                             stripe.0
                         ),
@@ -1303,6 +1310,7 @@ impl Controller {
         zeroes_after_discard: bool,
     ) {
         let registered = self.registered[device].expect("role and spare devices are registered");
+        self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
         self.broadcast(|| Control::StartRebuild {
             role,
             device: registered,
@@ -1315,7 +1323,8 @@ impl Controller {
             started: now,
             from: from.0,
             done_below: vec![from.0; self.reactors.len()],
-            shards_done: 0,
+            shard_done: vec![false; self.reactors.len()],
+            generation: self.rebuild_generation,
             last_recorded: now,
             stalled_at: None,
         });
@@ -1323,17 +1332,21 @@ impl Controller {
 
     /// A shard reported rebuild progress (`done`: it finished). Records the cursor now and
     /// then, and the end once every shard is done.
-    fn rebuild_progress(&mut self, shard: u32, done_below: u64, done: bool) {
+    fn rebuild_progress(&mut self, shard: u32, generation: u32, done_below: u64, done: bool) {
         let stripes = self.metadata.superblock().geometry().stripes();
-        let Some(r) = &mut self.rebuild else { return };
+        // Events of an abandoned rebuild (its member failed; the shards may still report it
+        // until they apply the failure) must not move the next one's cursor.
+        let Some(r) = self.rebuild.as_mut().filter(|r| r.generation == generation) else {
+            return;
+        };
         let s = usize::try_from(shard).expect("fits");
         r.done_below[s] = r.done_below[s].max(done_below.min(stripes));
         if done {
-            r.shards_done += 1;
+            r.shard_done[s] = true;
         }
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-        if r.shards_done == r.done_below.len() {
+        if r.shard_done.iter().all(|&d| d) {
             let role = r.role;
             let elapsed = r.started.elapsed();
             match self.metadata.finish_rebuild(&refs) {

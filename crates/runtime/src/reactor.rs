@@ -371,6 +371,15 @@ impl Reactor {
                         }
                         Control::Stop => return Next::Exit,
                         Control::StartRebuild { role, device, from, zeroes_after_discard } => {
+                            // IO for the failed device that never reached the driver fails:
+                            // after the remap it would reach the new one.
+                            if let Some(io) = state.held_io.take_if(|io| io.member == role) {
+                                self.shard.complete_io(flashraid_engine::MemberCompletion {
+                                    token: io.token,
+                                    result: Err(flashraid_engine::IoError::Gone),
+                                });
+                            }
+                            self.shard.cancel_queued_io(role);
                             match &mut self.driver {
                                 Backend::Uring(d) => {
                                     d.assign_role(role.get(), u32::try_from(device).expect("fits"))

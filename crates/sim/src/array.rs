@@ -111,6 +111,8 @@ pub struct SimArray {
     rebuild_done_below: Vec<u64>,
     /// Shards that finished the rebuild.
     rebuild_shards_done: usize,
+    /// `start_rebuild` calls made (the shards' event generations).
+    rebuild_generation: u32,
 }
 
 fn dyn_devices(devices: &[SimMember]) -> Vec<&dyn MetaDevice> {
@@ -216,6 +218,7 @@ impl SimArray {
                 .map(|(_, from)| vec![from.0; shard_count])
                 .unwrap_or_default(),
             rebuild_shards_done: 0,
+            rebuild_generation: u32::from(resumed.is_some()),
         })
         .map(|mut array| {
             array.take_spare_if_wanted();
@@ -460,14 +463,20 @@ impl SimArray {
                     ShardEvent::ErrorCorrected { member } => {
                         self.metadata.note_errors_corrected(*member, 1)
                     }
-                    ShardEvent::RebuildProgress { done_below, .. } => {
+                    ShardEvent::RebuildProgress { done_below, generation, .. }
+                        if *generation == self.rebuild_generation =>
+                    {
                         if let Some(d) = self.rebuild_done_below.get_mut(s) {
                             *d = (*d).max(done_below.0);
                             progress = true;
                         }
                     }
-                    ShardEvent::RebuildDone { .. } => {
-                        if let Some(d) = self.rebuild_done_below.get_mut(s) {
+                    ShardEvent::RebuildDone { generation, .. }
+                        if *generation == self.rebuild_generation =>
+                    {
+                        if let Some(d) = self.rebuild_done_below.get_mut(s)
+                            && *d < self.geometry.stripes()
+                        {
                             *d = self.geometry.stripes();
                             self.rebuild_shards_done += 1;
                             finished = self.rebuild_shards_done == self.shards.len();
@@ -512,12 +521,26 @@ impl SimArray {
         };
         let member = self.devices[device].clone();
         let zeroes = member.zeroes_after_discard();
+        // IO for the failed device that never reached a driver must not reach the new one.
+        for s in 0..self.shards.len() {
+            let (stale, kept): (Vec<MemberIo>, Vec<MemberIo>) =
+                self.unsent[s].drain(..).partition(|io| io.member == role);
+            self.unsent[s] = kept.into();
+            for io in stale {
+                self.shards[s].complete_io(flashraid_engine::MemberCompletion {
+                    token: io.token,
+                    result: Err(flashraid_engine::IoError::Gone),
+                });
+            }
+            self.shards[s].cancel_queued_io(role);
+        }
         for driver in &mut self.drivers {
             driver.set_member(role.get(), member.clone());
         }
         for shard in &mut self.shards {
             shard.start_rebuild(role, StripeIndex(0), zeroes);
         }
+        self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
         self.rebuild_done_below = vec![0; self.shards.len()];
         self.rebuild_shards_done = 0;
     }

@@ -125,9 +125,11 @@ pub enum ShardEvent {
     ResyncDone,
     /// Rebuild passed another checkpoint: every stripe of this shard below `done_below` is
     /// rebuilt (its writes completed; not yet flushed).
-    RebuildProgress { member: MemberIndex, done_below: StripeIndex },
+    /// `generation` counts `start_rebuild` calls (the same on every shard, which all get the
+    /// same sequence): the metadata owner ignores events of an abandoned rebuild.
+    RebuildProgress { member: MemberIndex, generation: u32, done_below: StripeIndex },
     /// Every stripe of this shard is rebuilt.
-    RebuildDone { member: MemberIndex },
+    RebuildDone { member: MemberIndex, generation: u32 },
     /// Rebuild cannot go on: a stripe could not be reconstructed (too many members
     /// unreadable). The stripes from `stripe` on stay unrebuilt.
     RebuildStalled { member: MemberIndex, stripe: StripeIndex },
@@ -167,8 +169,8 @@ pub struct ShardCounters {
     pub resync_stripes: u64,
     pub resync_repairs: u64,
     pub rebuild_stripes: u64,
-    /// Stripes rebuilt from parity that an unclean shutdown left untrusted (only after a
-    /// forced start of a dirty, degraded array).
+    /// Stripes rebuilt in regions an unclean shutdown left untrusted: verified against a
+    /// second parity row, or parity recomputed from the data.
     pub rebuild_untrusted_stripes: u64,
     pub rejected_busy: u64,
 }
@@ -302,6 +304,9 @@ struct Op {
     /// Rebuild and scrub: the rebuild or scrub this operation belongs to (an operation of an
     /// abandoned one must not count for the next).
     rebuild_generation: u32,
+    /// Rebuild of a stripe resync has not vouched for: every chunk is read and the target
+    /// written only if the stripe proves consistent.
+    rebuild_verify: bool,
 }
 
 /// What a starved operation does when buffers free up.
@@ -856,6 +861,7 @@ impl Shard {
             zero_fallback: 0,
             zero_fallback_issued: false,
             fua_flushed: false,
+            rebuild_verify: false,
             rebuild_generation: if kind == OpKind::Scrub {
                 self.scrub_generation
             } else {

@@ -122,13 +122,17 @@ impl Shard {
     }
 
     /// The rebuilt member is recorded in service durably: it is an ordinary member again.
+    /// If this shard failed the member meanwhile (its failure is on its way to the metadata
+    /// owner), nothing changes here: the failure wins.
     pub fn finish_rebuild(&mut self, member: MemberIndex) {
         let m = member.get();
-        let done = self
-            .rebuild
-            .as_ref()
-            .is_some_and(|r| usize::from(r.member) == m && r.low_water >= self.geometry.stripes());
-        assert!(done, "finish_rebuild before this shard rebuilt every stripe");
+        let Some(r) = self.rebuild.as_ref().filter(|r| usize::from(r.member) == m) else {
+            return;
+        };
+        assert!(
+            r.low_water >= self.geometry.stripes(),
+            "finish_rebuild before this shard rebuilt every stripe"
+        );
         self.members[m].health = super::Health::Active;
         self.rebuild = None;
     }
@@ -164,6 +168,30 @@ impl Shard {
             stripes_done: owned_below(r.low_water.min(stripes)) + ahead,
             stalled_at: r.stalled,
         })
+    }
+
+    /// IO queued for `member` and not yet handed to the driver fails as `Gone`: the member
+    /// is failed and its role is about to be given to another device, which must never
+    /// receive IO meant for the old one (a read would return the new device's contents).
+    pub fn cancel_queued_io(&mut self, member: MemberIndex) {
+        assert!(
+            matches!(self.members[member.get()].health, super::Health::Failed),
+            "only a failed member's IO is cancelled"
+        );
+        let mut cancelled = Vec::new();
+        self.ios.retain(|io| {
+            let keep = io.member != member;
+            if !keep {
+                cancelled.push(io.token);
+            }
+            keep
+        });
+        for token in cancelled {
+            self.complete_io(crate::io::MemberCompletion {
+                token,
+                result: Err(crate::io::IoError::Gone),
+            });
+        }
     }
 
     pub(super) fn rebuild_member(&self) -> Option<u16> {
@@ -262,15 +290,16 @@ impl Shard {
     fn announce_rebuild(&mut self) {
         let stripes = self.geometry.stripes();
         let every = self.rebuild_report_every();
+        let generation = self.rebuild_generation;
         let Some(r) = self.rebuild.as_mut() else { return };
         let member = MemberIndex(r.member);
         if r.low_water >= stripes && !r.done_announced {
             r.done_announced = true;
-            self.events.push_back(ShardEvent::RebuildDone { member });
+            self.events.push_back(ShardEvent::RebuildDone { member, generation });
         } else if r.low_water >= r.last_report + every {
             r.last_report = r.low_water;
             let done_below = StripeIndex(r.low_water);
-            self.events.push_back(ShardEvent::RebuildProgress { member, done_below });
+            self.events.push_back(ShardEvent::RebuildProgress { member, generation, done_below });
         }
     }
 
@@ -319,6 +348,9 @@ impl Shard {
                 self.rebuild_lost(op_slot);
                 return true;
             }
+            if untrusted {
+                return self.begin_rebuild_verified(op_slot, target, erased);
+            }
             let plan = self.plan_for(erased, bit(target));
             source_count = plan.sources().len();
             sources[..source_count].copy_from_slice(plan.sources());
@@ -355,9 +387,6 @@ impl Shard {
         if !self.take_scratch(op_slot, &needs[..count]) {
             return false;
         }
-        if untrusted && !mirror {
-            self.counters.rebuild_untrusted_stripes += 1;
-        }
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = Phase::Reading;
         op.serial = op.serial.wrapping_add(1);
@@ -376,6 +405,78 @@ impl Shard {
         true
     }
 
+    /// A stripe an unclean shutdown left untrusted (its parity may disagree with its data):
+    /// reconstructing from parity could invent data. Read every chunk still there; the
+    /// target is written only if the stripe proves consistent (see `rebuild_verify`).
+    fn begin_rebuild_verified(&mut self, op_slot: usize, target: usize, erased: ChunkSet) -> bool {
+        if erased != bit(target) {
+            // Another chunk is missing too: nothing left to check the reconstruction with.
+            self.rebuild_lost(op_slot);
+            return true;
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.rebuild_erased = erased;
+        op.rebuild_targets = bit(target);
+        op.rebuild_verify = true;
+        // Resync's reads: every available chunk, with room for recomputed parity.
+        self.begin_resync(op_slot)
+    }
+
+    /// Untrusted stripe, every available chunk read: parity target: recompute it from the
+    /// data (what resync would write); data target: reconstruct it and keep it only if every
+    /// parity row then agrees with the data (which needs a second parity row: on RAID 5 the
+    /// stripe cannot be checked and the rebuild stops there rather than guess).
+    fn rebuild_verify(&mut self, op_slot: usize) -> bool {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let codec = self.codec.expect("parity level");
+        let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let target = op.rebuild_targets.trailing_zeros() as usize;
+        if target < k {
+            if m < 2 {
+                return false;
+            }
+            self.plan_for(bit(target), bit(target));
+            let Shard { ops, plans, .. } = &mut *self;
+            let plan = plans.get(&(bit(target), bit(target))).expect("just planned");
+            let op = ops[op_slot].as_mut().expect("live");
+            let (sources, mut outs) =
+                super::read::split_scratch(op, plan.sources(), plan.targets(), len);
+            codec
+                .reconstruct_from(
+                    plan,
+                    &sources[..plan.sources().len()],
+                    &mut outs[..1],
+                    Stores::Cached,
+                )
+                .expect("shapes");
+        }
+        // Parity from the data (the reconstructed chunk included) into the extra slots.
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
+        {
+            let mut data: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
+            for i in 0..k {
+                data[i] = head[i].as_ref().expect("data").as_slice();
+            }
+            let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
+            for (r, slot) in extra.iter_mut().take(m).enumerate() {
+                outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
+            }
+            codec.encode(&data[..k], &mut outs[..m], Stores::Cached).expect("shapes");
+        }
+        if target >= k {
+            let computed = extra[target - k].as_ref().expect("computed").as_slice();
+            head[target].as_mut().expect("target").as_mut_slice().copy_from_slice(computed);
+            return true;
+        }
+        (0..m).all(|r| {
+            head[k + r].as_ref().expect("parity").as_slice()
+                == extra[r].as_ref().expect("computed").as_slice()
+        })
+    }
+
     /// Sources are in: reconstruct the target chunk and write it to the replacement.
     pub(super) fn rebuild_after_reads(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
@@ -391,13 +492,22 @@ impl Shard {
             }
             return;
         }
-        let Some(member) = self.rebuild.as_ref().map(|r| r.member) else {
-            // Its member failed while the sources were read.
+        let generation = self.ops[op_slot].as_ref().expect("live").rebuild_generation;
+        let current = self.rebuild.as_ref().filter(|_| generation == self.rebuild_generation);
+        let Some(member) = current.map(|r| r.member) else {
+            // Its member failed while the sources were read (and maybe another took over).
             self.ops[op_slot].as_mut().expect("live").result = Err(RequestError::ArrayFailed);
             self.finish_op(op_slot);
             return;
         };
-        if self.is_parity_level() {
+        if self.ops[op_slot].as_ref().expect("live").rebuild_verify {
+            if !self.rebuild_verify(op_slot) {
+                self.rebuild_lost(op_slot);
+                return;
+            }
+            self.counters.rebuild_untrusted_stripes += 1;
+        } else if self.is_parity_level() {
+            let op = self.ops[op_slot].as_ref().expect("live");
             let erased = op.rebuild_erased;
             let codec = self.codec.expect("parity level");
             let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
