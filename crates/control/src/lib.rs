@@ -320,6 +320,9 @@ pub struct Metadata {
     spares: Vec<usize>,
     /// Member size per device index, recorded in that device's superblock.
     sizes: Vec<u64>,
+    /// Roles failed because their device failed a metadata write, not yet handed to the
+    /// engine (`take_unapplied_failures`).
+    unapplied_failures: Vec<MemberIndex>,
 }
 
 impl Metadata {
@@ -379,16 +382,30 @@ impl Metadata {
                 .filter(|(d, slot)| failed_now.contains(d) && *slot < self.template.members.len())
                 .map(|&(_, slot)| slot)
                 .collect();
-            self.spares.retain(|d| !failed_now.contains(d));
-            if failed_roles.is_empty() {
+            // A spare that failed the write is dropped from the table (both lists, which
+            // stay index-aligned), and the table is written again without it.
+            let mut spare_dropped = false;
+            for i in (0..self.spares.len()).rev() {
+                if failed_now.contains(&self.spares[i]) {
+                    self.spares.remove(i);
+                    self.template.spares.remove(i);
+                    spare_dropped = true;
+                }
+            }
+            if failed_roles.is_empty() && !spare_dropped {
                 if self.holders().is_empty() {
                     return Err(ControlError::NoMetadataQuorum);
                 }
                 return Ok(newly_failed);
             }
+            if spare_dropped {
+                self.template.event += 1;
+            }
             for &role in &failed_roles {
                 self.mark_failed(role);
                 newly_failed.push(role);
+                // The engine must hear of it too: the caller drains these.
+                self.unapplied_failures.push(MemberIndex(u16::try_from(role).expect("fits")));
             }
             if self.holders().is_empty() {
                 return Err(ControlError::NoMetadataQuorum);
@@ -421,10 +438,21 @@ impl Metadata {
         for role in roles {
             self.mark_failed(role.get());
         }
-        let extra = self.write_all(devices)?;
+        self.write_all(devices)?;
         let mut all: Vec<MemberIndex> = roles.to_vec();
-        all.extend(extra.into_iter().map(|r| MemberIndex(u16::try_from(r).expect("fits"))));
+        all.extend(self.take_unapplied_failures());
         Ok(all)
+    }
+
+    /// Devices the metadata knows (indexes below this are taken).
+    pub fn known_devices(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// Roles a metadata write failed since the last call: the engine must apply them
+    /// (`Shard::apply_failed`) like any other failure.
+    pub fn take_unapplied_failures(&mut self) -> Vec<MemberIndex> {
+        std::mem::take(&mut self.unapplied_failures)
     }
 
     /// Add repaired-error counts to the member table (written with the next update).
@@ -549,6 +577,14 @@ impl Metadata {
         self.template.event += 1;
         self.roles[r] = Some(device);
         self.write_all(devices)?;
+        if self.roles[r].is_none() {
+            // The spare itself failed the write: the role is failed again (and the engine
+            // must not start a rebuild onto it).
+            return Err(ControlError::Invalid(format!(
+                "{} failed while taking over role {r}",
+                devices[device].name()
+            )));
+        }
         Ok(device)
     }
 
@@ -620,8 +656,13 @@ pub fn start(
     template.bitmap_shards = shards;
     template.init_cursor_stripes = CURSOR_NONE;
     let sizes: Vec<u64> = devices.iter().map(|d| d.size_bytes()).collect();
-    let mut metadata =
-        Metadata { template, roles: a.roles.clone(), spares: a.spares.clone(), sizes };
+    let mut metadata = Metadata {
+        template,
+        roles: a.roles.clone(),
+        spares: a.spares.clone(),
+        sizes,
+        unapplied_failures: vec![],
+    };
     // A role the table calls in service but no device holds is failed now, durably, before
     // the first write skips it: if its device came back later it would hold stale chunks
     // that a table still calling it Active (or Rebuilding) would let assembly use.

@@ -1001,6 +1001,7 @@ impl Controller {
                     let refs: Vec<&dyn MetaDevice> =
                         self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
                     let stored = self.metadata.set_tunables(&refs, tunables);
+                    self.apply_metadata_failures();
                     let _ = reply.send(stored.map_err(ArrayError::from));
                 }
                 Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
@@ -1140,18 +1141,10 @@ impl Controller {
             NewSpare::Memory(m) => (MemberDevice::Memory(m.clone()), AddedDevice::Memory(m)),
         };
         let name = device.name();
-        self.devices.push(device);
-        let index = self.devices.len() - 1;
-        let refs: Vec<&dyn MetaDevice> =
-            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-        let uuid = random_uuid()?;
-        if let Err(e) = self.metadata.add_spare(&refs, index, uuid, overwrite) {
-            self.devices.pop();
-            return Err(e.into());
-        }
+        // Every reactor registers it first (nothing is written yet): a spare the metadata
+        // lists is then always one every reactor can address.
         let slot = self.next_slot;
         self.next_slot += 1;
-        self.registered.push(Some(slot));
         let mut waits = vec![];
         for link in self.reactors.iter() {
             let (tx, rx) = mpsc::channel();
@@ -1161,11 +1154,25 @@ impl Controller {
             waits.push(rx);
         }
         for rx in waits {
-            // A reactor that cannot open it would send IO for the role to a placeholder: the
-            // spare is listed, but it must not take a role. Say so.
             rx.recv()
                 .map_err(|_| ArrayError::Stopped)?
                 .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
+        }
+        self.devices.push(device);
+        self.registered.push(Some(slot));
+        let index = self.devices.len() - 1;
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let uuid = random_uuid()?;
+        let listed = self.metadata.add_spare(&refs, index, uuid, overwrite);
+        self.apply_metadata_failures();
+        if let Err(e) = listed {
+            if self.metadata.known_devices() <= index {
+                // Not counted by the metadata: forget it (its ring slot stays unused).
+                self.devices.pop();
+                self.registered.pop();
+            }
+            return Err(e.into());
         }
         self.events.record(&self.metadata, "spare-added", &format!("hot spare {name} added"));
         self.take_spare_if_wanted();
@@ -1178,6 +1185,11 @@ impl Controller {
                 "a rebuild is running: scrub once it is done (parity cannot be checked \
                  against a member being rebuilt)"
                     .into(),
+            ));
+        }
+        if self.shard_statuses().iter().any(|s| s.resyncing) {
+            return Err(ArrayError::Other(
+                "resync after an unclean shutdown is still running: scrub once it is done".into(),
             ));
         }
         let degraded = (0..self.metadata.superblock().members.len())
@@ -1261,6 +1273,8 @@ impl Controller {
 
     /// At start: resume a rebuild the superblocks record, or give a failed role a spare.
     fn resume_or_start_rebuild(&mut self) {
+        // Tunables were stored at open, after the shards were set up.
+        self.apply_metadata_failures();
         if let Some((role, from)) = self.metadata.rebuild_in_progress() {
             let device = self.metadata.role_device(role.get()).expect("a rebuild has a device");
             let zeroes_after_discard = self.devices[device].zeroes_after_discard();
@@ -1275,12 +1289,36 @@ impl Controller {
         }
     }
 
+    /// Members a metadata write failed (their device refused the superblock) are failed in
+    /// the engine too, like any failure; a rebuild onto one of them is abandoned.
+    fn apply_metadata_failures(&mut self) {
+        let failed = self.metadata.take_unapplied_failures();
+        if failed.is_empty() {
+            return;
+        }
+        for m in &failed {
+            let message = format!("member {} failed (its superblock write failed)", m.get());
+            self.events.record(&self.metadata, "member-failed", &message);
+        }
+        self.broadcast(|| Control::ApplyFailed(failed.clone()));
+        if self.rebuild.as_ref().is_some_and(|r| failed.contains(&r.role)) {
+            self.events.record(
+                &self.metadata,
+                "rebuild-abandoned",
+                "the member being rebuilt failed: its rebuild is abandoned",
+            );
+            self.rebuild = None;
+        }
+    }
+
     /// A failed role and a hot spare: the spare takes the role, durably, and is rebuilt.
     fn take_spare_if_wanted(&mut self) {
         let Some(role) = self.metadata.spare_wanted() else { return };
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-        match self.metadata.take_spare(&refs, role) {
+        let taken = self.metadata.take_spare(&refs, role);
+        self.apply_metadata_failures();
+        match taken {
             Ok(device) => {
                 let zeroes_after_discard = self.devices[device].zeroes_after_discard();
                 self.events.record(
@@ -1349,8 +1387,11 @@ impl Controller {
         if r.shard_done.iter().all(|&d| d) {
             let role = r.role;
             let elapsed = r.started.elapsed();
-            match self.metadata.finish_rebuild(&refs) {
-                Ok(_) => {
+            let finished = self.metadata.finish_rebuild(&refs);
+            self.rebuild = None;
+            self.apply_metadata_failures();
+            match finished {
+                Ok(_) if self.metadata.role_device(role.get()).is_some() => {
                     self.broadcast(|| Control::FinishRebuild(role));
                     self.events.record(
                         &self.metadata,
@@ -1358,25 +1399,30 @@ impl Controller {
                         &format!("rebuild of member {} finished in {elapsed:.1?}", role.get()),
                     );
                 }
+                Ok(_) => {}
                 Err(e) => self.events.record(
                     &self.metadata,
                     "metadata-error",
                     &format!("recording the rebuilt member: {e}"),
                 ),
             }
-            self.rebuild = None;
             self.take_spare_if_wanted();
             return;
         }
         if r.last_recorded.elapsed() >= REBUILD_RECORD_INTERVAL {
             r.last_recorded = std::time::Instant::now();
             let cursor = r.done_below.iter().copied().min().unwrap_or(0);
-            if let Err(e) = self.metadata.record_rebuild_progress(&refs, StripeIndex(cursor)) {
+            let recorded = self.metadata.record_rebuild_progress(&refs, StripeIndex(cursor));
+            if let Err(e) = recorded {
                 self.events.record(
                     &self.metadata,
                     "metadata-error",
                     &format!("recording rebuild progress: {e}"),
                 );
+            }
+            self.apply_metadata_failures();
+            if self.rebuild.is_none() {
+                self.take_spare_if_wanted();
             }
         }
     }

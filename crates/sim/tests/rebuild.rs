@@ -233,7 +233,7 @@ fn rebuild_over_untrusted_stripes(level: Level, members: usize, seed: u64) -> (u
     for (b, values) in allowed.iter().enumerate() {
         if let Ok(got) = again.read(b as u64 * BLOCK, BLOCK) {
             assert!(
-                values.iter().any(|v| *v == got),
+                values.contains(&got),
                 "{level} seed {seed}: block {b} reads data never written (stalled {stalled})"
             );
         }

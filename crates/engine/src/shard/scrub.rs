@@ -225,6 +225,12 @@ impl Shard {
     /// their correct contents in their own scratch buffers.
     pub(super) fn scrub_after_reads(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
+        if self.stripe_needs_resync(op.stripe) {
+            // Resync has not vouched for it yet: its parity may disagree with its data for
+            // a reason resync settles (data wins). Judging it here could pick the wrong side.
+            self.finish_op(op_slot);
+            return;
+        }
         // Chunks that failed to read, or whose member left service since the scrub started.
         let errored = self.unreadable_chunks_all(op);
         let rewrite = if self.is_parity_level() {
