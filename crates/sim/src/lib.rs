@@ -13,3 +13,14 @@ pub mod member;
 
 pub use array::{SimArray, SimOptions, Ticket};
 pub use member::{SimError, SimMember};
+
+/// The seeds a seeded test runs: `FLASHRAID_SEED=n` replays one; `FLASHRAID_SEEDS=n` runs
+/// seeds 1 to n; otherwise 1 to `default_count`.
+pub fn seeds(default_count: u64) -> Vec<u64> {
+    if let Some(seed) = std::env::var("FLASHRAID_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![seed];
+    }
+    let count =
+        std::env::var("FLASHRAID_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
+    (1..=count).collect()
+}

@@ -342,11 +342,7 @@ fn members_with_bad_ranges(array: &SimArray, failed: &[usize]) -> usize {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("FLASHRAID_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let count = std::env::var("FLASHRAID_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    (1..=count).collect()
+    flashraid_sim::seeds(3)
 }
 
 fn levels() -> Vec<(Level, usize)> {

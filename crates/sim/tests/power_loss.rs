@@ -238,11 +238,7 @@ fn verify(
 }
 
 fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("FLASHRAID_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let count = std::env::var("FLASHRAID_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
-    (1..=count).collect()
+    flashraid_sim::seeds(4)
 }
 
 #[test]

@@ -128,11 +128,7 @@ fn present(devices: Vec<SimMember>) -> Vec<SimMember> {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("FLASHRAID_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let count = std::env::var("FLASHRAID_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    (1..=count).collect()
+    flashraid_sim::seeds(3)
 }
 
 #[test]

@@ -8,7 +8,6 @@ use crate::io::{Durability, IoError, MemberIo, MemberIoKind};
 use crate::plan::{ChunkSet, bit, has};
 use crate::request::{RequestError, ZeroHow};
 use flashraid_layout::{MEMBERS_MAX, MemberIndex, StripeIndex};
-use flashraid_parity::Stores;
 
 /// How often `tick` looks for bitmap regions to clear.
 const BITMAP_SCAN_INTERVAL_US: u64 = 1000;
@@ -556,18 +555,9 @@ impl Shard {
                 }
             }
             if data_ok {
-                let codec = self.codec.expect("parity level");
-                let op = self.ops[op_slot].as_mut().expect("live");
-                let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
-                let mut sources: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
-                for i in 0..k {
-                    sources[i] = head[i].as_ref().expect("data").as_slice();
-                }
-                let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
-                for (r, slot) in extra.iter_mut().take(m).enumerate() {
-                    outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
-                }
-                codec.encode(&sources[..k], &mut outs[..m], Stores::Cached).expect("shapes");
+                self.encode_parity_in_scratch(op_slot);
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
                 for r in 0..m {
                     let stored = head[k + r].as_ref().expect("parity").as_slice();
                     let computed = extra[r].as_ref().expect("computed").as_slice();

@@ -460,6 +460,54 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// Reconstruct `targets` from the other chunks of an operation, all in its scratch
+    /// buffers (each `len` bytes from the start): the plan for `erased` picks the sources.
+    pub(super) fn reconstruct_in_scratch(
+        &mut self,
+        op_slot: usize,
+        erased: ChunkSet,
+        targets: ChunkSet,
+        len: usize,
+    ) {
+        let codec = self.codec.expect("parity level");
+        self.plan_for(erased, targets);
+        let Shard { ops, plans, .. } = &mut *self;
+        let plan = plans.get(&(erased, targets)).expect("just planned");
+        let op = ops[op_slot].as_mut().expect("live");
+        let (sources, mut outs) = split_scratch(op, plan.sources(), plan.targets(), len);
+        let count = plan.targets().len();
+        codec
+            .reconstruct_from(
+                plan,
+                &sources[..plan.sources().len()],
+                &mut outs[..count],
+                Stores::Cached,
+            )
+            .expect("plan, counts and lengths are consistent");
+    }
+
+    /// Parity recomputed from an operation's data chunks (scratch `0..k`) into its extra
+    /// scratch slots (`MEMBERS_MAX + r`), as resync, scrub and a verified rebuild need.
+    pub(super) fn encode_parity_in_scratch(&mut self, op_slot: usize) {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let codec = self.codec.expect("parity level");
+        let op = self.ops[op_slot].as_mut().expect("live");
+        assert_eq!(op.pending, 0, "scratch contents touched with IO in flight");
+        let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
+        let mut data: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
+        for i in 0..k {
+            data[i] = head[i].as_ref().expect("data").as_slice();
+        }
+        let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
+        for (r, slot) in extra.iter_mut().take(m).enumerate() {
+            outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
+        }
+        codec.encode(&data[..k], &mut outs[..m], Stores::Cached).expect("shapes");
+    }
+}
+
 /// Split an operation's scratch buffers into reconstruction sources (shared) and targets
 /// (unique), in plan order, each cut to `len` bytes. Sources and targets are distinct chunks.
 pub(super) fn split_scratch<'a>(

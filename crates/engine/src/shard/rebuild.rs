@@ -32,7 +32,6 @@ use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkSet, bit, has};
 use crate::request::RequestError;
 use flashraid_layout::{MEMBERS_MAX, MemberIndex, PARITY_CHUNKS_MAX, StripeIndex};
-use flashraid_parity::Stores;
 
 /// A foreground request this recently makes the array busy for the rebuild's pace.
 const REBUILD_BUSY_WINDOW_US: u64 = 2_000;
@@ -429,7 +428,6 @@ impl Shard {
     fn rebuild_verify(&mut self, op_slot: usize) -> bool {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
-        let codec = self.codec.expect("parity level");
         let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
         let op = self.ops[op_slot].as_ref().expect("live");
         let target = op.rebuild_targets.trailing_zeros() as usize;
@@ -437,35 +435,12 @@ impl Shard {
             if m < 2 {
                 return false;
             }
-            self.plan_for(bit(target), bit(target));
-            let Shard { ops, plans, .. } = &mut *self;
-            let plan = plans.get(&(bit(target), bit(target))).expect("just planned");
-            let op = ops[op_slot].as_mut().expect("live");
-            let (sources, mut outs) =
-                super::read::split_scratch(op, plan.sources(), plan.targets(), len);
-            codec
-                .reconstruct_from(
-                    plan,
-                    &sources[..plan.sources().len()],
-                    &mut outs[..1],
-                    Stores::Cached,
-                )
-                .expect("shapes");
+            self.reconstruct_in_scratch(op_slot, bit(target), bit(target), len);
         }
         // Parity from the data (the reconstructed chunk included) into the extra slots.
+        self.encode_parity_in_scratch(op_slot);
         let op = self.ops[op_slot].as_mut().expect("live");
         let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
-        {
-            let mut data: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
-            for i in 0..k {
-                data[i] = head[i].as_ref().expect("data").as_slice();
-            }
-            let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
-            for (r, slot) in extra.iter_mut().take(m).enumerate() {
-                outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
-            }
-            codec.encode(&data[..k], &mut outs[..m], Stores::Cached).expect("shapes");
-        }
         if target >= k {
             let computed = extra[target - k].as_ref().expect("computed").as_slice();
             head[target].as_mut().expect("target").as_mut_slice().copy_from_slice(computed);
@@ -507,24 +482,9 @@ impl Shard {
             }
             self.counters.rebuild_untrusted_stripes += 1;
         } else if self.is_parity_level() {
-            let op = self.ops[op_slot].as_ref().expect("live");
-            let erased = op.rebuild_erased;
-            let codec = self.codec.expect("parity level");
+            let erased = self.ops[op_slot].as_ref().expect("live").rebuild_erased;
             let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
-            self.plan_for(erased, targets);
-            let Shard { ops, plans, .. } = &mut *self;
-            let plan = plans.get(&(erased, targets)).expect("just planned");
-            let op = ops[op_slot].as_mut().expect("live");
-            let (sources, mut outs) =
-                super::read::split_scratch(op, plan.sources(), plan.targets(), len);
-            codec
-                .reconstruct_from(
-                    plan,
-                    &sources[..plan.sources().len()],
-                    &mut outs[..1],
-                    Stores::Cached,
-                )
-                .expect("plan, counts and lengths are consistent");
+            self.reconstruct_in_scratch(op_slot, erased, targets, len);
         }
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = Phase::Writing;

@@ -252,7 +252,6 @@ impl Shard {
     fn scrub_parity(&mut self, op_slot: usize, errored: ChunkSet) -> ChunkSet {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
-        let codec = self.codec.expect("parity level");
         let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
         let erased = errored.count_ones() as usize;
         if erased > m {
@@ -261,41 +260,16 @@ impl Shard {
         }
         if erased > 0 {
             // Read errors: rebuild those chunks in place and rewrite them.
-            let targets = errored;
-            self.plan_for(errored, targets);
-            let Shard { ops, plans, .. } = &mut *self;
-            let plan = plans.get(&(errored, targets)).expect("just planned");
-            let op = ops[op_slot].as_mut().expect("live");
-            let (sources, mut outs) =
-                super::read::split_scratch(op, plan.sources(), plan.targets(), len);
-            let count = plan.targets().len();
-            codec
-                .reconstruct_from(
-                    plan,
-                    &sources[..plan.sources().len()],
-                    &mut outs[..count],
-                    Stores::Cached,
-                )
-                .expect("plan, counts and lengths are consistent");
+            self.reconstruct_in_scratch(op_slot, errored, errored, len);
             self.tally(|t| t.read_errors_repaired += u64::from(errored.count_ones()));
             self.counters.errors_corrected += u64::from(errored.count_ones());
             // With chunks rebuilt from parity, the stripe is consistent by construction.
             return errored;
         }
         // Recompute parity from the data and compare.
-        let op = self.ops[op_slot].as_mut().expect("live");
-        let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
-        {
-            let mut sources: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
-            for i in 0..k {
-                sources[i] = head[i].as_ref().expect("data").as_slice();
-            }
-            let mut outs: [&mut [u8]; 3] = [&mut [], &mut [], &mut []];
-            for (r, slot) in extra.iter_mut().take(m).enumerate() {
-                outs[r] = slot.as_mut().expect("recomputed parity").as_mut_slice();
-            }
-            codec.encode(&sources[..k], &mut outs[..m], Stores::Cached).expect("shapes");
-        }
+        self.encode_parity_in_scratch(op_slot);
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
         let differs = (0..m).any(|r| {
             head[k + r].as_ref().expect("parity").as_slice()
                 != extra[r].as_ref().expect("computed").as_slice()
