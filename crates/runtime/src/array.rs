@@ -1309,6 +1309,9 @@ impl Controller {
             );
             self.rebuild = None;
         }
+        // A spare takes over, as after any failure (a takeover in progress holds the
+        // rebuild slot, so this never starts a second one).
+        self.take_spare_if_wanted();
     }
 
     /// A failed role and a hot spare: the spare takes the role, durably, and is rebuilt.

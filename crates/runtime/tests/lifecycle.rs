@@ -307,3 +307,37 @@ fn tunables_given_at_create_or_live_are_stored_and_used_at_the_next_start() {
     again.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_member_that_fails_a_superblock_write_is_failed_in_the_engine_and_replaced() {
+    use flashraid_runtime::Trigger;
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("w{i}"), 16 << 20)).collect();
+    let spares = vec![MemMember::new("wspare", 16 << 20)];
+    let spec = CreateSpec::in_memory("metafail", Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+    let array = Array::open_in_memory(&all, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 5);
+    // Member 3 refuses writes to its first superblock copy only: data IO still works, so
+    // only a metadata update can find out.
+    let copy0 = flashraid_format::layout::SUPERBLOCK_COPY0_OFFSET_BYTES;
+    members[3].faults().write_errors().set(Trigger::range(copy0, 4096));
+    // Storing a tunable rewrites every superblock.
+    array.set_rebuild_rate(64 << 20).unwrap();
+    let status = wait_for(&array, "the member failed and replaced", |s| {
+        s.members[3].path.as_deref() == Some("wspare") && s.rebuild.is_none()
+    });
+    assert!(!status.degraded, "{status:#?}");
+    assert!(
+        status.events.iter().any(|e| e.kind == "member-failed" && e.message.contains("superblock")),
+        "{:#?}",
+        status.events
+    );
+    check(&mut session, &model, "after a metadata-write failure and its rebuild");
+    array.fail_member(0).unwrap();
+    array.fail_member(1).unwrap();
+    check(&mut session, &model, "relying on the spare that replaced it");
+}
