@@ -81,9 +81,25 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
     let mut line = String::new();
     BufReader::new((&stream).take(COMMAND_BYTES_MAX)).read_line(&mut line)?;
     let words: Vec<&str> = line.split_whitespace().collect();
-    // `spare-add force|keep PATH`: the path is the rest of the line (it may hold spaces).
-    let spare_path = line.trim_end_matches(['\r', '\n']).splitn(3, ' ').nth(2).map(PathBuf::from);
+    // `spare-add force|keep PATH`: the path is the rest of the line (it may hold spaces);
+    // `replace ROLE force|keep PATH` likewise.
+    let trimmed = line.trim_end_matches(['\r', '\n']);
+    let spare_path = trimmed.splitn(3, ' ').nth(2).map(PathBuf::from);
+    let replace_path = trimmed.splitn(4, ' ').nth(3).map(PathBuf::from);
     let reply = match words.as_slice() {
+        ["replace", role, how @ ("force" | "keep"), ..] => {
+            match (role.parse::<usize>(), replace_path) {
+                (Ok(role), Some(path)) if path.is_absolute() => {
+                    let overwrite =
+                        if *how == "force" { Overwrite::Force } else { Overwrite::Refuse };
+                    match context.array.replace(role, &path, overwrite) {
+                        Ok(()) => json!({ "ok": true }),
+                        Err(e) => json!({ "error": e.to_string() }),
+                    }
+                }
+                _ => json!({ "error": "replace needs a member role and an absolute path" }),
+            }
+        }
         ["spare-add", how @ ("force" | "keep"), ..] => match spare_path {
             Some(path) if path.is_absolute() => {
                 let overwrite = if *how == "force" { Overwrite::Force } else { Overwrite::Refuse };
@@ -132,8 +148,8 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         _ => json!({
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
-                 rebuild-busy-rate BYTES_PER_S, scrub check|repair|stop or \
-                 spare-add force|keep PATH",
+                 rebuild-busy-rate BYTES_PER_S, scrub check|repair|stop, \
+                 spare-add force|keep PATH or replace ROLE force|keep PATH",
                 line.trim()
             )
         }),
@@ -509,7 +525,8 @@ pub struct ReplaceArgs {
     new: PathBuf,
 }
 
-/// `flashraid replace OLD NEW`: NEW is added as a spare, OLD is failed, NEW is rebuilt.
+/// `flashraid replace OLD NEW`: NEW is added as a spare, OLD is failed, NEW (not another
+/// spare) takes its role and is rebuilt.
 /// Partial: the data is reconstructed from the other members rather than copied from OLD,
 /// so the array has one failure less of margin until the rebuild ends.
 pub fn run_replace(args: ReplaceArgs) -> Result<()> {
@@ -524,17 +541,10 @@ pub fn run_replace(args: ReplaceArgs) -> Result<()> {
         .find(|m| m["path"].as_str().map(PathBuf::from).as_ref() == Some(&old))
         .and_then(|m| m["role"].as_u64())
         .with_context(|| format!("{} is not a member of this array", old.display()))?;
-    if !v["rebuild"].is_null() {
-        bail!("a rebuild is running; replace once it is done");
-    }
-    if v["spares"].as_array().is_some_and(|s| !s.is_empty()) {
-        bail!("the array has a hot spare, which would take the role instead; fail the member");
-    }
     let new = std::fs::canonicalize(&args.new)
         .with_context(|| format!("{}: cannot find it", args.new.display()))?;
     let how = if args.force { "force" } else { "keep" };
-    ask(&path, &format!("spare-add {how} {}", new.display()))?;
-    ask(&path, &format!("fail {role}"))?;
+    ask(&path, &format!("replace {role} {how} {}", new.display()))?;
     let v = ask(&path, "status")?;
     println!("member {role} ({}) is being replaced by {}", old.display(), new.display());
     if let Some(line) = rebuild_line(&v["rebuild"]) {

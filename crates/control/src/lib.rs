@@ -552,6 +552,7 @@ impl Metadata {
         &mut self,
         devices: &[&dyn MetaDevice],
         role: MemberIndex,
+        preferred: Option<usize>,
     ) -> Result<usize, ControlError> {
         let r = role.get();
         if self.roles[r].is_some() || self.template.members[r].state != MemberState::Failed {
@@ -563,8 +564,10 @@ impl Metadata {
         if self.spares.is_empty() {
             return Err(ControlError::Invalid("no hot spare".into()));
         }
-        let device = self.spares.remove(0);
-        let mut entry = self.template.spares.remove(0);
+        // The spare `replace` named, else the first.
+        let pick = preferred.and_then(|d| self.spares.iter().position(|&s| s == d)).unwrap_or(0);
+        let device = self.spares.remove(pick);
+        let mut entry = self.template.spares.remove(pick);
         entry.state = MemberState::Rebuilding;
         entry.failed_at_event = 0;
         entry.errors_corrected = 0;

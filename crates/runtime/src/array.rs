@@ -214,6 +214,9 @@ pub(crate) enum ToController {
     },
     /// A device to add as a hot spare, and whether it may be overwritten.
     AddSpare(NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
+    /// Replace a member: the device is added as a spare, the member failed, and that spare
+    /// (not another) takes the role.
+    Replace(usize, NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
@@ -572,6 +575,7 @@ impl Array {
         let next_slot = geometry.member_count() + metadata.spare_devices().len();
         let mut controller = Controller {
             next_slot,
+            preferred_spare: None,
             inbox: controller_rx,
             metadata,
             devices,
@@ -723,6 +727,44 @@ impl Array {
         self.add_new_spare(NewSpare::Path(path.to_path_buf()), overwrite)
     }
 
+    /// Replace member `role` with a new device: added as a hot spare, then the member is
+    /// failed and that spare takes its role and is rebuilt. Refused while a rebuild runs or
+    /// while a role is already failed (a spare would take that one first). Partial: the new
+    /// device is rebuilt from the other members, not copied from the old one, so the array
+    /// has one failure less of margin until the rebuild ends.
+    pub fn replace(
+        &self,
+        role: usize,
+        path: &Path,
+        overwrite: Overwrite,
+    ) -> Result<(), ArrayError> {
+        self.send_replace(role, NewSpare::Path(path.to_path_buf()), overwrite)
+    }
+
+    /// `replace` for an array on in-memory members.
+    pub fn replace_in_memory(&self, role: usize, member: Arc<MemMember>) -> Result<(), ArrayError> {
+        self.send_replace(role, NewSpare::Memory(member), Overwrite::Refuse)
+    }
+
+    fn send_replace(
+        &self,
+        role: usize,
+        spare: NewSpare,
+        overwrite: Overwrite,
+    ) -> Result<(), ArrayError> {
+        if role >= self.geometry.member_count() {
+            return Err(ArrayError::Other(format!(
+                "no member {role}: the array has {}",
+                self.geometry.member_count()
+            )));
+        }
+        let (tx, rx) = mpsc::channel();
+        self.controller
+            .send(ToController::Replace(role, spare, overwrite, tx))
+            .map_err(|_| ArrayError::Stopped)?;
+        rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
     /// `add_spare` for an array on in-memory members.
     pub fn add_spare_in_memory(&self, member: Arc<MemMember>) -> Result<(), ArrayError> {
         self.add_new_spare(NewSpare::Memory(member), Overwrite::Refuse)
@@ -827,6 +869,8 @@ struct Controller {
     registered: Vec<Option<usize>>,
     /// The next free registration slot (for a spare added while running).
     next_slot: usize,
+    /// The spare `replace` added: the next takeover uses it rather than the first spare.
+    preferred_spare: Option<usize>,
     rebuild: Option<RunningRebuild>,
     /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
     rebuild_generation: u32,
@@ -973,6 +1017,9 @@ impl Controller {
                         }
                     };
                     let _ = reply.send(result);
+                }
+                Some(ToController::Replace(role, spare, overwrite, reply)) => {
+                    let _ = reply.send(self.replace(role, spare, overwrite));
                 }
                 Some(ToController::AddSpare(spare, overwrite, reply)) => {
                     let result = self.add_spare(spare, overwrite);
@@ -1179,6 +1226,34 @@ impl Controller {
         Ok(())
     }
 
+    fn replace(
+        &mut self,
+        role: usize,
+        spare: NewSpare,
+        overwrite: Overwrite,
+    ) -> Result<(), ArrayError> {
+        if self.rebuild.is_some() {
+            return Err(ArrayError::Other("a rebuild is running; replace once it is done".into()));
+        }
+        let missing: Vec<usize> = (0..self.metadata.superblock().members.len())
+            .filter(|&r| self.metadata.role_device(r).is_none())
+            .collect();
+        if !missing.is_empty() {
+            return Err(ArrayError::Other(format!(
+                "members {missing:?} are failed: add a spare for them first (a new spare \
+                 would take their role, not member {role}'s)"
+            )));
+        }
+        self.add_spare(spare, overwrite)?;
+        self.preferred_spare = self.devices.len().checked_sub(1);
+        let member = MemberIndex(u16::try_from(role).expect("fits"));
+        let message = format!("member {role} is being replaced (failed by the operator)");
+        self.events.record(&self.metadata, "member-failed", &message);
+        let result = self.fail(&[member]);
+        self.preferred_spare = None;
+        result
+    }
+
     fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {
         if self.rebuild.is_some() {
             return Err(ArrayError::Other(
@@ -1319,7 +1394,8 @@ impl Controller {
         let Some(role) = self.metadata.spare_wanted() else { return };
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-        let taken = self.metadata.take_spare(&refs, role);
+        let preferred = self.preferred_spare.take();
+        let taken = self.metadata.take_spare(&refs, role, preferred);
         self.apply_metadata_failures();
         match taken {
             Ok(device) => {

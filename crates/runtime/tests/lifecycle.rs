@@ -341,3 +341,30 @@ fn a_member_that_fails_a_superblock_write_is_failed_in_the_engine_and_replaced()
     array.fail_member(1).unwrap();
     check(&mut session, &model, "relying on the spare that replaced it");
 }
+
+#[test]
+fn replace_puts_the_new_device_in_the_role_even_with_another_spare_present() {
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("r{i}"), 16 << 20)).collect();
+    let spares = vec![MemMember::new("standby", 16 << 20)];
+    let spec = CreateSpec::in_memory("replace", Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+    let array = Array::open_in_memory(&all, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 6);
+    array.replace_in_memory(2, MemMember::new("newer", 16 << 20)).unwrap();
+    let status = wait_for(&array, "the replacement's rebuild", |s| s.rebuild.is_none());
+    assert_eq!(status.members[2].path.as_deref(), Some("newer"), "{status:#?}");
+    assert_eq!(status.spares, vec!["standby".to_string()], "the standby spare was used");
+    assert!(!status.degraded);
+    check(&mut session, &model, "after replace");
+    // Refused while a role is failed: a new spare would go there.
+    array.fail_member(4).unwrap();
+    wait_for(&array, "the standby's rebuild", |s| s.rebuild.is_none());
+    array.fail_member(5).unwrap();
+    let e = array.replace_in_memory(0, MemMember::new("third", 16 << 20)).unwrap_err();
+    assert!(e.to_string().contains("failed"), "{e}");
+    check(&mut session, &model, "after the refusal");
+}

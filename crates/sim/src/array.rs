@@ -515,7 +515,7 @@ impl SimArray {
     fn take_spare_if_wanted(&mut self) {
         let Some(role) = self.metadata.spare_wanted() else { return };
         let devices = dyn_devices(&self.devices);
-        let Ok(device) = self.metadata.take_spare(&devices, role) else {
+        let Ok(device) = self.metadata.take_spare(&devices, role, None) else {
             self.metadata_lost = true;
             return;
         };
