@@ -472,13 +472,37 @@ impl Metadata {
         uuid: flashraid_format::Uuid,
         overwrite: Overwrite,
     ) -> Result<(), ControlError> {
-        assert_eq!(device, self.sizes.len(), "the new device comes after the known ones");
+        assert!(device <= self.sizes.len(), "a known device or the next one");
         let d = devices[device];
-        let known: Vec<&dyn MetaDevice> = devices[..device].to_vec();
-        if known.iter().any(|k| k.name() == d.name()) {
+        let holds = self.holders().iter().any(|&(h, _)| h == device);
+        let named_twice =
+            devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name());
+        if holds || named_twice {
             return Err(ControlError::DuplicateDevice { device: d.name() });
         }
-        check_devices(&[d], overwrite)?;
+        // A former member of this array (failed, or replaced) comes back as a spare without
+        // --force: its contents are this array's own, stale. One still in service under
+        // another name is refused.
+        let former = match read_candidate(d).copies.iter().flatten().max_by_key(|sb| sb.event) {
+            Some(sb) if sb.array_uuid == self.template.array_uuid => {
+                let in_service = self.holders().iter().any(|&(_, slot)| {
+                    let entry = self.template.slot(slot);
+                    entry.uuid == sb.this_uuid && entry.state != MemberState::Failed
+                });
+                if in_service {
+                    return Err(ControlError::Invalid(format!(
+                        "{} is a member of this array in service (the same device under \
+                         another name?)",
+                        d.name()
+                    )));
+                }
+                true
+            }
+            _ => false,
+        };
+        if !former {
+            check_devices(&[d], overwrite)?;
+        }
         let needed = self.template.member_data_bytes;
         let capacity = flashraid_format::layout::member_data_capacity(d.size_bytes());
         if capacity.is_none_or(|c| c < needed) {
@@ -499,7 +523,9 @@ impl Metadata {
             return Err(ControlError::Invalid("identity collision; try again".into()));
         }
         write_bitmap_area(d, &self.template, &[], self.template.bitmap_shards)?;
-        self.sizes.push(d.size_bytes());
+        if device == self.sizes.len() {
+            self.sizes.push(d.size_bytes());
+        }
         self.template.spares.push(flashraid_format::superblock::MemberEntry {
             uuid,
             state: MemberState::Spare,

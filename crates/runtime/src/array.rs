@@ -1168,6 +1168,30 @@ impl Controller {
     }
 
     fn add_spare(&mut self, spare: NewSpare, overwrite: Overwrite) -> Result<(), ArrayError> {
+        // A device this server already holds open (a member that failed): it is registered
+        // already, so it only needs listing again.
+        let name = match &spare {
+            NewSpare::Path(p) => p.display().to_string(),
+            NewSpare::Memory(m) => m.name().to_string(),
+        };
+        if let Some(index) = self.devices.iter().position(|d| d.name() == name) {
+            if self.registered[index].is_none() {
+                return Err(ArrayError::Other(format!("{name} cannot be used (not registered)")));
+            }
+            let refs: Vec<&dyn MetaDevice> =
+                self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+            let uuid = random_uuid()?;
+            let listed = self.metadata.add_spare(&refs, index, uuid, overwrite);
+            self.apply_metadata_failures();
+            listed?;
+            self.events.record(
+                &self.metadata,
+                "spare-added",
+                &format!("{name} is a hot spare again"),
+            );
+            self.take_spare_if_wanted();
+            return Ok(());
+        }
         if self.next_slot >= flashraid_layout::MEMBERS_MAX {
             return Err(ArrayError::Other("no free device slot (64 members and spares)".into()));
         }

@@ -368,3 +368,38 @@ fn replace_puts_the_new_device_in_the_role_even_with_another_spare_present() {
     assert!(e.to_string().contains("failed"), "{e}");
     check(&mut session, &model, "after the refusal");
 }
+
+#[test]
+fn a_failed_member_comes_back_as_a_spare_without_force_and_is_rebuilt() {
+    let dir = std::env::temp_dir().join(format!("flashraid-readd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<PathBuf> = (0..5).map(|i| dir.join(format!("m{i}"))).collect();
+    let spec = CreateSpec {
+        members: paths.clone(),
+        create_files_bytes: Some(24 << 20),
+        ..CreateSpec::in_memory("readd", Level::Raid5, CHUNK_BYTES, 2)
+    };
+    create(&spec).unwrap();
+    let array = Array::open(&paths, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let mut model = fill(&mut session, size, 7);
+    array.fail_member(1).unwrap();
+    // Written while member 1 is out: its copy of these stripes is stale now.
+    let fresh = pattern(70, 1 << 20);
+    session.write(3 << 20, &fresh).unwrap();
+    session.flush().unwrap();
+    model[3 << 20..4 << 20].copy_from_slice(&fresh);
+    // It is this array's own former member: no --force needed (it is rebuilt in full).
+    array.add_spare(&paths[1], flashraid_control::Overwrite::Refuse).unwrap();
+    let status = wait_for(&array, "the returning member's rebuild", |s| s.rebuild.is_none());
+    assert!(!status.degraded, "{status:#?}");
+    assert_eq!(status.members[1].path.as_deref(), paths[1].to_str());
+    check(&mut session, &model, "after the member came back");
+    array.fail_member(0).unwrap();
+    check(&mut session, &model, "relying on the member that came back");
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
