@@ -317,7 +317,8 @@ impl Reactor {
             // A turn that did only background work (rebuild, scrub, resync) yields its core:
             // on a machine with no core to spare, the clients' threads would otherwise wait
             // for the scheduler to preempt a reactor that never sleeps.
-            let background_only = progress && !foreground && state.jobs.is_empty();
+            let background_only =
+                progress && !foreground && state.jobs.is_empty() && self.shard.background_busy();
             if background_only
                 || (!sleep && idle_turns > 0 && idle_turns.is_multiple_of(YIELD_EVERY_IDLE_TURNS))
             {

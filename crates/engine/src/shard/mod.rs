@@ -606,6 +606,13 @@ impl Shard {
             || (self.resync_region_index < self.resync_regions.len() && !self.resync_stalled())
     }
 
+    /// Background work (rebuild, scrub, resync) has operations in flight.
+    pub fn background_busy(&self) -> bool {
+        self.resync_in_flight > 0
+            || self.rebuild.as_ref().is_some_and(|r| r.in_flight() > 0)
+            || self.scrub.as_ref().is_some_and(|s| s.in_flight() > 0)
+    }
+
     /// Regions set in the bitmap (status).
     pub fn bitmap_regions_set(&self) -> usize {
         self.bitmap.set_regions()

@@ -68,6 +68,12 @@ pub(super) struct RebuildState {
     busy_pace: Pace,
 }
 
+impl RebuildState {
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+}
+
 /// A shard's rebuild, for status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RebuildStatus {

@@ -38,6 +38,12 @@ pub(super) struct ScrubState {
     done_announced: bool,
 }
 
+impl ScrubState {
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+}
+
 /// What a scrub found and did (per shard; the array sums them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ScrubTally {
