@@ -430,8 +430,18 @@ fn a_write_torn_with_an_error_fails_the_member_and_reads_stay_right() {
 /// the healthy path, so nothing notices until a reconstruction uses the stale chunk and
 /// returns wrong bytes for data that was never rewritten (unless a scrub runs first: see
 /// the next test).
-#[test]
-fn a_lost_write_without_a_crash_goes_unnoticed_until_reconstruction() {
+/// A RAID 6 where one member silently lost the write of chunk 3 (`b`) after chunks 0-2 (`a`)
+/// were written, the fault cleared.
+struct LostWrite {
+    _members: Vec<Arc<MemMember>>,
+    geometry: Geometry,
+    array: Array,
+    session: Session,
+    a: Vec<u8>,
+    b: Vec<u8>,
+}
+
+fn with_a_lost_write() -> LostWrite {
     let power = PowerDomain::new();
     let members = members(6, &power);
     let geometry = create(Level::Raid6, &members);
@@ -446,6 +456,13 @@ fn a_lost_write_without_a_crash_goes_unnoticed_until_reconstruction() {
     s.write(3 * CHUNK_BYTES, &b).unwrap();
     s.flush().unwrap();
     assert_eq!(lost.hits(), 1);
+    lost.clear();
+    LostWrite { _members: members, geometry, array, session: s, a, b }
+}
+
+#[test]
+fn a_lost_write_without_a_crash_goes_unnoticed_until_reconstruction() {
+    let LostWrite { _members, geometry, array, session: mut s, a, b } = with_a_lost_write();
     assert!(read(&mut s, 3 * CHUNK_BYTES, CHUNK_BYTES) != b, "the lost write reads stale");
     array.fail_member(geometry.data_member(StripeIndex(0), 0, 0).get()).unwrap();
     let degraded = read(&mut s, 0, 3 * CHUNK_BYTES);
@@ -459,20 +476,7 @@ fn a_lost_write_without_a_crash_goes_unnoticed_until_reconstruction() {
 /// back and a reconstruction returns the right data.
 #[test]
 fn a_lost_write_is_found_located_and_repaired_by_scrub() {
-    let power = PowerDomain::new();
-    let members = members(6, &power);
-    let geometry = create(Level::Raid6, &members);
-    let array = Array::open_in_memory(&members, &options()).unwrap();
-    let mut s = array.session().unwrap();
-    let a = pattern(9, 3 * CHUNK_BYTES);
-    s.write(0, &a).unwrap();
-    let (b_member, b_offset) = locate(&geometry, 3 * CHUNK_BYTES);
-    let lost = members[b_member].faults().lost_writes();
-    lost.set(Trigger::range(b_offset, CHUNK_BYTES));
-    let b = pattern(10, CHUNK_BYTES);
-    s.write(3 * CHUNK_BYTES, &b).unwrap();
-    s.flush().unwrap();
-    lost.clear();
+    let LostWrite { _members, geometry, array, session: mut s, a, b } = with_a_lost_write();
     let finished = |st: &ArrayStatus| st.scrub.as_ref().is_some_and(|x| !x.running);
     array.start_scrub(false).unwrap();
     let check = wait_for(&array, "the check", finished).scrub.unwrap().tally;

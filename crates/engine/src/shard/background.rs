@@ -597,25 +597,13 @@ impl Shard {
     pub(super) fn resync_issue(&mut self, op_slot: usize) {
         let k = self.geometry.data_chunks();
         let n = self.geometry.member_count();
-        let chunk = self.geometry.chunk_bytes();
-        let op = self.ops[op_slot].as_mut().expect("live");
-        op.phase = Phase::Writing;
-        op.serial = op.serial.wrapping_add(1);
+        let parity = self.is_parity_level();
+        let op = self.ops[op_slot].as_ref().expect("live");
         let rewrite = op.repaired;
-        let stripe = op.stripe;
-        let chunks = if self.is_parity_level() { k + self.geometry.parity_chunks() } else { n };
-        let failing = self.failing_mask();
-        for c in (0..chunks).filter(|&c| has(rewrite, c)) {
-            let op = self.ops[op_slot].as_ref().expect("live");
-            let member = op.chunk_member[c];
-            if !self.usable(stripe, member) {
-                // Failed since the reads: not written; wait for its failure to be durable.
-                let op = self.ops[op_slot].as_mut().expect("live");
-                op.needs_failed |= failing & (1u64 << member);
-                continue;
-            }
-            let op = self.ops[op_slot].as_ref().expect("live");
-            let source = if self.is_parity_level() {
+        // Mirrors: each rewritten copy from its reference copy (a copy not rewritten).
+        let mut source = [0usize; MEMBERS_MAX];
+        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
+            source[c] = if parity {
                 MEMBERS_MAX + (c - k)
             } else {
                 let i = self.data_position(op, c).expect("mirror data");
@@ -623,9 +611,37 @@ impl Shard {
                     .find(|&o| self.data_position(op, o) == Some(i) && !has(rewrite, o))
                     .expect("reference copy")
             };
+        }
+        self.issue_chunk_rewrites(op_slot, rewrite, &source);
+    }
+
+    /// Write whole chunks `rewrite` of an operation's stripe, chunk `c` from scratch buffer
+    /// `source[c]`. A member that left service since the reads is skipped (the op then waits
+    /// for its failure to be durable).
+    pub(super) fn issue_chunk_rewrites(
+        &mut self,
+        op_slot: usize,
+        rewrite: ChunkSet,
+        source: &[usize; MEMBERS_MAX],
+    ) {
+        let chunk = self.geometry.chunk_bytes();
+        let failing = self.failing_mask();
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = Phase::Writing;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let member = op.chunk_member[c];
+            if !self.usable(stripe, member) {
+                let op = self.ops[op_slot].as_mut().expect("live");
+                op.needs_failed |= failing & (1u64 << member);
+                continue;
+            }
+            let op = self.ops[op_slot].as_ref().expect("live");
             let kind = MemberIoKind::Write {
                 offset_bytes: self.member_offset(stripe, 0),
-                ptr: Self::scratch_ptr(op, source, 0).cast_const(),
+                ptr: Self::scratch_ptr(op, source[c], 0).cast_const(),
                 len_bytes: chunk,
                 durability: Durability::Cached,
             };

@@ -20,8 +20,7 @@
 //! temporary buffers, once per mismatched stripe: a fault path, bounded by the stripe size.
 
 use super::pace::Pace;
-use super::{Health, OpKind, Phase, Shard, ShardEvent, ShutdownState, StripeEntry};
-use crate::io::{Durability, MemberIoKind};
+use super::{Health, OpKind, Shard, ShardEvent, ShutdownState, StripeEntry};
 use crate::plan::{ChunkSet, bit, has};
 use flashraid_layout::{MEMBERS_MAX, StripeIndex};
 use flashraid_parity::Stores;
@@ -416,32 +415,8 @@ impl Shard {
 
     /// Write the chunks `scrub_after_reads` corrected, from their own scratch buffers.
     pub(super) fn scrub_issue(&mut self, op_slot: usize) {
-        let chunk = self.geometry.chunk_bytes();
-        let failing = self.failing_mask();
-        let op = self.ops[op_slot].as_mut().expect("live");
-        op.phase = Phase::Writing;
-        op.serial = op.serial.wrapping_add(1);
-        let rewrite = op.repaired;
-        let stripe = op.stripe;
-        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
-            let op = self.ops[op_slot].as_ref().expect("live");
-            let member = op.chunk_member[c];
-            if !self.usable(stripe, member) {
-                let op = self.ops[op_slot].as_mut().expect("live");
-                op.needs_failed |= failing & (1u64 << member);
-                continue;
-            }
-            let op = self.ops[op_slot].as_ref().expect("live");
-            let kind = MemberIoKind::Write {
-                offset_bytes: self.member_offset(stripe, 0),
-                ptr: Self::scratch_ptr(op, c, 0).cast_const(),
-                len_bytes: chunk,
-                durability: Durability::Cached,
-            };
-            self.issue(op_slot, c, 0, kind);
-        }
-        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
-            self.advance(op_slot);
-        }
+        let rewrite = self.ops[op_slot].as_ref().expect("live").repaired;
+        let source: [usize; MEMBERS_MAX] = std::array::from_fn(|c| c);
+        self.issue_chunk_rewrites(op_slot, rewrite, &source);
     }
 }
