@@ -351,24 +351,44 @@ pub fn run_array(
     seed: u64,
 ) -> Result<Measured, String> {
     let size = array.size_bytes();
+    run_jobs(jobs, |job| array_job(array, size, pattern, job, jobs, queue_depth, duration, seed))
+}
+
+/// Run `job(0..jobs)` on threads of their own and combine what they measured (wall time and
+/// the process's CPU time over all of them).
+fn run_jobs(
+    jobs: usize,
+    job: impl Fn(usize) -> Result<(u64, u64, Histogram), String> + Sync,
+) -> Result<Measured, String> {
     let cpu_start = ProcessTime::now();
     let start = Instant::now();
     let results: Vec<Result<(u64, u64, Histogram), String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|job| {
-                scope.spawn(move || {
-                    array_job(array, size, pattern, job, jobs, queue_depth, duration, seed)
-                })
-            })
-            .collect();
+        let job = &job;
+        let handles: Vec<_> = (0..jobs).map(|j| scope.spawn(move || job(j))).collect();
         handles
             .into_iter()
             .map(|h| h.join().map_err(|_| "array job panicked".to_string())?)
             .collect()
     });
-    let wall = start.elapsed();
-    let cpu = cpu_start.elapsed();
-    combine(results, wall, cpu)
+    combine(results, start.elapsed(), cpu_start.elapsed())
+}
+
+/// Take a session's finished IOs: their tags into `finished`; the first error, if any.
+fn collect_finished(
+    session: &mut flashraid_runtime::Session,
+    wait: bool,
+    finished: &mut Vec<usize>,
+) -> Result<(), String> {
+    let mut failure: Option<String> = None;
+    session.poll(wait, &mut |event| {
+        if let Event::Done { tag, result } = event {
+            if let Err(e) = result {
+                failure.get_or_insert(e.to_string());
+            }
+            finished.push(usize::try_from(tag).expect("fits"));
+        }
+    });
+    failure.map_or(Ok(()), |e| Err(format!("array IO failed: {e}")))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -396,21 +416,10 @@ fn array_job(
         submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
     }
     let mut in_flight = queue_depth;
-    let mut failure: Option<String> = None;
     let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
     while in_flight > 0 {
         finished.clear();
-        session.poll(true, &mut |event| {
-            if let Event::Done { tag, result } = event {
-                if let Err(e) = result {
-                    failure.get_or_insert(e.to_string());
-                }
-                finished.push(usize::try_from(tag).expect("fits"));
-            }
-        });
-        if let Some(e) = failure.take() {
-            return Err(format!("array IO failed: {e}"));
-        }
+        collect_finished(&mut session, true, &mut finished)?;
         for &slot in &finished {
             histogram.record(started[slot].elapsed());
             ios += 1;
@@ -442,26 +451,10 @@ pub fn run_array_paced(
     stop: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<Measured, String> {
     let size = array.size_bytes();
-    let cpu_start = ProcessTime::now();
-    let start = Instant::now();
     let share = target_iops / jobs.max(1) as f64;
-    let results: Vec<Result<(u64, u64, Histogram), String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|job| {
-                scope.spawn(move || {
-                    let args = (job, jobs, queue_depth, duration, seed, share);
-                    paced_job(array, size, pattern, args, stop)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().map_err(|_| "array job panicked".to_string())?)
-            .collect()
-    });
-    let wall = start.elapsed();
-    let cpu = cpu_start.elapsed();
-    combine(results, wall, cpu)
+    run_jobs(jobs, |job| {
+        paced_job(array, size, pattern, (job, jobs, queue_depth, duration, seed, share), stop)
+    })
 }
 
 fn paced_job(
@@ -480,7 +473,6 @@ fn paced_job(
     let mut free: Vec<usize> = (0..queue_depth).collect();
     let mut histogram = Histogram::new();
     let (mut ios, mut bytes, mut issued) = (0u64, 0u64, 0u64);
-    let mut failure: Option<String> = None;
     let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
     loop {
         let elapsed = start.elapsed();
@@ -501,17 +493,7 @@ fn paced_job(
         }
         finished.clear();
         if in_flight > 0 {
-            session.poll(false, &mut |event| {
-                if let Event::Done { tag, result } = event {
-                    if let Err(e) = result {
-                        failure.get_or_insert(e.to_string());
-                    }
-                    finished.push(usize::try_from(tag).expect("fits"));
-                }
-            });
-        }
-        if let Some(e) = failure.take() {
-            return Err(format!("array IO failed: {e}"));
+            collect_finished(&mut session, false, &mut finished)?;
         }
         if finished.is_empty() {
             std::thread::sleep(Duration::from_micros(20));

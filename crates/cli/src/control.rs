@@ -89,24 +89,16 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
     let reply = match words.as_slice() {
         ["replace", role, how @ ("force" | "keep"), ..] => {
             match (role.parse::<usize>(), replace_path) {
-                (Ok(role), Some(path)) if path.is_absolute() => {
-                    let overwrite =
-                        if *how == "force" { Overwrite::Force } else { Overwrite::Refuse };
-                    match context.array.replace(role, &path, overwrite) {
-                        Ok(()) => json!({ "ok": true }),
-                        Err(e) => json!({ "error": e.to_string() }),
-                    }
-                }
+                (Ok(role), Some(path)) if path.is_absolute() => answer(
+                    context.array.replace(role, &path, overwrite(how)),
+                    json!({ "ok": true }),
+                ),
                 _ => json!({ "error": "replace needs a member role and an absolute path" }),
             }
         }
         ["spare-add", how @ ("force" | "keep"), ..] => match spare_path {
             Some(path) if path.is_absolute() => {
-                let overwrite = if *how == "force" { Overwrite::Force } else { Overwrite::Refuse };
-                match context.array.add_spare(&path, overwrite) {
-                    Ok(()) => json!({ "ok": true }),
-                    Err(e) => json!({ "error": e.to_string() }),
-                }
+                answer(context.array.add_spare(&path, overwrite(how)), json!({ "ok": true }))
             }
             _ => json!({ "error": "spare-add needs an absolute path" }),
         },
@@ -115,10 +107,9 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             Err(e) => json!({ "error": e.to_string() }),
         },
         ["fail", role] => match role.parse::<usize>() {
-            Ok(role) => match context.array.fail_member(role) {
-                Ok(()) => json!({ "ok": true, "failed_role": role }),
-                Err(e) => json!({ "error": e.to_string() }),
-            },
+            Ok(role) => {
+                answer(context.array.fail_member(role), json!({ "ok": true, "failed_role": role }))
+            }
             Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
         },
         ["scrub", what @ ("check" | "repair" | "stop")] => {
@@ -126,23 +117,17 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
                 "stop" => context.array.stop_scrub(),
                 w => context.array.start_scrub(w == "repair"),
             };
-            match result {
-                Ok(()) => json!({ "ok": true }),
-                Err(e) => json!({ "error": e.to_string() }),
-            }
+            answer(result, json!({ "ok": true }))
         }
-        ["rebuild-busy-rate", rate] => match rate.parse::<u64>() {
-            Ok(rate) => match context.array.set_rebuild_busy_rate(rate) {
-                Ok(()) => json!({ "ok": true, "rebuild_busy_rate_bytes_per_s": rate }),
-                Err(e) => json!({ "error": e.to_string() }),
-            },
-            Err(_) => json!({ "error": format!("not a rate in bytes per second: {rate:?}") }),
-        },
-        ["rebuild-rate", rate] => match rate.parse::<u64>() {
-            Ok(rate) => match context.array.set_rebuild_rate(rate) {
-                Ok(()) => json!({ "ok": true, "rebuild_rate_bytes_per_s": rate }),
-                Err(e) => json!({ "error": e.to_string() }),
-            },
+        [which @ ("rebuild-rate" | "rebuild-busy-rate"), rate] => match rate.parse::<u64>() {
+            Ok(rate) if *which == "rebuild-rate" => answer(
+                context.array.set_rebuild_rate(rate),
+                json!({ "ok": true, "rebuild_rate_bytes_per_s": rate }),
+            ),
+            Ok(rate) => answer(
+                context.array.set_rebuild_busy_rate(rate),
+                json!({ "ok": true, "rebuild_busy_rate_bytes_per_s": rate }),
+            ),
             Err(_) => json!({ "error": format!("not a rate in bytes per second: {rate:?}") }),
         },
         _ => json!({
@@ -157,6 +142,18 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
     let mut out = reply.to_string();
     out.push('\n');
     (&stream).write_all(out.as_bytes())
+}
+
+/// The reply to a command: `ok` if it worked, else its error.
+fn answer(result: Result<(), flashraid_runtime::ArrayError>, ok: Value) -> Value {
+    match result {
+        Ok(()) => ok,
+        Err(e) => json!({ "error": e.to_string() }),
+    }
+}
+
+fn overwrite(how: &str) -> Overwrite {
+    if how == "force" { Overwrite::Force } else { Overwrite::Refuse }
 }
 
 fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value {

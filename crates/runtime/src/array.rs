@@ -713,11 +713,27 @@ impl Array {
     }
 
     fn send_rebuild_rate(&self, bytes_per_s: u64, busy: bool) -> Result<(), ArrayError> {
-        let (reply, rx) = mpsc::channel();
-        self.controller
-            .send(ToController::SetRebuildRate { bytes_per_s, busy, reply })
-            .map_err(|_| ArrayError::Stopped)?;
+        self.ask_controller(|reply| ToController::SetRebuildRate { bytes_per_s, busy, reply })
+    }
+
+    /// Send the controller a command and wait for its answer.
+    fn ask_controller(
+        &self,
+        command: impl FnOnce(Sender<Result<(), ArrayError>>) -> ToController,
+    ) -> Result<(), ArrayError> {
+        let (tx, rx) = mpsc::channel();
+        self.controller.send(command(tx)).map_err(|_| ArrayError::Stopped)?;
         rx.recv().map_err(|_| ArrayError::Stopped)?
+    }
+
+    fn check_role(&self, role: usize) -> Result<(), ArrayError> {
+        if role >= self.geometry.member_count() {
+            return Err(ArrayError::Other(format!(
+                "no member {role}: the array has {}",
+                self.geometry.member_count()
+            )));
+        }
+        Ok(())
     }
 
     /// Add a hot spare while running (like `mdadm --add`): `path` is checked (no data of
@@ -752,17 +768,8 @@ impl Array {
         spare: NewSpare,
         overwrite: Overwrite,
     ) -> Result<(), ArrayError> {
-        if role >= self.geometry.member_count() {
-            return Err(ArrayError::Other(format!(
-                "no member {role}: the array has {}",
-                self.geometry.member_count()
-            )));
-        }
-        let (tx, rx) = mpsc::channel();
-        self.controller
-            .send(ToController::Replace(role, spare, overwrite, tx))
-            .map_err(|_| ArrayError::Stopped)?;
-        rx.recv().map_err(|_| ArrayError::Stopped)?
+        self.check_role(role)?;
+        self.ask_controller(|tx| ToController::Replace(role, spare, overwrite, tx))
     }
 
     /// `add_spare` for an array on in-memory members.
@@ -771,43 +778,24 @@ impl Array {
     }
 
     fn add_new_spare(&self, spare: NewSpare, overwrite: Overwrite) -> Result<(), ArrayError> {
-        let (tx, rx) = mpsc::channel();
-        self.controller
-            .send(ToController::AddSpare(spare, overwrite, tx))
-            .map_err(|_| ArrayError::Stopped)?;
-        rx.recv().map_err(|_| ArrayError::Stopped)?
+        self.ask_controller(|tx| ToController::AddSpare(spare, overwrite, tx))
     }
 
     /// Start a scrub of the whole array (`repair`: rewrite what disagrees); one already
     /// running is restarted. Refused while a member is out of service.
     pub fn start_scrub(&self, repair: bool) -> Result<(), ArrayError> {
-        let (tx, rx) = mpsc::channel();
-        self.controller
-            .send(ToController::Scrub(Some(repair), tx))
-            .map_err(|_| ArrayError::Stopped)?;
-        rx.recv().map_err(|_| ArrayError::Stopped)?
+        self.ask_controller(|tx| ToController::Scrub(Some(repair), tx))
     }
 
     /// Stop a running scrub (status keeps what it found).
     pub fn stop_scrub(&self) -> Result<(), ArrayError> {
-        let (tx, rx) = mpsc::channel();
-        self.controller.send(ToController::Scrub(None, tx)).map_err(|_| ArrayError::Stopped)?;
-        rx.recv().map_err(|_| ArrayError::Stopped)?
+        self.ask_controller(|tx| ToController::Scrub(None, tx))
     }
 
     /// Fail a member now (like `mdadm --fail`), durably.
     pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
-        if role >= self.geometry.member_count() {
-            return Err(ArrayError::Other(format!(
-                "no member {role}: the array has {}",
-                self.geometry.member_count()
-            )));
-        }
-        let (tx, rx) = mpsc::channel();
-        self.controller
-            .send(ToController::FailMember(role, tx))
-            .map_err(|_| ArrayError::Stopped)?;
-        rx.recv().map_err(|_| ArrayError::Stopped)?
+        self.check_role(role)?;
+        self.ask_controller(|tx| ToController::FailMember(role, tx))
     }
 
     /// Finish what is in flight, flush, clear the bitmaps, mark the array clean if every

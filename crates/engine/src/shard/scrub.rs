@@ -360,30 +360,29 @@ impl Shard {
         let mut mismatch = false;
         let mut unreadable = false;
         let n = self.geometry.member_count();
+        let members = |set: ChunkSet| (0..n).filter(move |&o| has(set, o));
         for c in 0..n {
             let op = self.ops[op_slot].as_ref().expect("live");
             let Some(i) = self.data_position(op, c) else { continue };
-            let copies: Vec<usize> =
-                (0..n).filter(|&o| self.data_position(op, o) == Some(i)).collect();
-            if c != copies[0] {
-                continue;
+            // The copies of data position `i`, as member bitmasks (no allocation per stripe).
+            let copies: ChunkSet =
+                (0..n).filter(|&o| self.data_position(op, o) == Some(i)).fold(0, |s, o| s | bit(o));
+            if c != copies.trailing_zeros() as usize {
+                continue; // each data position once, from its first copy
             }
-            let readable: Vec<usize> =
-                copies.iter().copied().filter(|&o| !has(errored, o)).collect();
-            if readable.is_empty() {
+            let readable = copies & !errored;
+            if readable == 0 {
                 unreadable = true;
                 continue;
             }
             let buf = |o: usize| op.scratch[o].as_ref().expect("read").as_slice();
-            let winner = readable
-                .iter()
-                .copied()
+            let winner = members(readable)
                 .max_by_key(|&a| {
-                    (readable.iter().filter(|&&b| buf(b) == buf(a)).count(), usize::MAX - a)
+                    (members(readable).filter(|&b| buf(b) == buf(a)).count(), usize::MAX - a)
                 })
                 .expect("readable");
             let mut mine: ChunkSet = 0;
-            for &o in &copies {
+            for o in members(copies) {
                 if has(errored, o) {
                     mine |= bit(o);
                 } else if buf(o) != buf(winner) {
@@ -393,11 +392,17 @@ impl Shard {
                     }
                 }
             }
-            let contents = buf(winner).to_vec();
+            // The rewritten copies take the winner's contents.
             let op = self.ops[op_slot].as_mut().expect("live");
-            for &o in copies.iter().filter(|&&o| has(mine, o)) {
-                op.scratch[o].as_mut().expect("read").as_mut_slice().copy_from_slice(&contents);
+            let source = op.scratch[winner].take().expect("read");
+            for o in members(mine) {
+                op.scratch[o]
+                    .as_mut()
+                    .expect("read")
+                    .as_mut_slice()
+                    .copy_from_slice(source.as_slice());
             }
+            op.scratch[winner] = Some(source);
             rewrite |= mine;
         }
         let read_errors = u64::from(errored.count_ones());
