@@ -340,9 +340,15 @@ fn run_inner(
                     config.run_time,
                     seed,
                 )?,
-                Raw::Memory(list) => {
-                    run_raw_memory(list, area, raw_pattern, config.jobs, config.run_time, seed)?
-                }
+                Raw::Memory(list) => run_raw_memory(
+                    list,
+                    area,
+                    raw_pattern,
+                    config.jobs,
+                    config.queue_depth,
+                    config.run_time,
+                    seed,
+                )?,
             };
             let drive = match config.drive {
                 Drive::Threads => run_array,

@@ -169,7 +169,7 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report, St
         read_percent: 0,
         sequential: true,
     };
-    let raw = run_raw_memory(&spares[..1], area, write, 1, t, 7)?;
+    let raw = run_raw_memory(&spares[..1], area, write, 1, qd, t, 7)?;
     Ok(Report {
         level: config.level.to_string(),
         members: config.members,

@@ -49,6 +49,14 @@ pub const STOP_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const KEEP_BUFFER_BYTES: usize = 1 << 20;
 /// The receive buffer's usual size (it grows to hold one whole large write).
 const RBUF_BYTES: usize = 256 << 10;
+/// A write payload at least this large that has not fully arrived is read from the socket
+/// straight into the session's buffers (one copy less than through the receive buffer).
+const DIRECT_PAYLOAD_BYTES_MIN: usize = 32 << 10;
+/// After such a write, the receive buffer reads this much at most, so the next large
+/// payload mostly stays in the socket for the direct path; small requests still batch.
+const RBUF_READ_AFTER_LARGE_BYTES: usize = 4 << 10;
+/// A client that sent a write's header must send its payload within this time.
+const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reply bytes waiting for the socket before the connection stops reading requests.
 pub const REPLY_BACKLOG_BYTES_MAX: usize = 64 << 20;
 /// Smallest request alignment (the engine's block).
@@ -531,6 +539,8 @@ struct Transmission {
     rend: usize,
     /// Payload bytes of a refused write still to throw away.
     skip_bytes: u64,
+    /// The last write was large: read little into `rbuf` (see `RBUF_READ_AFTER_LARGE_BYTES`).
+    large_writes: bool,
     /// Replies not yet written, in order: a header, and for a read the slot whose data
     /// follows it (the slot is freed once that is written). Written with `writev`, straight
     /// from the slots: read data is not copied again on its way out.
@@ -575,6 +585,7 @@ impl Transmission {
             rstart: 0,
             rend: 0,
             skip_bytes: 0,
+            large_writes: false,
             outq: std::collections::VecDeque::with_capacity(2 * CONNECTION_REQUESTS_MAX),
             out_pos: 0,
             out_bytes: 0,
@@ -627,7 +638,7 @@ impl Transmission {
                 }
             }
             if !self.closing {
-                match self.process() {
+                match self.process(stop) {
                     Ok(p) => progress |= p,
                     Err(e) => {
                         // Bytes that can never be a request: nothing more can be parsed.
@@ -705,7 +716,12 @@ impl Transmission {
                 return Ok(false);
             }
         }
-        match self.stream.read(&mut self.rbuf[self.rend..]) {
+        let end = if self.large_writes {
+            (self.rend + RBUF_READ_AFTER_LARGE_BYTES).min(self.rbuf.len())
+        } else {
+            self.rbuf.len()
+        };
+        match self.stream.read(&mut self.rbuf[self.rend..end]) {
             Ok(0) => {
                 // The client went away (without NBD_CMD_DISC): finish what was submitted.
                 self.closing = true;
@@ -722,7 +738,7 @@ impl Transmission {
     }
 
     /// Parse and submit complete requests. True if any was consumed.
-    fn process(&mut self) -> Result<bool, ConnectionError> {
+    fn process(&mut self, stop: &AtomicBool) -> Result<bool, ConnectionError> {
         let mut progress = false;
         self.stalled = false;
         loop {
@@ -751,6 +767,39 @@ impl Transmission {
                 continue;
             }
             let need = proto::REQUEST_BYTES + payload;
+            if request.kind == proto::CMD_WRITE {
+                self.large_writes = payload >= DIRECT_PAYLOAD_BYTES_MIN;
+            }
+            if self.rend - self.rstart < need && self.large_writes {
+                // Read the rest of the payload straight into the session's buffers.
+                let Some(slot) = self.free.pop() else {
+                    self.stalled = true;
+                    return Ok(progress);
+                };
+                let start = self.rstart + proto::REQUEST_BYTES;
+                match self.submit(slot, &request, start, payload, Some(stop)) {
+                    Submitted::Yes => {}
+                    Submitted::Refused(errno) => {
+                        self.free.push(slot);
+                        self.reply_now(request.cookie, errno);
+                        self.skip_bytes = (need - (self.rend - self.rstart)) as u64;
+                    }
+                    Submitted::Later => {
+                        self.free.push(slot);
+                        self.stalled = true;
+                        return Ok(progress);
+                    }
+                    Submitted::Broken(e) => {
+                        self.free.push(slot);
+                        return Err(e);
+                    }
+                }
+                // Every byte received belongs to this request; the rest came from the
+                // socket (or is skipped).
+                self.rstart = self.rend;
+                progress = true;
+                continue;
+            }
             if self.rend - self.rstart < need {
                 if self.rbuf.len() - self.rstart < need {
                     // Make room for the whole request (at most REQUEST_BYTES_MAX + header).
@@ -773,7 +822,7 @@ impl Transmission {
                 return Ok(progress);
             };
             let start = self.rstart + proto::REQUEST_BYTES;
-            match self.submit(slot, &request, start, payload) {
+            match self.submit(slot, &request, start, payload, None) {
                 Submitted::Yes => {}
                 Submitted::Refused(errno) => {
                     self.free.push(slot);
@@ -783,6 +832,10 @@ impl Transmission {
                     self.free.push(slot);
                     self.stalled = true;
                     return Ok(progress);
+                }
+                Submitted::Broken(e) => {
+                    self.free.push(slot);
+                    return Err(e);
                 }
             }
             self.rstart += need;
@@ -811,12 +864,17 @@ impl Transmission {
         Ok(())
     }
 
+    /// Submit request `r` in `slot`; a write's payload starts at `rbuf[start]` and is
+    /// `payload` bytes. With `from_socket` (the stop flag), the payload has not all arrived:
+    /// what `rbuf` holds is taken from there and the rest read from the socket into the
+    /// session's buffers.
     fn submit(
         &mut self,
         slot: usize,
         r: &proto::Request,
         start: usize,
         payload: usize,
+        from_socket: Option<&AtomicBool>,
     ) -> Submitted {
         if r.flags & !proto::CMD_FLAGS_KNOWN != 0 {
             return Submitted::Refused(proto::EINVAL);
@@ -884,7 +942,6 @@ impl Transmission {
                 return Submitted::Refused(0);
             }
         }
-        let data = (r.kind == proto::CMD_WRITE).then(|| &self.rbuf[start..start + payload]);
         let (op, rest) = match r.kind {
             proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => RangeRest {
                 zeroes: r.kind == proto::CMD_WRITE_ZEROES,
@@ -895,7 +952,31 @@ impl Transmission {
             .step(),
             _ => (op, None),
         };
-        match self.session.submit(op, data, slot as u64) {
+        let direct = from_socket.filter(|_| r.kind == proto::CMD_WRITE);
+        let mut fill_error = None;
+        let submitted = if let Some(stop) = direct {
+            let received = &self.rbuf[start..self.rend];
+            let stream = &mut self.stream;
+            let deadline = Instant::now() + PAYLOAD_TIMEOUT;
+            let error = &mut fill_error;
+            let mut fill = |at: u64, piece: &mut [u8]| -> io::Result<()> {
+                let at = usize::try_from(at).expect("fits");
+                let from_buf = received.len().saturating_sub(at).min(piece.len());
+                if from_buf > 0 {
+                    piece[..from_buf].copy_from_slice(&received[at..at + from_buf]);
+                }
+                read_full(&mut **stream, &mut piece[from_buf..], stop, deadline).map_err(|e| {
+                    let message = e.to_string();
+                    *error = Some(e);
+                    io::Error::other(message)
+                })
+            };
+            self.session.submit_filled(op, slot as u64, &mut fill)
+        } else {
+            let data = (r.kind == proto::CMD_WRITE).then(|| &self.rbuf[start..start + payload]);
+            self.session.submit(op, data, slot as u64)
+        };
+        match submitted {
             Ok(()) => {
                 let s = &mut self.slots[slot];
                 s.live = true;
@@ -912,6 +993,11 @@ impl Transmission {
             }
             Err(SubmitError::Full) => Submitted::Later,
             Err(SubmitError::Stopped) => Submitted::Refused(proto::ESHUTDOWN),
+            // The payload did not come (the client went away or stalled): the stream is
+            // out of step, the connection ends.
+            Err(SubmitError::Fill(message)) => Submitted::Broken(
+                fill_error.unwrap_or_else(|| ConnectionError::Io(io::Error::other(message))),
+            ),
             Err(
                 SubmitError::Invalid(_)
                 | SubmitError::TooLarge { .. }
@@ -1173,6 +1259,8 @@ enum Submitted {
     Refused(u32),
     /// The session is full: try again after completions.
     Later,
+    /// The connection cannot go on (a payload read from the socket failed).
+    Broken(ConnectionError),
 }
 
 fn errno(e: &ArrayError) -> u32 {

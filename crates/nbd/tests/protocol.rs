@@ -376,6 +376,58 @@ fn bad_magic_closes_and_a_client_vanishing_mid_write_harms_nothing() {
 }
 
 #[test]
+fn large_write_payloads_read_from_the_socket_keep_the_stream_in_step() {
+    // Large payloads that have not all arrived go from the socket straight into the
+    // session's buffers; refused ones are skipped. Send them in dribs, with pauses, so the
+    // server sees every split of header and payload.
+    let f = Fixture::new(false);
+    let mut c = f.open();
+    let size = c.size;
+    let big = pattern(7, 200 << 10);
+    let frame = |cookie: u64, offset: u64, data: &[u8]| {
+        let mut b = vec![];
+        proto::encode_request(
+            &Request { flags: 0, kind: proto::CMD_WRITE, cookie, offset, len: data.len() as u32 },
+            &mut b,
+        );
+        b.extend_from_slice(data);
+        b
+    };
+    let mut wire = frame(1, 64 << 10, &big);
+    // Refused after its header arrived (past the end): its payload must be skipped.
+    wire.extend(frame(2, size - 4096, &big));
+    wire.extend(frame(3, (1 << 20) + 4096, &big[..64 << 10]));
+    for (i, part) in wire.chunks(5000 + 37).enumerate() {
+        c.s.write_all(part).unwrap();
+        if i % 9 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let mut answers: Vec<(u32, u64)> = (0..3).map(|_| c.reply(0)).map(|(e, k, _)| (e, k)).collect();
+    answers.sort_by_key(|a| a.1);
+    assert_eq!(answers, vec![(0, 1), (proto::ENOSPC, 2), (0, 3)]);
+    assert_eq!(c.read(64 << 10, big.len() as u32), (0, big.clone()));
+    assert_eq!(c.read((1 << 20) + 4096, 64 << 10), (0, big[..64 << 10].to_vec()));
+    // A read-only refusal of a large write on another export is covered below; here a
+    // large write and small requests interleaved, all at once.
+    let mut wire = vec![];
+    for i in 0..8u64 {
+        wire.extend(frame(10 + i, (2 << 20) + i * (256 << 10), &pattern(i as u8, 128 << 10)));
+        wire.extend(frame(20 + i, (4 << 20) + i * 4096, &pattern(50 + i as u8, 4096)));
+    }
+    c.s.write_all(&wire).unwrap();
+    for _ in 0..16 {
+        assert_eq!(c.reply(0).0, 0);
+    }
+    for i in 0..8u64 {
+        let at = (2 << 20) + i * (256 << 10);
+        assert_eq!(c.read(at, 128 << 10), (0, pattern(i as u8, 128 << 10)), "large {i}");
+        let at = (4 << 20) + i * 4096;
+        assert_eq!(c.read(at, 4096), (0, pattern(50 + i as u8, 4096)), "small {i}");
+    }
+}
+
+#[test]
 fn trims_and_zeroes_larger_than_the_payload_limit_work_in_steps() {
     // 4 data members of 100 MiB: the export is larger than one step (RANGE_STEP_BYTES).
     let f = Fixture::with_members(false, 6, 100 << 20);
@@ -417,6 +469,8 @@ fn a_read_only_export_refuses_changes() {
     let f = Fixture::new(true);
     let mut c = f.open();
     assert_eq!(c.write(0, &[1u8; 4096]), proto::EPERM);
+    // A large one too (its payload is skipped as it arrives, not parsed as requests).
+    assert_eq!(c.write(0, &[0x27u8; 256 << 10]), proto::EPERM);
     c.send(proto::CMD_TRIM, 0, 1, 0, 4096, &[]);
     assert_eq!(c.reply(0).0, proto::EPERM);
     c.send(proto::CMD_WRITE_ZEROES, 0, 1, 0, 4096, &[]);

@@ -58,6 +58,16 @@ pub enum SubmitError {
     NeverFits { budget_bytes: usize },
     #[error("the array is stopped")]
     Stopped,
+    #[error("the write's data could not be had: {0}")]
+    Fill(String),
+}
+
+/// Where a write's bytes come from.
+enum WriteSource<'a> {
+    /// Copied from the request's whole range.
+    Slice(&'a [u8]),
+    /// Put into each piece's buffer by the caller ([`Session::submit_filled`]).
+    Fill(&'a mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>),
 }
 
 /// A request slot. Slots are reused; `read_pieces` keeps its capacity across requests so a
@@ -92,6 +102,7 @@ pub struct Session {
     // Scratch reused by every `submit`.
     pieces: Vec<Piece>,
     bufs: Vec<Option<IoBuf>>,
+    ops: Vec<ShardOp>,
     /// Rung by reactors after replying while this session sleeps in `poll(2)`.
     bell: Option<Arc<Doorbell>>,
     /// A reply taken while checking whether it is safe to sleep; handled first by `poll`.
@@ -156,6 +167,7 @@ impl Session {
             wake: vec![false; shards],
             pieces: Vec::with_capacity(64),
             bufs: Vec::with_capacity(64),
+            ops: Vec::with_capacity(64),
             bell,
             stashed: None,
             id_pool,
@@ -186,23 +198,50 @@ impl Session {
         data: Option<&[u8]>,
         tag: u64,
     ) -> Result<(), SubmitError> {
+        self.submit_from(op, data.map(WriteSource::Slice), tag)
+    }
+
+    /// Submit a write whose bytes the caller puts straight into the session's buffers:
+    /// `fill(offset_in_request, piece)` is called for every piece, in request order, before
+    /// anything is sent, so a payload arriving from a socket is copied once, not twice. If
+    /// `fill` fails, nothing is sent and the buffers go back to the pool
+    /// ([`SubmitError::Fill`]). For other requests `fill` is not called.
+    pub fn submit_filled(
+        &mut self,
+        op: ArrayOp,
+        tag: u64,
+        fill: &mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+    ) -> Result<(), SubmitError> {
+        self.submit_from(op, Some(WriteSource::Fill(fill)), tag)
+    }
+
+    fn submit_from(
+        &mut self,
+        op: ArrayOp,
+        source: Option<WriteSource<'_>>,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
         let mut pieces = std::mem::take(&mut self.pieces);
         let mut bufs = std::mem::take(&mut self.bufs);
+        let mut ops = std::mem::take(&mut self.ops);
         pieces.clear();
         bufs.clear();
-        let result = self.submit_pieces(op, data, tag, &mut pieces, &mut bufs);
+        ops.clear();
+        let result = self.submit_pieces(op, source, tag, &mut pieces, &mut bufs, &mut ops);
         self.pieces = pieces;
         self.bufs = bufs;
+        self.ops = ops;
         result
     }
 
     fn submit_pieces(
         &mut self,
         op: ArrayOp,
-        data: Option<&[u8]>,
+        mut source: Option<WriteSource<'_>>,
         tag: u64,
         pieces: &mut Vec<Piece>,
         bufs: &mut Vec<Option<IoBuf>>,
+        ops: &mut Vec<ShardOp>,
     ) -> Result<(), SubmitError> {
         self.router.split(op, &mut |p| pieces.push(p))?;
         if pieces.len() as u64 >= PIECES_MAX || pieces.len() > SESSION_PIECES_MAX {
@@ -245,24 +284,11 @@ impl Session {
                 None => bufs.push(None),
             }
         }
-        let count = u32::try_from(pieces.len()).expect("fits");
-        let ticket = &mut self.tickets[slot];
-        ticket.live = true;
-        ticket.tag = tag;
-        ticket.pieces_left = count;
-        ticket.result = Ok(());
-        ticket.read_pieces.clear();
-        self.live_tickets += 1;
-        if count == 0 {
-            // Nothing to do (a discard smaller than a stripe): finished at the next poll.
-            self.finished_empty.push(slot);
-            return Ok(());
-        }
-        self.pieces_in_flight += pieces.len();
-        for (index, (piece, mut buf)) in pieces.drain(..).zip(bufs.drain(..)).enumerate() {
-            let id = (u64::from(self.id) << SESSION_SHIFT)
-                | ((slot as u64) << TICKET_SHIFT)
-                | index as u64;
+        // Then put the write data in them (the step that can fail, for a filled write),
+        // and only then send anything. Only a read's pieces have entries here: a reply
+        // with an entry is read data.
+        self.tickets[slot].read_pieces.clear();
+        for (index, (piece, buf)) in pieces.iter().zip(bufs.iter_mut()).enumerate() {
             let op = match piece.op {
                 PieceOp::Read { offset, len_bytes, request_offset } => {
                     let len = usize::try_from(len_bytes).expect("fits");
@@ -274,11 +300,23 @@ impl Session {
                     ShardOp::Read { offset, len_bytes }
                 }
                 PieceOp::Write { offset, len_bytes, request_offset, durability } => {
-                    let data = data.expect("writes carry data");
-                    let at = usize::try_from(request_offset).expect("fits");
                     let len = usize::try_from(len_bytes).expect("fits");
-                    buf.as_mut().expect("taken").as_mut_slice()[..len]
-                        .copy_from_slice(&data[at..at + len]);
+                    let target = &mut buf.as_mut().expect("taken").as_mut_slice()[..len];
+                    match source.as_mut().expect("writes carry data") {
+                        WriteSource::Slice(data) => {
+                            let at = usize::try_from(request_offset).expect("fits");
+                            target.copy_from_slice(&data[at..at + len]);
+                        }
+                        WriteSource::Fill(fill) => {
+                            if let Err(e) = fill(request_offset, target) {
+                                for buf in bufs.drain(..).flatten() {
+                                    self.pool.give(buf);
+                                }
+                                self.free_tickets.push(slot);
+                                return Err(SubmitError::Fill(e.to_string()));
+                            }
+                        }
+                    }
                     ShardOp::Write { offset, len_bytes, durability }
                 }
                 PieceOp::WriteZeroes { offset, len_bytes, durability } => {
@@ -291,6 +329,27 @@ impl Session {
                 }
                 PieceOp::Flush => ShardOp::Flush,
             };
+            ops.push(op);
+        }
+        let count = u32::try_from(pieces.len()).expect("fits");
+        let ticket = &mut self.tickets[slot];
+        ticket.live = true;
+        ticket.tag = tag;
+        ticket.pieces_left = count;
+        ticket.result = Ok(());
+        self.live_tickets += 1;
+        if count == 0 {
+            // Nothing to do (a discard smaller than a stripe): finished at the next poll.
+            self.finished_empty.push(slot);
+            return Ok(());
+        }
+        self.pieces_in_flight += pieces.len();
+        for (index, ((piece, buf), op)) in
+            pieces.drain(..).zip(bufs.drain(..)).zip(ops.drain(..)).enumerate()
+        {
+            let id = (u64::from(self.id) << SESSION_SHIFT)
+                | ((slot as u64) << TICKET_SHIFT)
+                | index as u64;
             let shard = usize::try_from(piece.shard).expect("fits");
             let request = ShardRequest { id: RequestId(id), op, buf };
             self.send(shard, ToReactor::Request(request))?;

@@ -220,3 +220,58 @@ fn session_ids_are_reused_so_a_server_never_runs_out() {
     assert!(array.session().is_ok());
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }
+
+#[test]
+fn filled_writes_land_in_order_and_a_failed_fill_sends_nothing() {
+    use flashraid_runtime::{MemMember, SubmitError, create_in_memory};
+    let members: Vec<_> = (0..6).map(|i| MemMember::new(&format!("fill{i}"), 24 << 20)).collect();
+    let mut spec = spec(std::path::Path::new("/nonexistent"), Level::Raid6, 6);
+    spec.members.clear();
+    create_in_memory(&spec, &members).unwrap();
+    let array = Array::open_in_memory(&members, &options()).unwrap();
+    let mut session = array.session().unwrap();
+    // 200 KiB starting mid-stripe: several pieces, filled from a "socket" in request order.
+    let data = pattern(5, 200 << 10);
+    let (offset, len) = (20480u64, data.len() as u64);
+    let mut expect_at = 0u64;
+    let mut fill = |at: u64, piece: &mut [u8]| -> std::io::Result<()> {
+        assert_eq!(at, expect_at, "pieces are filled in request order, without gaps");
+        let start = usize::try_from(at).unwrap();
+        piece.copy_from_slice(&data[start..start + piece.len()]);
+        expect_at += piece.len() as u64;
+        Ok(())
+    };
+    let op = ArrayOp::Write {
+        offset: ArrayOffset(offset),
+        len_bytes: len,
+        durability: Durability::Cached,
+    };
+    session.submit_filled(op, 1, &mut fill).unwrap();
+    assert_eq!(expect_at, len, "every byte of the request was asked for");
+    let mut done = 0;
+    while done == 0 {
+        done = session.poll(true, &mut |e| {
+            if let Event::Done { result, .. } = e {
+                result.unwrap();
+            }
+        });
+    }
+    let mut back = vec![0u8; data.len()];
+    session.read(offset, &mut back).unwrap();
+    assert!(back == data);
+    // A fill that fails half-way (a client that went away): nothing is written, the
+    // buffers come back, and the session goes on.
+    let mut calls = 0;
+    let mut failing = |_: u64, piece: &mut [u8]| -> std::io::Result<()> {
+        calls += 1;
+        piece.fill(0xee);
+        if calls == 2 { Err(std::io::ErrorKind::UnexpectedEof.into()) } else { Ok(()) }
+    };
+    let err = session.submit_filled(op, 2, &mut failing).unwrap_err();
+    assert!(matches!(err, SubmitError::Fill(_)), "{err:?}");
+    assert!(session.is_idle());
+    session.read(offset, &mut back).unwrap();
+    assert!(back == data, "a failed fill wrote nothing");
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+}
