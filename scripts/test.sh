@@ -8,9 +8,10 @@ set -eu
 cd "$(dirname "$0")/.."
 . scripts/lib/packages.sh
 
-# ISA-L: the parity oracle. The rest: the real NBD clients of the end-to-end test.
+# ISA-L: the parity oracle. Then the real NBD clients of the end-to-end test, and Chromium
+# (with PIL to look at its screenshot) for the lab's HTML report.
 need_packages libisal-dev fio nbdkit libnbd-bin python3-libnbd nbdfuse fuse3 qemu-utils openssl \
-    xfsprogs e2fsprogs
+    xfsprogs e2fsprogs chromium python3-pil
 need_rust_components rustfmt clippy
 
 echo "== parity kernels on this CPU (the differential tests cover every supported one)"
@@ -28,6 +29,9 @@ cargo test --workspace --locked
 echo "== end to end: flashraid serve with nbdinfo, nbdsh, qemu-io, nbdcopy, fio, XFS and ext4"
 cargo build --release --locked -p flashraid-cli
 scripts/e2e-nbd.sh target/release/flashraid
+
+echo "== end to end: the benchmark lab (quick SNIA runs, compare, the report in headless Chromium)"
+scripts/e2e-lab.sh target/release/flashraid
 
 fuzz_seconds="${FLASHRAID_FUZZ_SECONDS:-15}"
 if [ "$fuzz_seconds" != 0 ]; then

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The main job, on a fresh Debian machine with only Rust installed (about three minutes):
+# The main job, on a fresh Debian machine with only Rust installed (about five minutes):
 #
 #   1. create a RAID 6 over 8 member files and a hot spare (in /dev/shm: tmpfs, where
 #      O_DIRECT works; no spare hardware needed),
@@ -9,7 +9,9 @@
 #   4. fail a member under load: the hot spare takes over and is rebuilt (rate-limited while
 #      the loads run again, then at full speed), scrub every stripe, run the loads once more,
 #      and print the before/during/after figures,
-#   5. tell you how to attach the export with nbd-client or qemu, and stop the server.
+#   5. tell you how to attach the export with nbd-client or qemu, and stop the server,
+#   6. end with a quick run of the benchmark lab (`flashraid bench run`: the SNIA IOPS
+#      matrix against the raw member files and a RAID 6 over them) and point to its report.
 #
 #   scripts/tour.sh                  the tour
 #   scripts/tour.sh --seconds 10     longer fio runs (default 4 s each)
@@ -197,3 +199,18 @@ kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || true
 SERVER_PID=
 tail -n 2 "$DIR/serve.log" | sed 's/^/   /'
+
+echo
+echo "== 6. the benchmark lab, quick: flashraid bench run --profile snia-iops --member-size 32M"
+echo "   (raw member files vs a RAID 6 over them through NBD: purge, preconditioning, rounds"
+echo "   of the IOPS matrix until steady state or 6 rounds; a smoke run that claims nothing)"
+LAB_OUT="results/lab-tour"
+rm -rf "$LAB_OUT"
+if ! "$F" bench run --profile snia-iops --member-size 32M --dir "$DIR/lab" --out "$LAB_OUT" \
+    >"$DIR/lab.out" 2>"$DIR/lab.log"; then
+    tail -n 20 "$DIR/lab.log"
+    exit 1
+fi
+sed -n '/^#### Comparison/,$p' "$DIR/lab.out" | sed 's/^/   /'
+echo "   report: $LAB_OUT/snia-iops/report.html (charts), report.md, results.csv, raw fio JSON;"
+echo "   full SNIA runs: --mode full; other targets: --target path:/dev/md0 --destroy-data"

@@ -17,6 +17,12 @@ pub enum BenchCommand {
     /// The array healthy, with a member failed, and rebuilding onto a hot spare (in-memory
     /// members): degraded read ratios, rebuild rate, foreground latency during the rebuild.
     Rebuild(RebuildArgs),
+    /// The lab: SNIA PTS profiles through fio against the raw members, a flashraid array
+    /// (over NBD) and devices you name, side by side; writes a report folder (Markdown,
+    /// HTML with charts, CSV, raw fio JSON, manifest).
+    Run(crate::lab::LabRunArgs),
+    /// Put earlier `bench run` reports side by side (ratios to the first).
+    Compare(crate::lab::LabCompareArgs),
 }
 
 #[derive(Args, Debug)]
@@ -176,6 +182,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Parity(args) => run_parity(args),
         BenchCommand::Engine(args) => run_engine(args),
         BenchCommand::Rebuild(args) => run_rebuild(args),
+        BenchCommand::Run(args) => crate::lab::run_lab(args),
+        BenchCommand::Compare(args) => crate::lab::run_compare(args),
     }
 }
 

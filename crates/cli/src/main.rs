@@ -12,6 +12,7 @@
 mod array_cmds;
 mod bench;
 mod control;
+mod lab;
 mod serve;
 
 use anyhow::Result;

@@ -1,0 +1,811 @@
+//! `flashraid bench run` and `flashraid bench compare`: the benchmark lab's runner (issue 6).
+//!
+//! Owns the edge of the lab: member files, arrays and servers it makes for a run, the fio
+//! processes, the report folder, and the progress display. Everything that decides (job
+//! files, steady state, tables, charts) is in the pure `flashraid-lab` crate; this module
+//! only feeds it fio's output and writes what it renders.
+//!
+//! A run, per profile, for each test of the profile's plan and each target in turn: purge
+//! the target (member files recreated as zeroes; the array created afresh on them), write
+//! the workload-independent preconditioning (WIPC), then rounds of the test's elements, one
+//! fio process per round, until every tracking variable is in steady state or the round
+//! limit is reached. Raw fio JSON and the job files as run are kept next to the reports.
+//!
+//! Safety: the lab writes over every byte of every target. It makes its member files in a
+//! directory it marks as its own, and refuses a directory with other files in it; a device,
+//! file or NBD export the operator names is written only with `--destroy-data`.
+//!
+//! Limits: the SNIA profiles (snia-iops, snia-latency, snia-throughput) run; vm-images,
+//! video-frames, small-files and degraded-rebuild have job shapes in `flashraid-lab` but no
+//! runner yet, and are refused with that reason. Load comes from this host only.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use flashraid_control::Overwrite;
+use flashraid_lab::fio::parse_fio_output;
+use flashraid_lab::profile::{
+    FileEngine, Mode, Preset, Profile, ProfilePlan, Target, plan_snia, render_round, render_wipc,
+};
+use flashraid_lab::report::{
+    ArrayState, RunReport, TargetRun, compare_html, compare_markdown, render_csv, render_html,
+    render_markdown,
+};
+use flashraid_lab::steady::StopDecision;
+use flashraid_layout::Level;
+use flashraid_runtime::{CreateSpec, create};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The file that marks a member directory as the lab's own (so purging it harms nobody).
+const DIR_MARKER: &str = ".flashraid-lab";
+/// How long a freshly started `flashraid serve` may take to listen.
+const SERVE_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server may take to drain and stop after SIGTERM before it is killed.
+const SERVE_STOP_TIMEOUT: Duration = Duration::from_secs(60);
+/// The smallest block flashraid's NBD exports take for writes.
+const NBD_BLOCK_BYTES: u64 = 4096;
+
+#[derive(Args, Debug)]
+pub struct LabRunArgs {
+    /// Profiles, comma-separated: snia-iops, snia-latency, snia-throughput.
+    #[arg(long, default_value = "snia-iops", value_delimiter = ',')]
+    profile: Vec<Profile>,
+    /// quick (minutes, a smoke run that claims nothing) or full (the spec's durations).
+    #[arg(long, default_value = "quick")]
+    mode: Mode,
+    /// The profile's preset (default: its first: spec-1.1 for snia-iops, spec for the
+    /// others); raidix-2018 is the 2018 study's shape.
+    #[arg(long)]
+    preset: Option<Preset>,
+    /// Targets, in column order (the first is the baseline of every ratio), repeatable:
+    /// `members` (the raw member files all at once: the hardware column), `flashraid` (an
+    /// array over those same files, served over NBD by `flashraid serve`), `path:PATH` (a
+    /// block device or file you name: an md device, a zvol, one drive), `nbd:URI` (an NBD
+    /// export already served, e.g. nbd+unix:///name?socket=/run/x.sock).
+    #[arg(long = "target", default_values = ["members", "flashraid"])]
+    targets: Vec<String>,
+    /// Needed for `path:` and `nbd:` targets: the lab overwrites every byte of them.
+    #[arg(long)]
+    destroy_data: bool,
+    /// RAID level of the `flashraid` target.
+    #[arg(long, default_value = "6")]
+    level: Level,
+    /// Member files of the `members` and `flashraid` targets.
+    #[arg(long, default_value_t = 8)]
+    members: usize,
+    /// Size of each member file.
+    #[arg(long, default_value = "256M", value_parser = crate::array_cmds::parse_size)]
+    member_size: u64,
+    #[arg(long, default_value_t = 16)]
+    chunk_kib: u64,
+    /// Reactor threads of the served array (default: one per CPU).
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Where the member files go (tmpfs: O_DIRECT works there on Linux 6.6+). Made by the
+    /// lab and marked as its own; a directory holding other files is refused.
+    #[arg(long, default_value = "/dev/shm/flashraid-lab")]
+    dir: PathBuf,
+    /// fio's engine for file and device targets.
+    #[arg(long, default_value = "io-uring")]
+    engine: EngineChoice,
+    /// The report folder (default: lab-reports/<date-time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// fio's randseed base (round r uses seed + r).
+    #[arg(long, default_value_t = 20260)]
+    seed: u64,
+    /// fio binary.
+    #[arg(long, default_value = "fio")]
+    fio: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum EngineChoice {
+    IoUring,
+    Libaio,
+}
+
+#[derive(Args, Debug)]
+pub struct LabCompareArgs {
+    /// Report folders of `flashraid bench run` (each holding run.json, or profile folders
+    /// that do), or run.json files; the first is the baseline of every ratio.
+    #[arg(required = true, num_args = 2..)]
+    reports: Vec<PathBuf>,
+    /// Also write compare.md and compare.html here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// A target as the operator named it.
+#[derive(Clone, Debug)]
+enum TargetSpec {
+    Members,
+    Flashraid,
+    Path(PathBuf),
+    Nbd(String),
+}
+
+impl TargetSpec {
+    fn parse(text: &str) -> Result<TargetSpec> {
+        Ok(match text {
+            "members" => TargetSpec::Members,
+            "flashraid" => TargetSpec::Flashraid,
+            _ if text.starts_with("path:") => TargetSpec::Path(PathBuf::from(&text[5..])),
+            _ if text.starts_with("nbd:") => TargetSpec::Nbd(text[4..].to_string()),
+            _ => bail!("unknown target {text:?}: use members, flashraid, path:PATH or nbd:URI"),
+        })
+    }
+
+    /// The column name in reports.
+    fn column(&self) -> String {
+        match self {
+            TargetSpec::Members => "members".into(),
+            TargetSpec::Flashraid => "flashraid".into(),
+            TargetSpec::Path(p) => p.display().to_string(),
+            TargetSpec::Nbd(uri) => uri.clone(),
+        }
+    }
+
+    /// A directory name for this target's raw files.
+    fn folder(&self, index: usize) -> String {
+        let safe: String = self
+            .column()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .collect();
+        format!("{index}-{}", safe.trim_matches('_'))
+    }
+}
+
+pub fn run_lab(args: LabRunArgs) -> Result<()> {
+    let specs: Vec<TargetSpec> =
+        args.targets.iter().map(|t| TargetSpec::parse(t)).collect::<Result<_>>()?;
+    if specs.is_empty() {
+        bail!("no targets");
+    }
+    let foreign = specs.iter().any(|s| matches!(s, TargetSpec::Path(_) | TargetSpec::Nbd(_)));
+    if foreign && !args.destroy_data {
+        bail!(
+            "path: and nbd: targets are overwritten end to end by the lab (purge, \
+             preconditioning, write rounds); say so with --destroy-data"
+        );
+    }
+    for spec in &specs {
+        if let TargetSpec::Path(p) = spec {
+            std::fs::metadata(p).with_context(|| format!("target {}", p.display()))?;
+        }
+    }
+    let plans: Vec<ProfilePlan> = args
+        .profile
+        .iter()
+        .map(|&profile| {
+            if !profile.is_snia() {
+                bail!(
+                    "profile {profile}: its job shapes are defined but its runner is not built \
+                     yet (the SNIA profiles run: snia-iops, snia-latency, snia-throughput)"
+                );
+            }
+            let preset = match (args.preset, profile.presets().first()) {
+                (Some(p), _) if profile.presets().contains(&p) => p,
+                (Some(p), _) => bail!("preset {p} does not apply to {profile}"),
+                (None, Some(&first)) => first,
+                (None, None) => bail!("profile {profile} has no presets"),
+            };
+            Ok(plan_snia(profile, preset, args.mode)?)
+        })
+        .collect::<Result<_>>()?;
+    check_fio(&args.fio, &specs)?;
+    let out =
+        args.out.clone().unwrap_or_else(|| PathBuf::from("lab-reports").join(chrono_like_stamp()));
+    std::fs::create_dir_all(&out).with_context(|| format!("report folder {}", out.display()))?;
+    let needs_members =
+        specs.iter().any(|s| matches!(s, TargetSpec::Members | TargetSpec::Flashraid));
+    if needs_members {
+        claim_member_dir(&args.dir)?;
+    }
+    let machine = machine_facts(&args.fio);
+    let mut written = vec![];
+    for plan in plans {
+        let report = run_profile(&args, &specs, plan, &out, &machine)?;
+        written.push(report);
+    }
+    println!();
+    for (dir, report) in &written {
+        // The results; the manifest (job files and all) is in the report folder.
+        let markdown = render_markdown(report);
+        let results = markdown.split("\n## Manifest").next().unwrap_or(&markdown);
+        println!("{}", results.trim_end());
+        println!("report: {}/report.md and report.html", dir.display());
+    }
+    Ok(())
+}
+
+/// Refuse to run without fio, or without its nbd engine when an NBD target needs it.
+fn check_fio(fio: &Path, specs: &[TargetSpec]) -> Result<()> {
+    let version = Command::new(fio)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("running {} (Debian: apt-get install fio)", fio.display()))?;
+    if !version.status.success() {
+        bail!("{} --version failed", fio.display());
+    }
+    if specs.iter().any(|s| matches!(s, TargetSpec::Flashraid | TargetSpec::Nbd(_))) {
+        let help = Command::new(fio).arg("--enghelp=nbd").output()?;
+        if !help.status.success() {
+            bail!("{} has no nbd engine (Debian's fio has it)", fio.display());
+        }
+    }
+    Ok(())
+}
+
+/// Make `dir` the lab's, or check it already is.
+fn claim_member_dir(dir: &Path) -> Result<()> {
+    if dir.join(DIR_MARKER).exists() {
+        return Ok(());
+    }
+    if dir.exists() {
+        let mut entries = std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))?;
+        if entries.next().is_some() {
+            bail!(
+                "{} holds files the lab did not make; give an empty or new directory with --dir",
+                dir.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    std::fs::write(dir.join(DIR_MARKER), "member files of flashraid bench run\n")?;
+    Ok(())
+}
+
+fn member_paths(args: &LabRunArgs) -> Vec<PathBuf> {
+    (0..args.members).map(|i| args.dir.join(format!("member{i}"))).collect()
+}
+
+/// Purge the member files: recreate each as zeroes (on tmpfs this frees every page, the
+/// closest a file gets to a purged device).
+fn purge_members(args: &LabRunArgs) -> Result<()> {
+    for path in member_paths(args) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .with_context(|| format!("purging {}", path.display()))?;
+        file.set_len(args.member_size)?;
+    }
+    Ok(())
+}
+
+/// A prepared target: what fio is pointed at, and the server to stop afterwards.
+struct Prepared {
+    target: Target,
+    description: String,
+    server: Option<Server>,
+    facts: Vec<(String, String)>,
+}
+
+struct Server {
+    child: Child,
+}
+
+impl Server {
+    fn stop(mut self) -> Result<()> {
+        // SIGTERM drains, flushes and marks the array clean (see `flashraid serve`).
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + SERVE_STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!("flashraid serve exited with {status} (see serve.log)");
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("flashraid serve did not stop within {SERVE_STOP_TIMEOUT:?}; killed");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn engine(args: &LabRunArgs) -> FileEngine {
+    match args.engine {
+        EngineChoice::IoUring => FileEngine::IoUring,
+        EngineChoice::Libaio => FileEngine::Libaio,
+    }
+}
+
+fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepared> {
+    match spec {
+        TargetSpec::Members => {
+            purge_members(args)?;
+            let paths: Vec<String> =
+                member_paths(args).iter().map(|p| p.display().to_string()).collect();
+            let target = Target::File { paths, size_bytes: args.member_size, engine: engine(args) };
+            Ok(Prepared {
+                description: format!(
+                    "{} raw member files of {} in {}, all at once",
+                    args.members,
+                    crate::array_cmds::human(args.member_size),
+                    args.dir.display()
+                ),
+                target,
+                server: None,
+                facts: vec![("purge".into(), "member files recreated as zeroes".into())],
+            })
+        }
+        TargetSpec::Flashraid => {
+            purge_members(args)?;
+            let members = member_paths(args);
+            let spec = CreateSpec {
+                name: "lab".into(),
+                level: args.level,
+                chunk_bytes: args.chunk_kib << 10,
+                members: members.clone(),
+                spares: vec![],
+                create_files_bytes: None,
+                overwrite: Overwrite::Refuse,
+                init: None,
+                bitmap_region_bytes: None,
+                shards: args.shards.unwrap_or(2),
+                tunables: Default::default(),
+            };
+            let made = create(&spec).context("creating the array on the purged member files")?;
+            let socket = raw_dir.join("nbd.sock");
+            let control = raw_dir.join("serve.control");
+            let log = std::fs::File::create(raw_dir.join("serve.log"))?;
+            let mut command = Command::new(std::env::current_exe()?);
+            command
+                .arg("serve")
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--control")
+                .arg(&control)
+                .args(&members)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
+            if let Some(shards) = args.shards {
+                command.arg("--shards").arg(shards.to_string());
+            }
+            let child = command.spawn().context("starting flashraid serve")?;
+            let mut server = Server { child };
+            wait_for_socket(&mut server, &socket, raw_dir)?;
+            let g = made.geometry;
+            let uri = format!("nbd+unix:///lab?socket={}", socket.display());
+            Ok(Prepared {
+                description: format!(
+                    "flashraid {} x{}, {} KiB chunks, {} usable, over the member files; \
+                     through NBD (fio's nbd engine, Unix socket)",
+                    g.level(),
+                    g.member_count(),
+                    g.chunk_bytes() >> 10,
+                    crate::array_cmds::human(g.array_bytes())
+                ),
+                target: Target::Nbd { uri, size_bytes: g.array_bytes() },
+                server: Some(server),
+                facts: vec![
+                    ("purge".into(), "member files recreated as zeroes, array created".into()),
+                    ("init".into(), format!("{:?}", made.init)),
+                    ("array uuid".into(), made.uuid.to_string()),
+                ],
+            })
+        }
+        TargetSpec::Path(path) => {
+            let size_bytes = device_size(path)?;
+            Ok(Prepared {
+                description: format!(
+                    "{} ({}), not purged",
+                    path.display(),
+                    crate::array_cmds::human(size_bytes)
+                ),
+                target: Target::File {
+                    paths: vec![path.display().to_string()],
+                    size_bytes,
+                    engine: engine(args),
+                },
+                server: None,
+                facts: vec![("purge".into(), "none (the lab cannot purge a named device)".into())],
+            })
+        }
+        TargetSpec::Nbd(uri) => {
+            let size_bytes = nbd_size(uri)?;
+            Ok(Prepared {
+                description: format!(
+                    "{uri} ({}), not purged",
+                    crate::array_cmds::human(size_bytes)
+                ),
+                target: Target::Nbd { uri: uri.clone(), size_bytes },
+                server: None,
+                facts: vec![("purge".into(), "none (an export served by someone else)".into())],
+            })
+        }
+    }
+}
+
+fn wait_for_socket(server: &mut Server, socket: &Path, raw_dir: &Path) -> Result<()> {
+    let deadline = Instant::now() + SERVE_START_TIMEOUT;
+    loop {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Ok(());
+        }
+        if let Some(status) = server.child.try_wait()? {
+            let log = std::fs::read_to_string(raw_dir.join("serve.log")).unwrap_or_default();
+            bail!("flashraid serve exited with {status} before listening:\n{log}");
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "flashraid serve did not listen on {} within {SERVE_START_TIMEOUT:?}",
+                socket.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Size of a block device or regular file.
+fn device_size(path: &Path) -> Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let size = file.seek(SeekFrom::End(0))?;
+    if size == 0 {
+        bail!("{} is empty", path.display());
+    }
+    Ok(size)
+}
+
+/// Size of an NBD export, asked with nbdinfo (libnbd-bin).
+fn nbd_size(uri: &str) -> Result<u64> {
+    let out = Command::new("nbdinfo")
+        .arg("--size")
+        .arg(uri)
+        .output()
+        .context("running nbdinfo (Debian: apt-get install libnbd-bin)")?;
+    if !out.status.success() {
+        bail!("nbdinfo --size {uri}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    String::from_utf8_lossy(&out.stdout).trim().parse().context("nbdinfo's size")
+}
+
+/// Run one fio job file; keep the job file and fio's JSON in `dir` as `name.fio`/`name.json`.
+fn run_fio(fio: &Path, dir: &Path, name: &str, job: &str) -> Result<String> {
+    let job_path = dir.join(format!("{name}.fio"));
+    let json_path = dir.join(format!("{name}.json"));
+    std::fs::write(&job_path, job)?;
+    let out = Command::new(fio)
+        .arg("--output-format=json+")
+        .arg(format!("--output={}", json_path.display()))
+        .arg(&job_path)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", fio.display()))?;
+    let text = std::fs::read_to_string(&json_path).unwrap_or_default();
+    if !out.status.success() {
+        bail!(
+            "fio failed on {} ({}):\n{}",
+            job_path.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(text)
+}
+
+fn run_profile(
+    args: &LabRunArgs,
+    specs: &[TargetSpec],
+    mut plan: ProfilePlan,
+    out: &Path,
+    machine: &BTreeMap<String, String>,
+) -> Result<(PathBuf, RunReport)> {
+    let dir = out.join(plan.profile.name());
+    std::fs::create_dir_all(&dir)?;
+    // flashraid exports take writes in 4 KiB blocks: elements below that (the spec's 512 B)
+    // are left out for every target, so the columns stay comparable, and said so.
+    let nbd = specs.iter().any(|s| matches!(s, TargetSpec::Flashraid | TargetSpec::Nbd(_)));
+    if nbd {
+        let mut dropped = vec![];
+        for test in &mut plan.tests {
+            test.elements.retain(|e| {
+                let keep = e.block_size_bytes >= NBD_BLOCK_BYTES;
+                if !keep {
+                    dropped.push(e.name.clone());
+                }
+                keep
+            });
+            test.tracking.retain(|t| test.elements.iter().any(|e| e.name == t.element));
+        }
+        if !dropped.is_empty() {
+            dropped.dedup();
+            let note = format!(
+                "elements below 4 KiB left out ({}): NBD targets take 4 KiB blocks",
+                dropped.join(", ")
+            );
+            plan.conformance = plan.conformance.clone().with_deviations(vec![note]);
+        }
+    }
+    let mut manifest = machine.clone();
+    manifest.insert("profile".into(), plan.profile.name().into());
+    manifest.insert("preset".into(), plan.preset.name().into());
+    manifest.insert("mode".into(), plan.mode.name().into());
+    manifest.insert("randseed base".into(), args.seed.to_string());
+    manifest.insert(
+        "member files".into(),
+        format!(
+            "{} x {} in {} (level {} chunk {} KiB for the flashraid target)",
+            args.members,
+            crate::array_cmds::human(args.member_size),
+            args.dir.display(),
+            args.level,
+            args.chunk_kib
+        ),
+    );
+    let run_id = format!(
+        "{}-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("run"),
+        plan.profile.name()
+    );
+    let mut report = RunReport::new(run_id, &plan, manifest);
+    for (index, spec) in specs.iter().enumerate() {
+        let raw_dir = dir.join(spec.folder(index));
+        std::fs::create_dir_all(&raw_dir)?;
+        let mut target_run =
+            TargetRun::new(spec.column(), String::new(), ArrayState::Healthy, &plan);
+        for test in &plan.tests {
+            let test_dir = raw_dir.join(&test.name);
+            std::fs::create_dir_all(&test_dir)?;
+            eprintln!("[{}] {}: purge and prepare", test.name, spec.column());
+            let prepared = prepare(args, spec, &raw_dir)?;
+            target_run.description = prepared.description.clone();
+            for (key, value) in &prepared.facts {
+                report
+                    .manifest
+                    .insert(format!("{} {}: {key}", spec.column(), test.name), value.clone());
+            }
+            let result = run_test(
+                args,
+                spec,
+                test,
+                &prepared.target,
+                &test_dir,
+                &mut target_run,
+                &mut report,
+            );
+            if let Some(server) = prepared.server {
+                let stopped = server.stop();
+                result?;
+                stopped?;
+            } else {
+                result?;
+            }
+        }
+        report.targets.push(target_run);
+    }
+    std::fs::write(dir.join("run.json"), report.to_json()?)?;
+    std::fs::write(dir.join("results.csv"), render_csv(&report))?;
+    std::fs::write(dir.join("report.md"), render_markdown(&report))?;
+    std::fs::write(dir.join("report.html"), render_html(&report))?;
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&report.manifest)? + "\n",
+    )?;
+    Ok((dir, report))
+}
+
+fn run_test(
+    args: &LabRunArgs,
+    spec: &TargetSpec,
+    test: &flashraid_lab::profile::TestPlan,
+    target: &Target,
+    dir: &Path,
+    target_run: &mut TargetRun,
+    report: &mut RunReport,
+) -> Result<()> {
+    let column = spec.column();
+    let wipc = render_wipc(test, target)?;
+    report.manifest.insert(format!("{column} {}: wipc job", test.name), wipc.clone());
+    eprintln!(
+        "[{}] {column}: preconditioning ({} passes of {} sequential writes)",
+        test.name,
+        test.wipc.loops,
+        flashraid_lab::profile::size_label(test.wipc.block_size_bytes)
+    );
+    let started = Instant::now();
+    run_fio(&args.fio, dir, "wipc", &wipc)?;
+    eprintln!(
+        "[{}] {column}: preconditioned in {:.1} s",
+        test.name,
+        started.elapsed().as_secs_f64()
+    );
+    let rounds_max = test.stop.rounds_max;
+    let round_ms = test.round_wall_ms_estimate();
+    for round in 1..=rounds_max {
+        let job = render_round(test, target, args.seed + round as u64)?;
+        if round == 1 {
+            report
+                .manifest
+                .insert(format!("{column} {}: round job (seed varies)", test.name), job.clone());
+        }
+        let eta_s = (rounds_max - round + 1) as u64 * round_ms / 1000;
+        eprintln!(
+            "[{}] {column}: round {round}/{rounds_max}, {} elements (at most {eta_s} s left)",
+            test.name,
+            test.elements.len()
+        );
+        let text = run_fio(&args.fio, dir, &format!("round-{round}"), &job)?;
+        let parsed = parse_fio_output(&text)
+            .with_context(|| format!("fio output {}/round-{round}.json", dir.display()))?;
+        let test_run =
+            target_run.test_mut(&test.name).expect("the target run was made from this plan");
+        let decision = test_run.push_round(parsed.jobs)?;
+        for verdict in &test_run.steady_state {
+            let last = verdict.values.last().copied().unwrap_or(f64::NAN);
+            let state = match &verdict.steady_state {
+                Some(s) if s.ok => "steady".to_string(),
+                Some(s) => format!(
+                    "not steady (excursion {:.0} of {:.0} allowed, slope {:.0} of {:.0})",
+                    s.data_excursion,
+                    s.allowed_data_excursion,
+                    s.slope_excursion,
+                    s.allowed_slope_excursion
+                ),
+                None => "window not full".to_string(),
+            };
+            eprintln!("    {}: {last:.1}; {state}", verdict.variable.label());
+        }
+        match decision {
+            StopDecision::Continue => {}
+            StopDecision::SteadyStateReached { window_first_round, window_last_round } => {
+                eprintln!(
+                    "[{}] {column}: steady state in rounds {window_first_round}-{window_last_round}",
+                    test.name
+                );
+                return Ok(());
+            }
+            StopDecision::NotAchieved { window_first_round, window_last_round } => {
+                eprintln!(
+                    "[{}] {column}: steady state NOT ACHIEVED by round {rounds_max}; \
+                     reporting rounds {window_first_round}-{window_last_round}",
+                    test.name
+                );
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What shapes every result on this machine (the manifest's common part).
+fn machine_facts(fio: &Path) -> BTreeMap<String, String> {
+    let mut facts = BTreeMap::new();
+    let run = |cmd: &Path, args: &[&str]| {
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    facts.insert("fio".into(), run(fio, &["--version"]));
+    facts.insert("kernel".into(), run(Path::new("uname"), &["-srvm"]));
+    facts.insert(
+        "flashraid".into(),
+        format!("{} (commit {})", env!("CARGO_PKG_VERSION"), env!("FLASHRAID_COMMIT")),
+    );
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    facts.insert("cpu".into(), format!("{cpus} x {model}"));
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    if let Some(total) = meminfo.lines().find(|l| l.starts_with("MemTotal")) {
+        facts.insert("memory".into(), total.trim_start_matches("MemTotal:").trim().into());
+    }
+    facts
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC from the system clock, for default report folder names.
+fn chrono_like_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+pub fn run_compare(args: LabCompareArgs) -> Result<()> {
+    let mut reports = vec![];
+    for path in &args.reports {
+        reports.extend(load_reports(path)?);
+    }
+    // Group by profile: each profile compares on its own.
+    let mut profiles: Vec<Profile> = reports.iter().map(|r| r.profile).collect();
+    profiles.dedup();
+    let mut markdown = String::new();
+    let mut html = vec![];
+    for profile in profiles {
+        let group: Vec<RunReport> =
+            reports.iter().filter(|r| r.profile == profile).cloned().collect();
+        if group.len() < 2 {
+            eprintln!("{profile}: only one report; nothing to compare");
+            continue;
+        }
+        markdown.push_str(&compare_markdown(&group)?);
+        markdown.push('\n');
+        html.push(compare_html(&group)?);
+    }
+    if markdown.is_empty() {
+        bail!("no profile has two reports to compare");
+    }
+    print!("{markdown}");
+    if let Some(out) = args.out {
+        std::fs::create_dir_all(&out)?;
+        std::fs::write(out.join("compare.md"), &markdown)?;
+        for (i, page) in html.iter().enumerate() {
+            let name =
+                if i == 0 { "compare.html".to_string() } else { format!("compare-{i}.html") };
+            std::fs::write(out.join(name), page)?;
+        }
+        println!("written: {}/compare.md and compare.html", out.display());
+    }
+    Ok(())
+}
+
+/// run.json files under `path` (itself, its profile folders), or `path` itself.
+fn load_reports(path: &Path) -> Result<Vec<RunReport>> {
+    let read = |p: &Path| -> Result<RunReport> {
+        let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
+        RunReport::from_json(&text).with_context(|| format!("{} is not a lab report", p.display()))
+    };
+    if path.is_file() {
+        return Ok(vec![read(path)?]);
+    }
+    if path.join("run.json").is_file() {
+        return Ok(vec![read(&path.join("run.json"))?]);
+    }
+    let mut found = vec![];
+    let mut entries: Vec<_> = std::fs::read_dir(path)
+        .with_context(|| format!("{}", path.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for entry in entries {
+        if entry.join("run.json").is_file() {
+            found.push(read(&entry.join("run.json"))?);
+        }
+    }
+    if found.is_empty() {
+        bail!("{}: no run.json (give a folder written by `flashraid bench run`)", path.display());
+    }
+    Ok(found)
+}

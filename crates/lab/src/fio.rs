@@ -1,0 +1,394 @@
+//! fio's JSON output (`--output-format=json` or `json+`), parsed into per-job results.
+//!
+//! Owns: the mapping from fio 3.33's JSON (Debian 12) to [`JobResult`]: one entry per reported
+//! job, which with `group_reporting=1` and a `stonewall` per section is one entry per element.
+//!
+//! Choices, and why:
+//! * Average and maximum latency are fio's `lat_ns` (total latency, submission to completion), the
+//!   closest thing to SNIA's "response time".
+//! * Percentiles come from `lat_ns.percentile` when the job ran with `lat_percentiles=1`, else
+//!   from `clat_ns.percentile` (fio's default computes percentiles of completion latency only).
+//!   [`Percentiles::source`] records which, so a report never mixes the two silently.
+//! * fio's percentiles are histogram bucket bounds, so p99.99 can exceed the observed max by a
+//!   bucket's width; they are reported as fio gives them.
+//! * A direction with no IO (`total_ios == 0`) has no latency: fio prints zeros there and omits
+//!   percentiles, and zeros would read as "infinitely fast".
+//!
+//! Fault model: fio prints notes and warnings to stdout around the JSON document in some
+//! configurations, so parsing starts at the first line that opens a JSON object and ignores any
+//! text after the document. Malformed or truncated JSON and missing required fields are errors
+//! ([`FioError`]); fields this crate does not need (`json+` bins, `disk_util`, trim) are ignored.
+//! A job's own `error` code is data, not a parse error: the caller decides what a failed job means.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One fio run: its version and the reported jobs in output order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FioOutput {
+    pub fio_version: String,
+    pub jobs: Vec<JobResult>,
+}
+
+/// One reported job (a stonewalled element when `group_reporting=1`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    /// The job section's name, e.g. `r65-4k`.
+    pub name: String,
+    pub group_id: u64,
+    /// fio's error code for the job; 0 when the job succeeded.
+    pub error_code: i64,
+    /// CPU use as fio reports it (percent of one CPU, summed over the group's threads).
+    pub usr_cpu_percent: f64,
+    pub sys_cpu_percent: f64,
+    /// Thread-time of the job; with `numjobs=N` this is about N times the wall runtime.
+    pub job_runtime_ms: u64,
+    pub read: DirectionResult,
+    pub write: DirectionResult,
+}
+
+impl JobResult {
+    /// Total IOPS = read + write. Never weight by the mix (benchmark-method.md §3.2 item 1).
+    pub fn iops_total(&self) -> f64 {
+        self.read.iops + self.write.iops
+    }
+
+    pub fn bandwidth_bytes_per_s_total(&self) -> f64 {
+        self.read.bandwidth_bytes_per_s + self.write.bandwidth_bytes_per_s
+    }
+
+    /// Mean total latency over both directions, weighted by each direction's IO count; `None`
+    /// when no IO completed.
+    pub fn latency_us_mean(&self) -> Option<f64> {
+        let parts = [&self.read, &self.write];
+        let ios: u64 = parts.iter().filter(|d| d.latency_us_mean.is_some()).map(|d| d.ios).sum();
+        if ios == 0 {
+            return None;
+        }
+        let weighted: f64 =
+            parts.iter().filter_map(|d| d.latency_us_mean.map(|m| m * d.ios as f64)).sum();
+        Some(weighted / ios as f64)
+    }
+
+    /// Maximum total latency over both directions.
+    pub fn latency_us_max(&self) -> Option<f64> {
+        match (self.read.latency_us_max, self.write.latency_us_max) {
+            (Some(r), Some(w)) => Some(r.max(w)),
+            (one, None) | (None, one) => one,
+        }
+    }
+
+    /// Wall runtime of the element: the longer of the two directions.
+    pub fn runtime_ms(&self) -> u64 {
+        self.read.runtime_ms.max(self.write.runtime_ms)
+    }
+}
+
+/// One direction (read or write) of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectionResult {
+    pub iops: f64,
+    pub bandwidth_bytes_per_s: f64,
+    pub io_bytes: u64,
+    /// IOs completed (fio `total_ios`): the sample count behind the percentiles.
+    pub ios: u64,
+    pub runtime_ms: u64,
+    /// Total latency (`lat_ns`); `None` when the direction did no IO.
+    pub latency_us_mean: Option<f64>,
+    pub latency_us_max: Option<f64>,
+    pub latency_us_min: Option<f64>,
+    /// `None` when the direction did no IO or fio reported no percentiles.
+    pub percentiles: Option<Percentiles>,
+}
+
+/// Which latency fio's percentiles describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LatencySource {
+    /// `lat_ns`: submission to completion (job ran with `lat_percentiles=1`).
+    Total,
+    /// `clat_ns`: completion latency only (fio's default).
+    Completion,
+}
+
+/// Latency percentiles in microseconds; each is `None` when fio's `percentile_list` lacked it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub source: LatencySource,
+    pub latency_us_p50: Option<f64>,
+    pub latency_us_p90: Option<f64>,
+    pub latency_us_p99: Option<f64>,
+    pub latency_us_p99_9: Option<f64>,
+    pub latency_us_p99_99: Option<f64>,
+}
+
+/// Why fio output could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FioError {
+    #[error("no JSON object in fio output (was it run with --output-format=json?)")]
+    NoJson,
+    #[error("malformed fio JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("fio output reports no jobs")]
+    NoJobs,
+    #[error("fio job {job:?}: {problem}")]
+    BadJob { job: String, problem: String },
+}
+
+/// Parse fio's JSON output. See the module comment for what is tolerated.
+pub fn parse_fio_output(text: &str) -> Result<FioOutput, FioError> {
+    let start = json_start(text).ok_or(FioError::NoJson)?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<RawOutput>();
+    let raw = match stream.next() {
+        Some(parsed) => parsed?,
+        None => return Err(FioError::NoJson),
+    };
+    if raw.jobs.is_empty() {
+        return Err(FioError::NoJobs);
+    }
+    let jobs = raw.jobs.into_iter().map(convert_job).collect::<Result<Vec<_>, _>>()?;
+    Ok(FioOutput { fio_version: raw.fio_version.unwrap_or_default(), jobs })
+}
+
+/// Byte offset of the first line whose first non-blank character opens an object.
+fn json_start(text: &str) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('{') {
+            return Some(offset + (line.len() - trimmed.len()));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+fn convert_job(raw: RawJob) -> Result<JobResult, FioError> {
+    let name = raw.jobname;
+    let read = convert_direction(&name, "read", raw.read)?;
+    let write = convert_direction(&name, "write", raw.write)?;
+    Ok(JobResult {
+        name,
+        group_id: raw.groupid,
+        error_code: raw.error,
+        usr_cpu_percent: raw.usr_cpu,
+        sys_cpu_percent: raw.sys_cpu,
+        job_runtime_ms: raw.job_runtime,
+        read,
+        write,
+    })
+}
+
+fn convert_direction(
+    job: &str,
+    direction: &str,
+    raw: Option<RawDirection>,
+) -> Result<DirectionResult, FioError> {
+    let raw = raw.ok_or_else(|| FioError::BadJob {
+        job: job.to_string(),
+        problem: format!("missing the {direction:?} section"),
+    })?;
+    let bad = |problem: String| FioError::BadJob { job: job.to_string(), problem };
+    let no_io = raw.total_ios == 0;
+    // N == 0 with IO done means fio did not measure latency (disable_lat=1): no value, not zero.
+    let lat = if no_io { None } else { raw.lat_ns.as_ref().filter(|l| l.n != Some(0)) };
+    if !no_io && raw.lat_ns.is_none() {
+        return Err(bad(format!("{direction}: {} IOs but no lat_ns", raw.total_ios)));
+    }
+    let percentiles = if no_io { None } else { percentiles(&raw) };
+    Ok(DirectionResult {
+        iops: raw.iops,
+        bandwidth_bytes_per_s: raw.bw_bytes,
+        io_bytes: raw.io_bytes,
+        ios: raw.total_ios,
+        runtime_ms: raw.runtime,
+        latency_us_mean: lat.map(|l| l.mean / 1000.0),
+        latency_us_max: lat.map(|l| l.max / 1000.0),
+        latency_us_min: lat.map(|l| l.min / 1000.0),
+        percentiles,
+    })
+}
+
+/// Total-latency percentiles when present (`lat_percentiles=1`), else completion latency.
+fn percentiles(raw: &RawDirection) -> Option<Percentiles> {
+    let (source, table) = match (&raw.lat_ns, &raw.clat_ns) {
+        (Some(RawLatency { percentile: Some(t), .. }), _) => (LatencySource::Total, t),
+        (_, Some(RawLatency { percentile: Some(t), .. })) => (LatencySource::Completion, t),
+        _ => return None,
+    };
+    let lookup = |wanted: f64| {
+        // Keys are fio's "%f" rendering ("99.900000"); compare numerically, not as text.
+        table.iter().find_map(|(key, ns)| {
+            let at: f64 = key.parse().ok()?;
+            ((at - wanted).abs() < 1e-6).then_some(ns / 1000.0)
+        })
+    };
+    Some(Percentiles {
+        source,
+        latency_us_p50: lookup(50.0),
+        latency_us_p90: lookup(90.0),
+        latency_us_p99: lookup(99.0),
+        latency_us_p99_9: lookup(99.9),
+        latency_us_p99_99: lookup(99.99),
+    })
+}
+
+// fio's JSON shapes, limited to the fields used. Integers are read as f64 where fio has printed
+// both integers and fractions across versions (iops, bw_bytes, latency statistics).
+
+#[derive(Deserialize)]
+struct RawOutput {
+    #[serde(rename = "fio version")]
+    fio_version: Option<String>,
+    jobs: Vec<RawJob>,
+}
+
+#[derive(Deserialize)]
+struct RawJob {
+    jobname: String,
+    #[serde(default)]
+    groupid: u64,
+    #[serde(default)]
+    error: i64,
+    #[serde(default)]
+    usr_cpu: f64,
+    #[serde(default)]
+    sys_cpu: f64,
+    #[serde(default)]
+    job_runtime: u64,
+    read: Option<RawDirection>,
+    write: Option<RawDirection>,
+}
+
+#[derive(Deserialize)]
+struct RawDirection {
+    #[serde(default)]
+    io_bytes: u64,
+    bw_bytes: f64,
+    iops: f64,
+    #[serde(default)]
+    runtime: u64,
+    total_ios: u64,
+    clat_ns: Option<RawLatency>,
+    lat_ns: Option<RawLatency>,
+}
+
+#[derive(Deserialize)]
+struct RawLatency {
+    #[serde(default)]
+    min: f64,
+    #[serde(default)]
+    max: f64,
+    #[serde(default)]
+    mean: f64,
+    #[serde(rename = "N")]
+    n: Option<u64>,
+    percentile: Option<BTreeMap<String, f64>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSONPLUS: &str = include_str!("../tests/fixtures/fio-3.33-randrw-psync-jsonplus.json");
+    const TWO_ELEMENTS: &str =
+        include_str!("../tests/fixtures/fio-3.33-two-elements-lat-percentiles.json");
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn parses_real_jsonplus_output_with_completion_percentiles() {
+        let out = parse_fio_output(JSONPLUS).unwrap();
+        assert_eq!(out.fio_version, "fio-3.33");
+        assert_eq!(out.jobs.len(), 1);
+        let job = &out.jobs[0];
+        assert_eq!(job.name, "t");
+        assert_eq!(job.error_code, 0);
+        assert!(close(job.usr_cpu_percent, 3.1) && close(job.sys_cpu_percent, 27.7));
+        assert!(close(job.read.iops, 7083.916084));
+        assert!(close(job.read.bandwidth_bytes_per_s, 29015720.0));
+        assert_eq!((job.read.ios, job.write.ios), (7091, 7128));
+        assert_eq!(job.runtime_ms(), 1001);
+        assert!(close(job.read.latency_us_mean.unwrap(), 93.866095614));
+        assert!(close(job.read.latency_us_max.unwrap(), 4927.355));
+        let p = job.read.percentiles.as_ref().unwrap();
+        // Without lat_percentiles=1 fio only has completion-latency percentiles.
+        assert_eq!(p.source, LatencySource::Completion);
+        assert!(close(p.latency_us_p50.unwrap(), 76.288));
+        assert!(close(p.latency_us_p99.unwrap(), 272.384));
+        assert!(close(p.latency_us_p99_9.unwrap(), 4112.384));
+        assert!(close(p.latency_us_p99_99.unwrap(), 4947.968));
+        assert!(close(job.iops_total(), 7083.916084 + 7120.879121));
+    }
+
+    #[test]
+    fn parses_stonewalled_elements_with_total_latency_percentiles() {
+        let out = parse_fio_output(TWO_ELEMENTS).unwrap();
+        let names: Vec<&str> = out.jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names, ["r100-4k", "r0-64k"]);
+        let reads = &out.jobs[0];
+        let p = reads.read.percentiles.as_ref().unwrap();
+        assert_eq!(p.source, LatencySource::Total);
+        // lat_ns p50 is 548 ns; clat_ns p50 would be 524 ns.
+        assert!(close(p.latency_us_p50.unwrap(), 0.548));
+        assert_eq!(p.latency_us_p90, None, "not in percentile_list");
+        // No writes in a 100 % read element: no latency, no percentiles, not zeros.
+        assert_eq!(reads.write.ios, 0);
+        assert_eq!(reads.write.latency_us_mean, None);
+        assert_eq!(reads.write.percentiles, None);
+        assert_eq!(reads.latency_us_mean(), reads.read.latency_us_mean);
+        let writes = &out.jobs[1];
+        assert_eq!(writes.read.percentiles, None);
+        assert!(writes.write.iops > 0.0 && writes.read.iops == 0.0);
+        assert_eq!(writes.group_id, 1);
+    }
+
+    #[test]
+    fn tolerates_text_around_the_document() {
+        let noisy = format!("fio: note: something harmless\n{TWO_ELEMENTS}\nfio: trailing note\n");
+        assert_eq!(parse_fio_output(&noisy).unwrap().jobs.len(), 2);
+    }
+
+    #[test]
+    fn mixed_latency_mean_is_weighted_by_io_count() {
+        let job = &parse_fio_output(JSONPLUS).unwrap().jobs[0];
+        let expected = (93.866095614 * 7091.0 + 3.56123569 * 7128.0) / (7091.0 + 7128.0);
+        assert!(close(job.latency_us_mean().unwrap(), expected));
+        assert!(close(job.latency_us_max().unwrap(), 4927.355));
+    }
+
+    #[test]
+    fn malformed_and_empty_outputs_are_errors() {
+        assert!(matches!(parse_fio_output("fio: failed to open file\n"), Err(FioError::NoJson)));
+        assert!(matches!(parse_fio_output(""), Err(FioError::NoJson)));
+        let truncated = &TWO_ELEMENTS[..TWO_ELEMENTS.len() / 2];
+        assert!(matches!(parse_fio_output(truncated), Err(FioError::Json(_))));
+        assert!(matches!(parse_fio_output(r#"{"jobs": []}"#), Err(FioError::NoJobs)));
+        assert!(matches!(parse_fio_output(r#"{"jobs": [{"read": {}}]}"#), Err(FioError::Json(_))));
+    }
+
+    #[test]
+    fn missing_direction_or_latency_is_a_job_error() {
+        let no_write = r#"{"jobs": [{"jobname": "x", "read": {"bw_bytes": 1, "iops": 1,
+            "total_ios": 0}}]}"#;
+        let err = parse_fio_output(no_write).unwrap_err();
+        assert!(matches!(&err, FioError::BadJob { job, .. } if job == "x"), "{err}");
+        let no_lat = r#"{"jobs": [{"jobname": "y",
+            "read": {"bw_bytes": 4096, "iops": 1, "total_ios": 1},
+            "write": {"bw_bytes": 0, "iops": 0, "total_ios": 0}}]}"#;
+        assert!(matches!(parse_fio_output(no_lat), Err(FioError::BadJob { .. })));
+    }
+
+    #[test]
+    fn failed_job_is_data_not_a_parse_error() {
+        let failed = r#"{"fio version": "fio-3.33", "jobs": [{"jobname": "r0-4k", "error": 5,
+            "read": {"bw_bytes": 0, "iops": 0, "total_ios": 0},
+            "write": {"bw_bytes": 0, "iops": 0, "total_ios": 0}}]}"#;
+        let out = parse_fio_output(failed).unwrap();
+        assert_eq!(out.jobs[0].error_code, 5);
+        assert_eq!(out.jobs[0].latency_us_mean(), None);
+        assert_eq!(out.jobs[0].latency_us_max(), None);
+    }
+}

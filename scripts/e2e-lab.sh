@@ -1,0 +1,110 @@
+#!/bin/sh
+# End-to-end test of the benchmark lab (`flashraid bench run` / `compare`): a quick run of
+# every SNIA profile against raw member files and a flashraid array served over NBD, a run
+# against a file named as a target, a comparison of the two, the refusals that protect
+# other people's data, and the HTML report opened in headless Chromium, which must draw its
+# charts (the screenshot is kept in target/test-artifacts/lab/).
+#
+# Usage: scripts/e2e-lab.sh path/to/flashraid
+set -eu
+bin=$(realpath "$1")
+cd "$(dirname "$0")/.."
+work=$(mktemp -d /tmp/flashraid-e2e-lab.XXXXXX)
+members=$(mktemp -d /dev/shm/flashraid-e2e-lab.XXXXXX)
+artifacts=target/test-artifacts/lab
+trap 'rm -rf "$work" "$members"' EXIT
+mkdir -p "$artifacts"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_refusal() { # expect_refusal "what the message must say" command...
+    want="$1"; shift
+    if "$@" >"$work/refusal.out" 2>&1; then fail "accepted: $*"; fi
+    grep -q "$want" "$work/refusal.out" || { cat "$work/refusal.out"; fail "no '$want' in the refusal"; }
+}
+
+echo "-- refusals: named targets need --destroy-data, foreign directories, unbuilt runners"
+truncate -s 64M "$work/victim"
+expect_refusal "destroy-data" "$bin" bench run --target "path:$work/victim" --out "$work/x"
+mkdir "$work/foreign" && echo precious > "$work/foreign/keep"
+expect_refusal "did not make" "$bin" bench run --dir "$work/foreign" --out "$work/x"
+[ "$(cat "$work/foreign/keep")" = precious ] || fail "a foreign file was touched"
+expect_refusal "not built yet" "$bin" bench run --profile vm-images --out "$work/x"
+expect_refusal "unknown target" "$bin" bench run --target floppy --out "$work/x"
+
+echo "-- quick run of every SNIA profile: raw members and flashraid RAID 6 over NBD"
+"$bin" bench run --profile snia-iops,snia-latency,snia-throughput --members 6 \
+    --member-size 32M --dir "$members/m" --out "$work/run1" >"$work/run1.out" 2>"$work/run1.err" \
+    || { tail -30 "$work/run1.err"; fail "bench run"; }
+for profile in snia-iops snia-latency snia-throughput; do
+    d="$work/run1/$profile"
+    for f in run.json results.csv report.md report.html manifest.json; do
+        [ -s "$d/$f" ] || fail "$d/$f missing"
+    done
+    grep -q "quick-smoke" "$d/report.md" || fail "$profile: no conformance label"
+    grep -q "Steady state determination" "$d/report.md" || fail "$profile: no SS table"
+    grep -q "ratio to members" "$d/report.md" || fail "$profile: no comparison"
+    ls "$d"/0-members/*/round-1.json "$d"/1-flashraid/*/round-1.json >/dev/null \
+        || fail "$profile: raw fio JSON not kept"
+    grep -q '"fio"' "$d/manifest.json" || fail "$profile: manifest without fio version"
+    # One CSV row per element per round per target: check against run.json.
+    /usr/bin/python3 - "$d" <<'EOF'
+import json, sys, csv
+d = sys.argv[1]
+run = json.load(open(f"{d}/run.json"))
+rows = list(csv.DictReader(open(f"{d}/results.csv")))
+want = sum(len(r["elements"]) for t in run["targets"] for test in t["tests"] for r in test["rounds"])
+assert len(rows) == want > 0, (len(rows), want)
+names = [t["name"] for t in run["targets"]]
+assert names == ["members", "flashraid"], names
+for t in run["targets"]:
+    for test in t["tests"]:
+        assert test["rounds"], f"{t['name']} {test['plan']['name']}: no rounds"
+        for r in test["rounds"]:
+            for e in r["elements"]:
+                assert e["read"]["ios"] + e["write"]["ios"] > 0, (t["name"], e["name"])
+print(f"   {d.rsplit('/',1)[1]}: {want} element results, CSV consistent")
+EOF
+done
+grep -q "IOPS" "$work/run1.out" || fail "no results printed"
+
+echo "-- a file named as a target (as an md device or a zvol would be), then compare"
+truncate -s 256M "$work/victim"
+"$bin" bench run --profile snia-throughput --target "path:$work/victim" --destroy-data \
+    --out "$work/run2" >"$work/run2.out" 2>"$work/run2.err" \
+    || { tail -30 "$work/run2.err"; fail "bench run on a file"; }
+grep -q "not purged" "$work/run2/snia-throughput/report.md" || fail "named target not marked unpurged"
+"$bin" bench compare "$work/run1" "$work/run2" --out "$work/cmp" >"$work/cmp.out" \
+    || fail "bench compare"
+grep -q "victim" "$work/cmp/compare.md" || fail "compare lacks the second run"
+[ -s "$work/cmp/compare.html" ] || fail "no compare.html"
+expect_refusal "not a lab report" "$bin" bench compare "$work/run1/snia-iops/report.md" "$work/run2"
+
+echo "-- the HTML report in headless Chromium"
+html="$work/run1/snia-iops/report.html"
+# Self-contained: no scripts, nothing fetched (the SVG namespace URI is a name, not a fetch).
+if grep -qiE '<script|(src|href)="?https?:|url\(|@import' "$html"; then
+    fail "the report needs scripts or the network"
+fi
+shot="$artifacts/snia-iops-report.png"
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,2400 \
+    --screenshot="$shot" "file://$html" >/dev/null 2>&1 || fail "chromium"
+chromium --headless --no-sandbox --disable-gpu --dump-dom "file://$html" 2>/dev/null >"$work/dom.html"
+/usr/bin/python3 - "$shot" "$work/dom.html" <<'EOF'
+import sys
+from PIL import Image
+shot, dom = sys.argv[1], open(sys.argv[2]).read()
+charts = dom.count("<svg")
+assert charts >= 4, f"{charts} charts in the rendered page"
+assert "<polyline" in dom or "<path" in dom, "no lines drawn"
+img = Image.open(shot).convert("RGB")
+# The series colours of the first two targets (chart.rs PALETTE) must be on screen: the
+# charts were drawn, not just laid out.
+colours = {(0x1f, 0x77, 0xb4): "members", (0xd6, 0x27, 0x28): "flashraid"}
+seen = {name: 0 for name in colours.values()}
+for pixel in img.getdata():
+    if pixel in colours:
+        seen[colours[pixel]] += 1
+assert all(n > 200 for n in seen.values()), f"series pixels on screen: {seen}"
+print(f"   {charts} charts rendered; series pixels {seen}; screenshot {shot}")
+EOF
+echo "lab end-to-end: all checks passed"
