@@ -28,6 +28,10 @@ expect_refusal "destroy-data" "$bin" bench run --target "path:$work/victim" --ou
 mkdir "$work/foreign" && echo precious > "$work/foreign/keep"
 expect_refusal "did not make" "$bin" bench run --dir "$work/foreign" --out "$work/x"
 [ "$(cat "$work/foreign/keep")" = precious ] || fail "a foreign file was touched"
+ln -s "$work/foreign" "$work/link"
+expect_refusal "symlinks are refused" "$bin" bench run --dir "$work/link" --out "$work/x"
+mkdir -m 777 "$work/open"
+expect_refusal "writable by others" "$bin" bench run --dir "$work/open" --out "$work/x"
 expect_refusal "not built yet" "$bin" bench run --profile vm-images --out "$work/x"
 expect_refusal "unknown target" "$bin" bench run --target floppy --out "$work/x"
 
@@ -76,7 +80,14 @@ grep -q "not purged" "$work/run2/snia-throughput/report.md" || fail "named targe
 "$bin" bench compare "$work/run1" "$work/run2" --out "$work/cmp" >"$work/cmp.out" \
     || fail "bench compare"
 grep -q "victim" "$work/cmp/compare.md" || fail "compare lacks the second run"
-[ -s "$work/cmp/compare.html" ] || fail "no compare.html"
+[ -s "$work/cmp/compare-snia-throughput.html" ] || fail "no compare-snia-throughput.html"
+grep -q "not purged" "$work/cmp/compare.md" || fail "compare hides the unpurged target"
+# Two multi-profile runs: each profile compared once.
+"$bin" bench compare "$work/run1" "$work/run1" --out "$work/cmp2" >/dev/null || fail "compare twice"
+for profile in snia-iops snia-latency snia-throughput; do
+    n=$(grep -c "^# flashraid lab comparison: $profile\$" "$work/cmp2/compare.md")
+    [ "$n" = 1 ] || fail "$profile compared $n times"
+done
 expect_refusal "not a lab report" "$bin" bench compare "$work/run1/snia-iops/report.md" "$work/run2"
 
 echo "-- the HTML report in headless Chromium"

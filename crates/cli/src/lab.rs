@@ -12,8 +12,12 @@
 //! limit is reached. Raw fio JSON and the job files as run are kept next to the reports.
 //!
 //! Safety: the lab writes over every byte of every target. It makes its member files in a
-//! directory it marks as its own, and refuses a directory with other files in it; a device,
-//! file or NBD export the operator names is written only with `--destroy-data`.
+//! directory it marks as its own: created mode 0700, owned by the running user, not a
+//! symlink, not writable by others, locked for the run (two runs never purge each other's
+//! files); a directory holding other files is refused, and so is a member path that is not a
+//! regular file. A device, file or NBD export the operator names is written only with
+//! `--destroy-data`, and a block device the kernel holds (mounted, an md or LVM member) is
+//! refused even then (opened with O_EXCL).
 //!
 //! Limits: the SNIA profiles (snia-iops, snia-latency, snia-throughput) run; vm-images,
 //! video-frames, small-files and degraded-rebuild have job shapes in `flashraid-lab` but no
@@ -46,6 +50,9 @@ const SERVE_START_TIMEOUT: Duration = Duration::from_secs(60);
 const SERVE_STOP_TIMEOUT: Duration = Duration::from_secs(60);
 /// The smallest block flashraid's NBD exports take for writes.
 const NBD_BLOCK_BYTES: u64 = 4096;
+/// A round's fio is killed when it runs this much longer than its elements' run time (a
+/// wedged target must not hang the lab).
+const ROUND_OVERRUN: Duration = Duration::from_secs(300);
 
 #[derive(Args, Debug)]
 pub struct LabRunArgs {
@@ -84,9 +91,10 @@ pub struct LabRunArgs {
     #[arg(long)]
     shards: Option<u32>,
     /// Where the member files go (tmpfs: O_DIRECT works there on Linux 6.6+). Made by the
-    /// lab and marked as its own; a directory holding other files is refused.
-    #[arg(long, default_value = "/dev/shm/flashraid-lab")]
-    dir: PathBuf,
+    /// lab (mode 0700) and marked as its own; a directory holding other files, or not owned
+    /// by you, is refused. Default: /dev/shm/flashraid-lab-UID.
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// fio's engine for file and device targets.
     #[arg(long, default_value = "io-uring")]
     engine: EngineChoice,
@@ -159,7 +167,12 @@ impl TargetSpec {
     }
 }
 
-pub fn run_lab(args: LabRunArgs) -> Result<()> {
+pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
+    let dir = match args.dir.take() {
+        Some(dir) => dir,
+        None => PathBuf::from(format!("/dev/shm/flashraid-lab-{}", current_uid()?)),
+    };
+    args.dir = Some(std::path::absolute(&dir).context("--dir")?);
     let specs: Vec<TargetSpec> =
         args.targets.iter().map(|t| TargetSpec::parse(t)).collect::<Result<_>>()?;
     if specs.is_empty() {
@@ -202,9 +215,8 @@ pub fn run_lab(args: LabRunArgs) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("report folder {}", out.display()))?;
     let needs_members =
         specs.iter().any(|s| matches!(s, TargetSpec::Members | TargetSpec::Flashraid));
-    if needs_members {
-        claim_member_dir(&args.dir)?;
-    }
+    // Held until the run ends: another run on the same directory waits its turn.
+    let _claim = if needs_members { Some(claim_member_dir(member_dir(&args))?) } else { None };
     let machine = machine_facts(&args.fio);
     let mut written = vec![];
     for plan in plans {
@@ -240,33 +252,80 @@ fn check_fio(fio: &Path, specs: &[TargetSpec]) -> Result<()> {
     Ok(())
 }
 
-/// Make `dir` the lab's, or check it already is.
-fn claim_member_dir(dir: &Path) -> Result<()> {
-    if dir.join(DIR_MARKER).exists() {
-        return Ok(());
-    }
-    if dir.exists() {
-        let mut entries = std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))?;
-        if entries.next().is_some() {
-            bail!(
-                "{} holds files the lab did not make; give an empty or new directory with --dir",
-                dir.display()
-            );
+/// The uid this process runs as (the owner of `/proc/self`).
+fn current_uid() -> Result<u32> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata("/proc/self").context("/proc/self")?.uid())
+}
+
+fn member_dir(args: &LabRunArgs) -> &Path {
+    args.dir.as_deref().expect("resolved in run_lab")
+}
+
+/// Make `dir` the lab's, or check it already is; returns the marker file, locked for the run.
+fn claim_member_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => {
+            // Only a directory of ours that nobody else can write: otherwise someone could
+            // plant a member path that leads to their victim's data.
+            if !meta.is_dir() {
+                bail!("{} is not a directory (symlinks are refused)", dir.display());
+            }
+            if meta.uid() != current_uid()? {
+                bail!("{} belongs to uid {}, not to you", dir.display(), meta.uid());
+            }
+            if meta.mode() & 0o022 != 0 {
+                bail!("{} is writable by others (mode {:o})", dir.display(), meta.mode() & 0o777);
+            }
+            if !dir.join(DIR_MARKER).exists() {
+                let mut entries =
+                    std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))?;
+                if entries.next().is_some() {
+                    bail!(
+                        "{} holds files the lab did not make; give an empty or new directory \
+                         with --dir",
+                        dir.display()
+                    );
+                }
+            }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("making {}", dir.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("{}", dir.display())),
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    let marker = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(DIR_MARKER))
+        .with_context(|| format!("{}/{DIR_MARKER}", dir.display()))?;
+    if marker.try_lock().is_err() {
+        eprintln!("{} is in use by another lab run; waiting for it", dir.display());
+        marker.lock().context("locking the member directory")?;
+    }
     std::fs::write(dir.join(DIR_MARKER), "member files of flashraid bench run\n")?;
-    Ok(())
+    Ok(marker)
 }
 
 fn member_paths(args: &LabRunArgs) -> Vec<PathBuf> {
-    (0..args.members).map(|i| args.dir.join(format!("member{i}"))).collect()
+    (0..args.members).map(|i| member_dir(args).join(format!("member{i}"))).collect()
 }
 
 /// Purge the member files: recreate each as zeroes (on tmpfs this frees every page, the
 /// closest a file gets to a purged device).
 fn purge_members(args: &LabRunArgs) -> Result<()> {
     for path in member_paths(args) {
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if !meta.file_type().is_file() => {
+                bail!("{} is not a regular file; the lab leaves it alone", path.display())
+            }
+            _ => {}
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
@@ -298,7 +357,7 @@ impl Server {
         loop {
             if let Some(status) = self.child.try_wait()? {
                 if !status.success() {
-                    bail!("flashraid serve exited with {status} (see serve.log)");
+                    bail!("flashraid serve exited with {status} (see its serve-TEST.log)");
                 }
                 return Ok(());
             }
@@ -328,7 +387,12 @@ fn engine(args: &LabRunArgs) -> FileEngine {
     }
 }
 
-fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepared> {
+fn prepare(
+    args: &LabRunArgs,
+    spec: &TargetSpec,
+    raw_dir: &Path,
+    test_name: &str,
+) -> Result<Prepared> {
     match spec {
         TargetSpec::Members => {
             purge_members(args)?;
@@ -340,7 +404,7 @@ fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepa
                     "{} raw member files of {} in {}, all at once",
                     args.members,
                     crate::array_cmds::human(args.member_size),
-                    args.dir.display()
+                    member_dir(args).display()
                 ),
                 target,
                 server: None,
@@ -364,9 +428,12 @@ fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepa
                 tunables: Default::default(),
             };
             let made = create(&spec).context("creating the array on the purged member files")?;
-            let socket = raw_dir.join("nbd.sock");
-            let control = raw_dir.join("serve.control");
-            let log = std::fs::File::create(raw_dir.join("serve.log"))?;
+            // In the member directory: short, absolute and free of characters a URI would
+            // need escaped (unlike an arbitrary --out path).
+            let socket = member_dir(args).join("nbd.sock");
+            let control = member_dir(args).join("serve.control");
+            let log_path = raw_dir.join(format!("serve-{test_name}.log"));
+            let log = std::fs::File::create(&log_path)?;
             let mut command = Command::new(std::env::current_exe()?);
             command
                 .arg("serve")
@@ -383,7 +450,7 @@ fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepa
             }
             let child = command.spawn().context("starting flashraid serve")?;
             let mut server = Server { child };
-            wait_for_socket(&mut server, &socket, raw_dir)?;
+            wait_for_socket(&mut server, &socket, &log_path)?;
             let g = made.geometry;
             let uri = format!("nbd+unix:///lab?socket={}", socket.display());
             Ok(Prepared {
@@ -405,6 +472,7 @@ fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepa
             })
         }
         TargetSpec::Path(path) => {
+            refuse_held_block_device(path)?;
             let size_bytes = device_size(path)?;
             Ok(Prepared {
                 description: format!(
@@ -436,14 +504,14 @@ fn prepare(args: &LabRunArgs, spec: &TargetSpec, raw_dir: &Path) -> Result<Prepa
     }
 }
 
-fn wait_for_socket(server: &mut Server, socket: &Path, raw_dir: &Path) -> Result<()> {
+fn wait_for_socket(server: &mut Server, socket: &Path, log_path: &Path) -> Result<()> {
     let deadline = Instant::now() + SERVE_START_TIMEOUT;
     loop {
         if std::os::unix::net::UnixStream::connect(socket).is_ok() {
             return Ok(());
         }
         if let Some(status) = server.child.try_wait()? {
-            let log = std::fs::read_to_string(raw_dir.join("serve.log")).unwrap_or_default();
+            let log = std::fs::read_to_string(log_path).unwrap_or_default();
             bail!("flashraid serve exited with {status} before listening:\n{log}");
         }
         if Instant::now() > deadline {
@@ -453,6 +521,25 @@ fn wait_for_socket(server: &mut Server, socket: &Path, raw_dir: &Path) -> Result
             );
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A block device the kernel holds (a mounted filesystem, an md, LVM or dm member) is
+/// refused even with --destroy-data: opening it with O_EXCL fails with EBUSY then.
+fn refuse_held_block_device(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    if !meta.file_type().is_block_device() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_EXCL).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
+            "{} is in use (mounted, or a member of md, LVM or another device); the lab will \
+             not write to it",
+            path.display()
+        ),
+        Err(e) => Err(e).with_context(|| format!("{}", path.display())),
     }
 }
 
@@ -481,27 +568,62 @@ fn nbd_size(uri: &str) -> Result<u64> {
 }
 
 /// Run one fio job file; keep the job file and fio's JSON in `dir` as `name.fio`/`name.json`.
-fn run_fio(fio: &Path, dir: &Path, name: &str, job: &str) -> Result<String> {
+fn run_fio(
+    fio: &Path,
+    dir: &Path,
+    name: &str,
+    job: &str,
+    time_limit: Option<Duration>,
+) -> Result<String> {
     let job_path = dir.join(format!("{name}.fio"));
     let json_path = dir.join(format!("{name}.json"));
+    let stderr_path = dir.join(format!("{name}.stderr"));
     std::fs::write(&job_path, job)?;
-    let out = Command::new(fio)
+    let mut child = Command::new(fio)
         .arg("--output-format=json+")
         .arg(format!("--output={}", json_path.display()))
         .arg(&job_path)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()
         .with_context(|| format!("running {}", fio.display()))?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if time_limit.is_some_and(|limit| started.elapsed() > limit) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "fio ran {} s on {}, past its limit: the target seems wedged",
+                started.elapsed().as_secs(),
+                job_path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let text = std::fs::read_to_string(&json_path).unwrap_or_default();
-    if !out.status.success() {
-        bail!(
-            "fio failed on {} ({}):\n{}",
-            job_path.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+    if !status.success() {
+        let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        bail!("fio failed on {} ({status}):\n{}", job_path.display(), stderr.trim());
     }
     Ok(text)
+}
+
+/// Write every rendering of `report` into `dir` (also after a failure: what was measured
+/// before it is kept).
+fn write_report(dir: &Path, report: &RunReport) -> Result<()> {
+    std::fs::write(dir.join("run.json"), report.to_json()?)?;
+    std::fs::write(dir.join("results.csv"), render_csv(report))?;
+    std::fs::write(dir.join("report.md"), render_markdown(report))?;
+    std::fs::write(dir.join("report.html"), render_html(report))?;
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&report.manifest)? + "\n",
+    )?;
+    Ok(())
 }
 
 fn run_profile(
@@ -537,6 +659,19 @@ fn run_profile(
             plan.conformance = plan.conformance.clone().with_deviations(vec![note]);
         }
     }
+    // Targets the lab cannot purge or whose write cache it cannot know make a full run
+    // derived, not conformant, and the report says which.
+    let unpurged: Vec<String> = specs
+        .iter()
+        .filter(|s| matches!(s, TargetSpec::Path(_) | TargetSpec::Nbd(_)))
+        .map(|s| {
+            format!(
+                "{}: not purged before preconditioning; write cache state not recorded",
+                s.column()
+            )
+        })
+        .collect();
+    plan.conformance = plan.conformance.clone().with_deviations(unpurged);
     let mut manifest = machine.clone();
     manifest.insert("profile".into(), plan.profile.name().into());
     manifest.insert("preset".into(), plan.preset.name().into());
@@ -548,7 +683,7 @@ fn run_profile(
             "{} x {} in {} (level {} chunk {} KiB for the flashraid target)",
             args.members,
             crate::array_cmds::human(args.member_size),
-            args.dir.display(),
+            member_dir(args).display(),
             args.level,
             args.chunk_kib
         ),
@@ -568,7 +703,7 @@ fn run_profile(
             let test_dir = raw_dir.join(&test.name);
             std::fs::create_dir_all(&test_dir)?;
             eprintln!("[{}] {}: purge and prepare", test.name, spec.column());
-            let prepared = prepare(args, spec, &raw_dir)?;
+            let prepared = prepare(args, spec, &raw_dir, &test.name)?;
             target_run.description = prepared.description.clone();
             for (key, value) in &prepared.facts {
                 report
@@ -584,24 +719,19 @@ fn run_profile(
                 &mut target_run,
                 &mut report,
             );
-            if let Some(server) = prepared.server {
-                let stopped = server.stop();
-                result?;
-                stopped?;
-            } else {
-                result?;
+            let stopped = prepared.server.map_or(Ok(()), Server::stop);
+            if let Err(e) = result.and(stopped) {
+                // Keep what was measured: the report of the rounds so far, then the error.
+                report.targets.push(target_run);
+                let note = format!("run stopped early: {e:#}");
+                report.conformance = report.conformance.clone().with_deviations(vec![note]);
+                write_report(&dir, &report)?;
+                return Err(e.context(format!("partial report in {}", dir.display())));
             }
         }
         report.targets.push(target_run);
     }
-    std::fs::write(dir.join("run.json"), report.to_json()?)?;
-    std::fs::write(dir.join("results.csv"), render_csv(&report))?;
-    std::fs::write(dir.join("report.md"), render_markdown(&report))?;
-    std::fs::write(dir.join("report.html"), render_html(&report))?;
-    std::fs::write(
-        dir.join("manifest.json"),
-        serde_json::to_string_pretty(&report.manifest)? + "\n",
-    )?;
+    write_report(&dir, &report)?;
     Ok((dir, report))
 }
 
@@ -624,7 +754,8 @@ fn run_test(
         flashraid_lab::profile::size_label(test.wipc.block_size_bytes)
     );
     let started = Instant::now();
-    run_fio(&args.fio, dir, "wipc", &wipc)?;
+    // Size-based: as long as the target needs to write it twice; no limit.
+    run_fio(&args.fio, dir, "wipc", &wipc, None)?;
     eprintln!(
         "[{}] {column}: preconditioned in {:.1} s",
         test.name,
@@ -645,7 +776,8 @@ fn run_test(
             test.name,
             test.elements.len()
         );
-        let text = run_fio(&args.fio, dir, &format!("round-{round}"), &job)?;
+        let limit = Duration::from_secs(test.round_runtime_s()) + ROUND_OVERRUN;
+        let text = run_fio(&args.fio, dir, &format!("round-{round}"), &job, Some(limit))?;
         let parsed = parse_fio_output(&text)
             .with_context(|| format!("fio output {}/round-{round}.json", dir.display()))?;
         let test_run =
@@ -748,8 +880,12 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
         reports.extend(load_reports(path)?);
     }
     // Group by profile: each profile compares on its own.
-    let mut profiles: Vec<Profile> = reports.iter().map(|r| r.profile).collect();
-    profiles.dedup();
+    let mut profiles: Vec<Profile> = vec![];
+    for report in &reports {
+        if !profiles.contains(&report.profile) {
+            profiles.push(report.profile);
+        }
+    }
     let mut markdown = String::new();
     let mut html = vec![];
     for profile in profiles {
@@ -761,7 +897,7 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
         }
         markdown.push_str(&compare_markdown(&group)?);
         markdown.push('\n');
-        html.push(compare_html(&group)?);
+        html.push((profile, compare_html(&group)?));
     }
     if markdown.is_empty() {
         bail!("no profile has two reports to compare");
@@ -770,12 +906,10 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
     if let Some(out) = args.out {
         std::fs::create_dir_all(&out)?;
         std::fs::write(out.join("compare.md"), &markdown)?;
-        for (i, page) in html.iter().enumerate() {
-            let name =
-                if i == 0 { "compare.html".to_string() } else { format!("compare-{i}.html") };
-            std::fs::write(out.join(name), page)?;
+        for (profile, page) in &html {
+            std::fs::write(out.join(format!("compare-{profile}.html")), page)?;
         }
-        println!("written: {}/compare.md and compare.html", out.display());
+        println!("written: {}/compare.md and compare-PROFILE.html", out.display());
     }
     Ok(())
 }

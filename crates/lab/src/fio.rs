@@ -38,7 +38,9 @@ pub struct JobResult {
     pub group_id: u64,
     /// fio's error code for the job; 0 when the job succeeded.
     pub error_code: i64,
-    /// CPU use as fio reports it (percent of one CPU, summed over the group's threads).
+    /// fio's own CPU use as it reports it: with group reporting, the group's summed CPU time
+    /// over its summed thread run time, i.e. percent of one CPU per thread on average. It is
+    /// the load generator's cost, not the target's.
     pub usr_cpu_percent: f64,
     pub sys_cpu_percent: f64,
     /// Thread-time of the job; with `numjobs=N` this is about N times the wall runtime.

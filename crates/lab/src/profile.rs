@@ -182,8 +182,12 @@ impl FromStr for Mode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum ConformanceLabel {
-    /// CI: checks the pipeline; never a performance statement.
-    QuickSmoke,
+    /// CI: checks the pipeline; never a performance statement. Deviations are still listed
+    /// (what a full run with the same settings would have to declare).
+    QuickSmoke {
+        #[serde(default)]
+        deviations: Vec<String>,
+    },
     SniaDerived {
         preset: Preset,
         deviations: Vec<String>,
@@ -197,7 +201,7 @@ impl ConformanceLabel {
     /// The heading every report starts with.
     pub fn title(&self) -> String {
         match self {
-            ConformanceLabel::QuickSmoke => {
+            ConformanceLabel::QuickSmoke { .. } => {
                 "quick-smoke (pipeline check; not a performance statement)".to_string()
             }
             ConformanceLabel::SniaDerived { preset, .. } => {
@@ -211,16 +215,21 @@ impl ConformanceLabel {
 
     pub fn deviations(&self) -> &[String] {
         match self {
-            ConformanceLabel::SniaDerived { deviations, .. } => deviations,
-            _ => &[],
+            ConformanceLabel::SniaDerived { deviations, .. }
+            | ConformanceLabel::QuickSmoke { deviations } => deviations,
+            ConformanceLabel::SniaConformant { .. } => &[],
         }
     }
 
-    /// Add deviations: a conformant label becomes derived; quick-smoke stays quick-smoke.
+    /// Add deviations: a conformant label becomes derived; quick-smoke stays quick-smoke and
+    /// lists them.
     pub fn with_deviations(self, more: Vec<String>) -> ConformanceLabel {
         match self {
             _ if more.is_empty() => self,
-            ConformanceLabel::QuickSmoke => ConformanceLabel::QuickSmoke,
+            ConformanceLabel::QuickSmoke { mut deviations } => {
+                deviations.extend(more);
+                ConformanceLabel::QuickSmoke { deviations }
+            }
             ConformanceLabel::SniaConformant { preset } => {
                 ConformanceLabel::SniaDerived { preset, deviations: more }
             }
@@ -288,8 +297,8 @@ pub enum TrackingMetric {
     IopsTotal,
     /// Mean total latency over all IOs (latency test).
     LatencyUsMean,
-    /// Sequential write bandwidth (throughput test; tracked in bytes/s, shown in MB/s).
-    WriteBandwidthBytesPerS,
+    /// Sequential write bandwidth (throughput test), decimal MB/s (10^6 bytes per second).
+    WriteMegabytesPerS,
 }
 
 impl TrackingMetric {
@@ -297,7 +306,7 @@ impl TrackingMetric {
         match self {
             TrackingMetric::IopsTotal => "IOPS",
             TrackingMetric::LatencyUsMean => "mean latency (us)",
-            TrackingMetric::WriteBandwidthBytesPerS => "write MB/s",
+            TrackingMetric::WriteMegabytesPerS => "write MB/s",
         }
     }
 }
@@ -442,7 +451,7 @@ pub fn plan_snia(
         _ => plan_throughput(preset, shape),
     };
     let conformance = match mode {
-        Mode::Quick => ConformanceLabel::QuickSmoke,
+        Mode::Quick => ConformanceLabel::QuickSmoke { deviations },
         Mode::Full if deviations.is_empty() => ConformanceLabel::SniaConformant { preset },
         Mode::Full => ConformanceLabel::SniaDerived { preset, deviations },
     };
@@ -552,7 +561,7 @@ fn plan_throughput(preset: Preset, shape: Shape) -> (Vec<TestPlan>, Vec<String>)
         .map(|&bs| {
             let read = Element::sequential(true, bs, threads, queue_depth);
             let write = Element::sequential(false, bs, threads, queue_depth);
-            let tracking = track(TrackingMetric::WriteBandwidthBytesPerS, &[&write.name]);
+            let tracking = track(TrackingMetric::WriteMegabytesPerS, &[&write.name]);
             TestPlan {
                 name: format!("{}-{}", Profile::SniaThroughput.name(), size_label(bs)),
                 elements: vec![read, write],
@@ -972,7 +981,7 @@ mod tests {
     #[test]
     fn quick_iops_is_the_3x3_matrix_in_spec_order() {
         let plan = quick_iops();
-        assert_eq!(plan.conformance, ConformanceLabel::QuickSmoke);
+        assert!(matches!(plan.conformance, ConformanceLabel::QuickSmoke { .. }));
         let test = &plan.tests[0];
         let names: Vec<&str> = test.elements.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(
@@ -1206,8 +1215,8 @@ loops=2
         assert_eq!(demoted.title(), "SNIA-derived (preset spec-1.1)");
         assert_eq!(demoted.deviations().len(), 1);
         assert_eq!(
-            ConformanceLabel::QuickSmoke.with_deviations(vec!["x".into()]),
-            ConformanceLabel::QuickSmoke
+            ConformanceLabel::QuickSmoke { deviations: vec![] }.with_deviations(vec!["x".into()]),
+            ConformanceLabel::QuickSmoke { deviations: vec!["x".into()] }
         );
     }
 

@@ -231,6 +231,20 @@ impl TestRun {
         (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
     }
 
+    /// Largest `value` over the window's rounds for one element (a worst case stays one).
+    pub fn window_max(
+        &self,
+        element: &str,
+        value: impl Fn(&JobResult) -> Option<f64>,
+    ) -> Option<f64> {
+        let index = self.element_index(element)?;
+        let (first, last) = self.window()?;
+        self.rounds[first - 1..last]
+            .iter()
+            .filter_map(|r| value(&r.elements[index]))
+            .fold(None, |max: Option<f64>, v| Some(max.map_or(v, |m| m.max(v))))
+    }
+
     fn element_index(&self, name: &str) -> Option<usize> {
         self.plan.elements.iter().position(|e| e.name == name)
     }
@@ -269,7 +283,7 @@ pub fn tracking_value(metric: TrackingMetric, job: &JobResult) -> Option<f64> {
     match metric {
         TrackingMetric::IopsTotal => Some(job.iops_total()),
         TrackingMetric::LatencyUsMean => job.latency_us_mean(),
-        TrackingMetric::WriteBandwidthBytesPerS => Some(job.write.bandwidth_bytes_per_s),
+        TrackingMetric::WriteMegabytesPerS => Some(mb_per_s(job.write.bandwidth_bytes_per_s)),
     }
 }
 
@@ -572,14 +586,15 @@ fn latency_table(target: &TargetRun, test: &TestRun) -> Table {
                 pct(|p| p.latency_us_p99),
                 pct(|p| p.latency_us_p99_9),
                 pct(|p| p.latency_us_p99_99),
-                fixed(test.window_average(&element.name, |j| pick(j).latency_us_max), 1),
+                fixed(test.window_max(&element.name, |j| pick(j).latency_us_max), 1),
             ]);
         }
     }
     let source = percentile_source_note(test);
     Table {
         title: format!(
-            "Latency (us, window average; {source}): {} on {}",
+            "Latency (us; avg: window average; percentiles: mean of the window's per-round \
+             percentiles; max: the window's maximum; {source}): {} on {}",
             test.plan.name, target.name
         ),
         header: header.iter().map(|h| h.to_string()).collect(),
@@ -601,7 +616,9 @@ fn percentile_source_note(test: &TestRun) -> &'static str {
 }
 
 fn throughput_table(target: &TargetRun, test: &TestRun) -> Table {
-    let header = ["Element", "Read MB/s", "Write MB/s", "Total MB/s", "usr CPU %", "sys CPU %"];
+    // fio's own CPU (the load generator's, e.g. libnbd's for NBD targets), mean per thread.
+    let header =
+        ["Element", "Read MB/s", "Write MB/s", "Total MB/s", "fio usr CPU %", "fio sys CPU %"];
     let rows = test
         .plan
         .elements
@@ -633,7 +650,7 @@ fn headline(metric: TrackingMetric) -> (&'static str, fn(&JobResult) -> Option<f
     match metric {
         TrackingMetric::IopsTotal => ("IOPS", |j| Some(j.iops_total())),
         TrackingMetric::LatencyUsMean => ("mean latency us", |j| j.latency_us_mean()),
-        TrackingMetric::WriteBandwidthBytesPerS => {
+        TrackingMetric::WriteMegabytesPerS => {
             ("MB/s", |j| Some(mb_per_s(j.bandwidth_bytes_per_s_total())))
         }
     }
@@ -819,7 +836,7 @@ pub fn render_markdown(report: &RunReport) -> String {
 
 fn comparison_note(label: &ConformanceLabel) -> String {
     match label {
-        ConformanceLabel::QuickSmoke => {
+        ConformanceLabel::QuickSmoke { .. } => {
             "Ratios from quick-smoke runs check the pipeline; they are not performance results.\n\n"
                 .to_string()
         }
@@ -1164,8 +1181,8 @@ fn runs_table(reports: &[RunReport]) -> Table {
 pub fn compare_markdown(reports: &[RunReport]) -> Result<String, ReportError> {
     let columns = compare_columns(reports)?;
     let mut out = format!("# flashraid lab comparison: {}\n\n", reports[0].profile);
-    if reports.iter().any(|r| r.conformance == ConformanceLabel::QuickSmoke) {
-        out.push_str(&comparison_note(&ConformanceLabel::QuickSmoke));
+    if reports.iter().any(|r| matches!(r.conformance, ConformanceLabel::QuickSmoke { .. })) {
+        out.push_str(&comparison_note(&ConformanceLabel::QuickSmoke { deviations: vec![] }));
     }
     out.push_str(&md_table(&runs_table(reports)));
     out.push_str(&md_table(&manifest_diff(reports)));
@@ -1179,11 +1196,13 @@ pub fn compare_markdown(reports: &[RunReport]) -> Result<String, ReportError> {
 pub fn compare_html(reports: &[RunReport]) -> Result<String, ReportError> {
     let columns = compare_columns(reports)?;
     let mut out = html_open(&format!("flashraid lab comparison: {}", reports[0].profile));
-    if reports.iter().any(|r| r.conformance == ConformanceLabel::QuickSmoke) {
+    if reports.iter().any(|r| matches!(r.conformance, ConformanceLabel::QuickSmoke { .. })) {
         let _ = write!(
             out,
             "<p>{}</p>",
-            html_escape(comparison_note(&ConformanceLabel::QuickSmoke).trim())
+            html_escape(
+                comparison_note(&ConformanceLabel::QuickSmoke { deviations: vec![] }).trim()
+            )
         );
     }
     out.push_str(&html_table(&runs_table(reports)));

@@ -78,7 +78,9 @@ pub fn steady_state(values: &[f64], window_rounds: usize) -> Option<SteadyState>
     let allowed_slope_excursion = SLOPE_EXCURSION_FRACTION * average;
     // A NaN anywhere poisons average or excursions, and NaN comparisons are false: not ok.
     let finite = window.iter().all(|v| v.is_finite());
+    // An all-zero window (a stalled target doing no IO) is not a steady state.
     let ok = finite
+        && average > 0.0
         && data_excursion <= allowed_data_excursion
         && slope_excursion <= allowed_slope_excursion;
     Some(SteadyState {
@@ -212,6 +214,14 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn a_window_of_zeroes_is_not_steady() {
+        // A target that stalled and did no IO is flat, but not in steady state.
+        let s = steady_state(&[0.0; 5], 5).expect("a full window");
+        assert!(!s.ok);
+        assert!(steady_state(&[1.0; 5], 5).expect("a full window").ok);
     }
 
     #[test]

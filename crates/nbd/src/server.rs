@@ -277,6 +277,8 @@ pub enum ConnectionError {
     UnknownClientFlags(u32),
     #[error("client did not finish negotiating within {0:?}")]
     HandshakeTimeout(Duration),
+    #[error("client sent a write's header but not its payload within {0:?}")]
+    PayloadTimeout(Duration),
     #[error("the server is stopping")]
     Stopping,
     #[error("client asked for the export without TLS, which this server requires")]
@@ -959,13 +961,23 @@ impl Transmission {
             let stream = &mut self.stream;
             let deadline = Instant::now() + PAYLOAD_TIMEOUT;
             let error = &mut fill_error;
+            let mut consumed = 0usize;
             let mut fill = |at: u64, piece: &mut [u8]| -> io::Result<()> {
                 let at = usize::try_from(at).expect("fits");
+                // The payload is one stream: pieces must come in order, without gaps.
+                assert_eq!(at, consumed, "write pieces filled out of order");
+                consumed += piece.len();
                 let from_buf = received.len().saturating_sub(at).min(piece.len());
                 if from_buf > 0 {
                     piece[..from_buf].copy_from_slice(&received[at..at + from_buf]);
                 }
                 read_full(&mut **stream, &mut piece[from_buf..], stop, deadline).map_err(|e| {
+                    let e = match e {
+                        ConnectionError::HandshakeTimeout(_) => {
+                            ConnectionError::PayloadTimeout(PAYLOAD_TIMEOUT)
+                        }
+                        other => other,
+                    };
                     let message = e.to_string();
                     *error = Some(e);
                     io::Error::other(message)
@@ -992,6 +1004,11 @@ impl Transmission {
                 Submitted::Yes
             }
             Err(SubmitError::Full) => Submitted::Later,
+            // A payload read from the socket is gone from the stream: refusing it would skip
+            // bytes of the next requests. The array is stopping; the connection ends.
+            Err(SubmitError::Stopped) if direct.is_some() => {
+                Submitted::Broken(ConnectionError::Stopping)
+            }
             Err(SubmitError::Stopped) => Submitted::Refused(proto::ESHUTDOWN),
             // The payload did not come (the client went away or stalled): the stream is
             // out of step, the connection ends.
