@@ -1,8 +1,8 @@
 #!/bin/sh
 # End-to-end test of the benchmark lab (`flashraid bench run` / `compare`): a quick run of
-# every SNIA profile against raw member files and a flashraid array served over NBD, a run
-# against a file named as a target, a comparison of the two, the refusals that protect
-# other people's data, and the HTML report opened in headless Chromium, which must draw its
+# every SNIA profile and of vm-images against raw member files and a flashraid array served
+# over NBD, a run against a file named as a target, a comparison of the two, the refusals
+# that protect other people's data, and the HTML report opened in headless Chromium, which must draw its
 # charts (the screenshot is kept in target/test-artifacts/lab/).
 #
 # Usage: scripts/e2e-lab.sh path/to/flashraid
@@ -32,7 +32,7 @@ ln -s "$work/foreign" "$work/link"
 expect_refusal "symlinks are refused" "$bin" bench run --dir "$work/link" --out "$work/x"
 mkdir -m 777 "$work/open"
 expect_refusal "writable by others" "$bin" bench run --dir "$work/open" --out "$work/x"
-expect_refusal "not built yet" "$bin" bench run --profile vm-images --out "$work/x"
+expect_refusal "not built yet" "$bin" bench run --profile video-frames --out "$work/x"
 expect_refusal "unknown target" "$bin" bench run --target floppy --out "$work/x"
 
 echo "-- quick run of every SNIA profile: raw members and flashraid RAID 6 over NBD"
@@ -70,6 +70,22 @@ print(f"   {d.rsplit('/',1)[1]}: {want} element results, CSV consistent")
 EOF
 done
 grep -q "IOPS" "$work/run1.out" || fail "no results printed"
+
+echo "-- vm-images: 32 VMs of mixed random IO, each its own NBD connection; fairness and tails"
+"$bin" bench run --profile vm-images --members 6 --member-size 32M --dir "$members/m" \
+    --out "$work/run3" >"$work/run3.out" 2>"$work/run3.err" \
+    || { tail -30 "$work/run3.err"; fail "bench run vm-images"; }
+grep -q "Jain fairness" "$work/run3/vm-images/report.md" || fail "vm-images: no fairness"
+/usr/bin/python3 - "$work/run3/vm-images/vm-run.json" <<'EOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert [t["name"] for t in run["targets"]] == ["members", "flashraid"]
+for t in run["targets"]:
+    for rep in t["repetitions"]:
+        assert len(rep) == 32, (t["name"], len(rep))
+        assert all(j["read"]["ios"] > 0 and j["write"]["ios"] > 0 for j in rep), t["name"]
+print("   vm-images: 32 VMs did reads and writes on both targets")
+EOF
 
 echo "-- a file named as a target (as an md device or a zvol would be), then compare"
 truncate -s 256M "$work/victim"

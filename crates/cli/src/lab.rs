@@ -30,11 +30,13 @@ use flashraid_lab::fio::parse_fio_output;
 use flashraid_lab::profile::{
     FileEngine, Mode, Preset, Profile, ProfilePlan, Target, plan_snia, render_round, render_wipc,
 };
+use flashraid_lab::profile::{VmImagesShape, WorkloadShape, render_vm_images, workload_shape};
 use flashraid_lab::report::{
     ArrayState, RunReport, TargetRun, compare_html, compare_markdown, render_csv, render_html,
     render_markdown,
 };
 use flashraid_lab::steady::StopDecision;
+use flashraid_lab::vm::{VmReport, VmTarget, render_vm_html, render_vm_markdown};
 use flashraid_layout::Level;
 use flashraid_runtime::{CreateSpec, create};
 use std::collections::BTreeMap;
@@ -126,6 +128,12 @@ pub struct LabCompareArgs {
     out: Option<PathBuf>,
 }
 
+/// One profile of a run.
+enum Job {
+    Snia(ProfilePlan),
+    Vm(VmImagesShape),
+}
+
 /// A target as the operator named it.
 #[derive(Clone, Debug)]
 enum TargetSpec {
@@ -190,14 +198,20 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
             std::fs::metadata(p).with_context(|| format!("target {}", p.display()))?;
         }
     }
-    let plans: Vec<ProfilePlan> = args
+    let plans: Vec<Job> = args
         .profile
         .iter()
         .map(|&profile| {
+            if profile == Profile::VmImages {
+                return match workload_shape(profile, args.mode) {
+                    Some(WorkloadShape::VmImages(shape)) => Ok(Job::Vm(shape)),
+                    _ => bail!("vm-images has no shape"),
+                };
+            }
             if !profile.is_snia() {
                 bail!(
                     "profile {profile}: its job shapes are defined but its runner is not built \
-                     yet (the SNIA profiles run: snia-iops, snia-latency, snia-throughput)"
+                     yet (these run: snia-iops, snia-latency, snia-throughput, vm-images)"
                 );
             }
             let preset = match (args.preset, profile.presets().first()) {
@@ -206,13 +220,15 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
                 (None, Some(&first)) => first,
                 (None, None) => bail!("profile {profile} has no presets"),
             };
-            Ok(plan_snia(profile, preset, args.mode)?)
+            Ok(Job::Snia(plan_snia(profile, preset, args.mode)?))
         })
         .collect::<Result<_>>()?;
     check_fio(&args.fio, &specs)?;
     let out =
         args.out.clone().unwrap_or_else(|| PathBuf::from("lab-reports").join(chrono_like_stamp()));
     std::fs::create_dir_all(&out).with_context(|| format!("report folder {}", out.display()))?;
+    // Absolute: fio runs in each test's folder (its logs land there).
+    let out = std::path::absolute(&out)?;
     let needs_members =
         specs.iter().any(|s| matches!(s, TargetSpec::Members | TargetSpec::Flashraid));
     // Held until the run ends: another run on the same directory waits its turn.
@@ -220,14 +236,19 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
     let machine = machine_facts(&args.fio);
     let mut written = vec![];
     for plan in plans {
-        let report = run_profile(&args, &specs, plan, &out, &machine)?;
-        written.push(report);
+        let (dir, markdown) = match plan {
+            Job::Snia(plan) => {
+                let (dir, report) = run_profile(&args, &specs, plan, &out, &machine)?;
+                (dir, render_markdown(&report))
+            }
+            Job::Vm(shape) => run_vm(&args, &specs, shape, &out, &machine)?,
+        };
+        written.push((dir, markdown));
     }
     println!();
-    for (dir, report) in &written {
+    for (dir, markdown) in &written {
         // The results; the manifest (job files and all) is in the report folder.
-        let markdown = render_markdown(report);
-        let results = markdown.split("\n## Manifest").next().unwrap_or(&markdown);
+        let results = markdown.split("\n## Manifest").next().unwrap_or(markdown);
         println!("{}", results.trim_end());
         println!("report: {}/report.md and report.html", dir.display());
     }
@@ -583,6 +604,7 @@ fn run_fio(
         .arg("--output-format=json+")
         .arg(format!("--output={}", json_path.display()))
         .arg(&job_path)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr_path)?)
@@ -619,6 +641,111 @@ fn write_report(dir: &Path, report: &RunReport) -> Result<()> {
     std::fs::write(dir.join("results.csv"), render_csv(report))?;
     std::fs::write(dir.join("report.md"), render_markdown(report))?;
     std::fs::write(dir.join("report.html"), render_html(report))?;
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&report.manifest)? + "\n",
+    )?;
+    Ok(())
+}
+
+/// vm-images: for each target, purge, precondition (snia-iops's WIPC), then the VMs' mixed
+/// load `repetitions` times. Returns the report folder and the Markdown.
+fn run_vm(
+    args: &LabRunArgs,
+    specs: &[TargetSpec],
+    shape: VmImagesShape,
+    out: &Path,
+    machine: &BTreeMap<String, String>,
+) -> Result<(PathBuf, String)> {
+    let dir = out.join(Profile::VmImages.name());
+    std::fs::create_dir_all(&dir)?;
+    let wipc_plan = plan_snia(Profile::SniaIops, Preset::Spec11, args.mode)?;
+    let wipc_test = &wipc_plan.tests[0];
+    let mut conformance = flashraid_lab::profile::ConformanceLabel::SniaDerived {
+        preset: Preset::Spec11,
+        deviations: vec![
+            "vm-images is the lab's workload, not a SNIA test: preconditioned with snia-iops's \
+             WIPC, no steady-state rounds"
+                .into(),
+        ],
+    };
+    if args.mode == Mode::Quick {
+        conformance = flashraid_lab::profile::ConformanceLabel::QuickSmoke {
+            deviations: conformance.deviations().to_vec(),
+        };
+    }
+    let run_id = format!("{}-vm-images", out.file_name().and_then(|n| n.to_str()).unwrap_or("run"));
+    let mut manifest = machine.clone();
+    manifest.insert("profile".into(), "vm-images".into());
+    manifest.insert("mode".into(), args.mode.name().into());
+    manifest.insert("randseed base".into(), args.seed.to_string());
+    let mut report = VmReport {
+        run_id,
+        mode: args.mode,
+        conformance,
+        shape: shape.clone(),
+        manifest,
+        targets: vec![],
+    };
+    for (index, spec) in specs.iter().enumerate() {
+        let column = spec.column();
+        let raw_dir = dir.join(spec.folder(index));
+        std::fs::create_dir_all(&raw_dir)?;
+        eprintln!("[vm-images] {column}: purge and prepare");
+        let prepared = prepare(args, spec, &raw_dir, "vm-images")?;
+        for (key, value) in &prepared.facts {
+            report.manifest.insert(format!("{column}: {key}"), value.clone());
+        }
+        let mut target = VmTarget {
+            name: column.clone(),
+            description: prepared.description.clone(),
+            repetitions: vec![],
+        };
+        let result = (|| -> Result<()> {
+            let wipc = render_wipc(wipc_test, &prepared.target)?;
+            eprintln!("[vm-images] {column}: preconditioning");
+            run_fio(&args.fio, &raw_dir, "wipc", &wipc, None)?;
+            for rep in 1..=shape.repetitions {
+                let job = render_vm_images(&shape, &prepared.target, args.seed + u64::from(rep))?;
+                if rep == 1 {
+                    report.manifest.insert(format!("{column}: vm job (seed varies)"), job.clone());
+                }
+                eprintln!(
+                    "[vm-images] {column}: repetition {rep}/{}, {} VMs for {} s",
+                    shape.repetitions,
+                    shape.vms,
+                    shape.ramp_s + shape.runtime_s
+                );
+                let limit =
+                    Duration::from_secs(u64::from(shape.ramp_s + shape.runtime_s)) + ROUND_OVERRUN;
+                let text = run_fio(&args.fio, &raw_dir, &format!("vm-{rep}"), &job, Some(limit))?;
+                let parsed = parse_fio_output(&text)
+                    .with_context(|| format!("fio output {}/vm-{rep}.json", raw_dir.display()))?;
+                target.push_repetition(parsed.jobs, shape.vms)?;
+                if let Some(s) = target.summary() {
+                    eprintln!(
+                        "    {:.0} IOPS, Jain {:.3}, worst VM p99.9 {:.0} us",
+                        s.iops_total, s.jain_index, s.worst_p99_9_us
+                    );
+                }
+            }
+            Ok(())
+        })();
+        let stopped = prepared.server.map_or(Ok(()), Server::stop);
+        report.targets.push(target);
+        if let Err(e) = result.and(stopped) {
+            write_vm_report(&dir, &report)?;
+            return Err(e.context(format!("partial report in {}", dir.display())));
+        }
+    }
+    write_vm_report(&dir, &report)?;
+    Ok((dir, render_vm_markdown(&report)))
+}
+
+fn write_vm_report(dir: &Path, report: &VmReport) -> Result<()> {
+    std::fs::write(dir.join("vm-run.json"), serde_json::to_string_pretty(report)? + "\n")?;
+    std::fs::write(dir.join("report.md"), render_vm_markdown(report))?;
+    std::fs::write(dir.join("report.html"), render_vm_html(report))?;
     std::fs::write(
         dir.join("manifest.json"),
         serde_json::to_string_pretty(&report.manifest)? + "\n",

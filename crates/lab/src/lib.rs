@@ -32,3 +32,4 @@ pub mod fio;
 pub mod profile;
 pub mod report;
 pub mod steady;
+pub mod vm;

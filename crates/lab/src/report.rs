@@ -288,7 +288,7 @@ pub fn tracking_value(metric: TrackingMetric, job: &JobResult) -> Option<f64> {
 }
 
 /// Decimal megabytes per second (SNIA and KDiskMark convention: MB = 10^6 bytes).
-fn mb_per_s(bytes_per_s: f64) -> f64 {
+pub(crate) fn mb_per_s(bytes_per_s: f64) -> f64 {
     bytes_per_s / 1e6
 }
 
@@ -432,15 +432,15 @@ fn csv_escape(cell: &str) -> String {
 
 /// A rendered-agnostic table: the same data becomes Markdown or HTML.
 #[derive(Debug, Clone, PartialEq)]
-struct Table {
-    title: String,
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
+pub(crate) struct Table {
+    pub(crate) title: String,
+    pub(crate) header: Vec<String>,
+    pub(crate) rows: Vec<Vec<String>>,
 }
 
 const MISSING: &str = "n/a";
 
-fn fixed(value: Option<f64>, decimals: usize) -> String {
+pub(crate) fn fixed(value: Option<f64>, decimals: usize) -> String {
     match value {
         Some(v) if v.is_finite() => format!("{v:.decimals$}"),
         _ => MISSING.to_string(),
@@ -748,7 +748,7 @@ fn md_cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
-fn md_table(table: &Table) -> String {
+pub(crate) fn md_table(table: &Table) -> String {
     let mut out = format!("#### {}\n\n", md_cell(&table.title));
     let header: Vec<String> = table.header.iter().map(|h| md_cell(h)).collect();
     let _ = writeln!(out, "| {} |", header.join(" | "));
@@ -761,7 +761,7 @@ fn md_table(table: &Table) -> String {
     out
 }
 
-fn md_label(out: &mut String, label: &ConformanceLabel) {
+pub(crate) fn md_label(out: &mut String, label: &ConformanceLabel) {
     let _ = writeln!(out, "**Conformance: {}**\n", label.title());
     if !label.deviations().is_empty() {
         out.push_str("Deviations:\n\n");
@@ -772,7 +772,7 @@ fn md_label(out: &mut String, label: &ConformanceLabel) {
     }
 }
 
-fn md_manifest(out: &mut String, manifest: &BTreeMap<String, String>) {
+pub(crate) fn md_manifest(out: &mut String, manifest: &BTreeMap<String, String>) {
     out.push_str("## Manifest\n\n");
     let (multi, single): (Vec<_>, Vec<_>) = manifest.iter().partition(|(_, v)| v.contains('\n'));
     if !single.is_empty() {
@@ -859,7 +859,7 @@ fn html_escape(text: &str) -> String {
     chart::xml_escape(text)
 }
 
-fn html_table(table: &Table) -> String {
+pub(crate) fn html_table(table: &Table) -> String {
     let mut out = format!("<table><caption>{}</caption><tr>", html_escape(&table.title));
     for h in &table.header {
         let _ = write!(out, "<th>{}</th>", html_escape(h));
@@ -876,7 +876,7 @@ fn html_table(table: &Table) -> String {
     out
 }
 
-fn html_open(title: &str) -> String {
+pub(crate) fn html_open(title: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
          <title>{t}</title><style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n",
@@ -884,7 +884,7 @@ fn html_open(title: &str) -> String {
     )
 }
 
-fn html_label(out: &mut String, label: &ConformanceLabel) {
+pub(crate) fn html_label(out: &mut String, label: &ConformanceLabel) {
     let _ = writeln!(out, "<p class=\"label\">Conformance: {}</p>", html_escape(&label.title()));
     if !label.deviations().is_empty() {
         out.push_str("<p>Deviations:</p><ul>");
@@ -895,7 +895,7 @@ fn html_label(out: &mut String, label: &ConformanceLabel) {
     }
 }
 
-fn html_manifest(out: &mut String, manifest: &BTreeMap<String, String>) {
+pub(crate) fn html_manifest(out: &mut String, manifest: &BTreeMap<String, String>) {
     out.push_str("<h2>Manifest</h2>\n<table><tr><th>Key</th><th>Value</th></tr>");
     for (k, v) in manifest {
         let value = if v.contains('\n') {
