@@ -1,9 +1,9 @@
 #!/bin/sh
-# End-to-end test of the benchmark lab (`flashraid bench run` / `compare`): a quick run of
-# every SNIA profile and of vm-images against raw member files and a flashraid array served
-# over NBD, a run against a file named as a target, a comparison of the two, the refusals
-# that protect other people's data, and the HTML report opened in headless Chromium, which must draw its
-# charts (the screenshot is kept in target/test-artifacts/lab/).
+# End-to-end test of the benchmark lab (`flashraid bench run` / `compare`): quick runs of
+# every SNIA profile, vm-images and degraded-rebuild against raw member files and a flashraid
+# array served over NBD, a run against a file named as a target, a comparison of the two,
+# the refusals that protect other people's data, and the HTML report opened in headless
+# Chromium, which must draw its charts (the screenshot is kept in target/test-artifacts/lab/).
 #
 # Usage: scripts/e2e-lab.sh path/to/flashraid
 set -eu
@@ -33,6 +33,7 @@ expect_refusal "symlinks are refused" "$bin" bench run --dir "$work/link" --out 
 mkdir -m 777 "$work/open"
 expect_refusal "writable by others" "$bin" bench run --dir "$work/open" --out "$work/x"
 expect_refusal "not built yet" "$bin" bench run --profile video-frames --out "$work/x"
+expect_refusal "needs the flashraid target" "$bin" bench run --profile degraded-rebuild --target members --out "$work/x"
 expect_refusal "unknown target" "$bin" bench run --target floppy --out "$work/x"
 
 echo "-- quick run of every SNIA profile: raw members and flashraid RAID 6 over NBD"
@@ -85,6 +86,24 @@ for t in run["targets"]:
         assert len(rep) == 32, (t["name"], len(rep))
         assert all(j["read"]["ios"] > 0 and j["write"]["ios"] > 0 for j in rep), t["name"]
 print("   vm-images: 32 VMs did reads and writes on both targets")
+EOF
+
+echo "-- degraded-rebuild: healthy, a member failed, rebuilding onto a spare, rebuilt; data verified"
+"$bin" bench run --profile degraded-rebuild --members 6 --member-size 64M --rebuild-busy-rate 16M \
+    --dir "$members/m" --out "$work/run4" >"$work/run4.out" 2>"$work/run4.err" \
+    || { tail -30 "$work/run4.err"; fail "bench run degraded-rebuild"; }
+/usr/bin/python3 - "$work/run4/degraded-rebuild/degraded-run.json" <<'EOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+loads = [l["load_percent"] for l in run["levels"]]
+assert loads == [100, 0], loads
+for level in run["levels"]:
+    assert level["verified"], f"load {level['load_percent']}: data not verified"
+    assert level["rebuild_seconds"] > 0 and level["rebuild_bytes"] > 0, level
+phases = dict((p, runs) for p, runs in run["levels"][0]["phases"])
+assert all(len(phases[p]) >= 1 for p in ["healthy", "degraded", "rebuilding", "rebuilt"]), \
+    {p: len(r) for p, r in phases.items()}
+print(f"   degraded-rebuild: data intact at both levels; {len(phases['rebuilding'])} runs while rebuilding")
 EOF
 
 echo "-- a file named as a target (as an md device or a zvol would be), then compare"

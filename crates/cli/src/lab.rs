@@ -26,7 +26,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_lab::fio::parse_fio_output;
+use flashraid_lab::fio::{JobResult, parse_fio_output};
 use flashraid_lab::profile::{
     FileEngine, Mode, Preset, Profile, ProfilePlan, Target, plan_snia, render_round, render_wipc,
 };
@@ -106,6 +106,12 @@ pub struct LabRunArgs {
     /// fio's randseed base (round r uses seed + r).
     #[arg(long, default_value_t = 20260)]
     seed: u64,
+    /// The served array's rebuild rate limits (`flashraid serve --rebuild-rate` and
+    /// `--rebuild-busy-rate`), e.g. 50M; default: the array's defaults.
+    #[arg(long, value_parser = crate::array_cmds::parse_size)]
+    rebuild_rate: Option<u64>,
+    #[arg(long, value_parser = crate::array_cmds::parse_size)]
+    rebuild_busy_rate: Option<u64>,
     /// fio binary.
     #[arg(long, default_value = "fio")]
     fio: PathBuf,
@@ -132,6 +138,7 @@ pub struct LabCompareArgs {
 enum Job {
     Snia(ProfilePlan),
     Vm(VmImagesShape),
+    Degraded,
 }
 
 /// A target as the operator named it.
@@ -202,6 +209,9 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         .profile
         .iter()
         .map(|&profile| {
+            if profile == Profile::DegradedRebuild {
+                return Ok(Job::Degraded);
+            }
             if profile == Profile::VmImages {
                 return match workload_shape(profile, args.mode) {
                     Some(WorkloadShape::VmImages(shape)) => Ok(Job::Vm(shape)),
@@ -211,7 +221,8 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
             if !profile.is_snia() {
                 bail!(
                     "profile {profile}: its job shapes are defined but its runner is not built \
-                     yet (these run: snia-iops, snia-latency, snia-throughput, vm-images)"
+                     yet (these run: snia-iops, snia-latency, snia-throughput, vm-images, \
+                     degraded-rebuild)"
                 );
             }
             let preset = match (args.preset, profile.presets().first()) {
@@ -242,6 +253,7 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
                 (dir, render_markdown(&report))
             }
             Job::Vm(shape) => run_vm(&args, &specs, shape, &out, &machine)?,
+            Job::Degraded => run_degraded(&args, &specs, &out, &machine)?,
         };
         written.push((dir, markdown));
     }
@@ -468,6 +480,12 @@ fn prepare(
                 .stderr(log);
             if let Some(shards) = args.shards {
                 command.arg("--shards").arg(shards.to_string());
+            }
+            if let Some(rate) = args.rebuild_rate {
+                command.arg("--rebuild-rate").arg(rate.to_string());
+            }
+            if let Some(rate) = args.rebuild_busy_rate {
+                command.arg("--rebuild-busy-rate").arg(rate.to_string());
             }
             let child = command.spawn().context("starting flashraid serve")?;
             let mut server = Server { child };
@@ -751,6 +769,247 @@ fn write_vm_report(dir: &Path, report: &VmReport) -> Result<()> {
         serde_json::to_string_pretty(&report.manifest)? + "\n",
     )?;
     Ok(())
+}
+
+/// The served array's status (`flashraid status --json`).
+fn array_status(control: &Path) -> Result<serde_json::Value> {
+    let out = Command::new(std::env::current_exe()?)
+        .arg("status")
+        .arg("--json")
+        .arg("--control")
+        .arg(control)
+        .output()?;
+    if !out.status.success() {
+        bail!("flashraid status: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// One member's data area (what a rebuild writes), from `status --json`.
+fn member_data_bytes(status: &serde_json::Value) -> Result<u64> {
+    let size = status.get("size_bytes").and_then(|v| v.as_u64()).context("status: size_bytes")?;
+    let members =
+        status.get("members").and_then(|v| v.as_array()).context("status: members")?.len() as u64;
+    let level = status.get("level").and_then(|v| v.as_str()).unwrap_or("");
+    let data_members = match level {
+        "raid0" => members,
+        "raid1" => 1,
+        "raid10" => members / 2,
+        "raid5" => members - 1,
+        "raid6" => members - 2,
+        _ => members - 3,
+    };
+    Ok(size / data_members.max(1))
+}
+
+/// Run a control command (`fail`, `spare add`) against the served array.
+fn control_command(control: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
+    let out =
+        Command::new(std::env::current_exe()?).args(args).arg("--control").arg(control).output()?;
+    if !out.status.success() {
+        bail!("flashraid {:?}: {}", args, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// degraded-rebuild on the `flashraid` target: per load level, a fresh array, data written
+/// with verify headers, then the load healthy, with role 1 failed, while a new spare
+/// rebuilds (watched every 100 ms), and rebuilt; then the data is checked.
+fn run_degraded(
+    args: &LabRunArgs,
+    specs: &[TargetSpec],
+    out: &Path,
+    machine: &BTreeMap<String, String>,
+) -> Result<(PathBuf, String)> {
+    use flashraid_lab::degraded::{
+        DegradedReport, LevelResult, PhaseLoad, phase_figures, render_degraded_html,
+        render_degraded_markdown, render_phase_load, render_verify,
+    };
+    use std::ffi::OsStr;
+    let Some(WorkloadShape::DegradedRebuild(shape)) =
+        workload_shape(Profile::DegradedRebuild, args.mode)
+    else {
+        bail!("degraded-rebuild has no shape");
+    };
+    let Some(index) = specs.iter().position(|s| matches!(s, TargetSpec::Flashraid)) else {
+        bail!(
+            "degraded-rebuild needs the flashraid target (only it has a member the lab can fail)"
+        );
+    };
+    let spec = &specs[index];
+    let dir = out.join(Profile::DegradedRebuild.name());
+    let raw_dir = dir.join(spec.folder(index));
+    std::fs::create_dir_all(&raw_dir)?;
+    let quick = args.mode == Mode::Quick;
+    let levels: Vec<u8> = if quick { vec![100, 0] } else { shape.load_percent_levels.clone() };
+    let (threads, queue_depth) = if quick { (2, 8) } else { (4, 32) };
+    let phase_s = shape.phase_duration_s;
+    let chunk_s = if quick { 3 } else { 10 };
+    let mut conformance = flashraid_lab::profile::ConformanceLabel::SniaDerived {
+        preset: Preset::Spec11,
+        deviations: vec!["degraded-rebuild is the lab's workload, not a SNIA test".into()],
+    };
+    if quick {
+        conformance = flashraid_lab::profile::ConformanceLabel::QuickSmoke {
+            deviations: conformance.deviations().to_vec(),
+        };
+    }
+    let mut manifest = machine.clone();
+    manifest.insert("profile".into(), "degraded-rebuild".into());
+    manifest.insert("mode".into(), args.mode.name().into());
+    if let Some(rate) = args.rebuild_busy_rate {
+        manifest.insert("rebuild busy rate".into(), format!("{rate} B/s"));
+    }
+    let mut report = DegradedReport {
+        run_id: format!(
+            "{}-degraded-rebuild",
+            out.file_name().and_then(|n| n.to_str()).unwrap_or("run")
+        ),
+        mode: args.mode,
+        conformance,
+        target: spec.column(),
+        manifest,
+        levels: vec![],
+    };
+    let control = member_dir(args).join("serve.control");
+    let spare = member_dir(args).join("spare");
+    let mut healthy_max_iops: Option<f64> = None;
+    let mut failure = None;
+    for &load_percent in &levels {
+        let name = format!("load-{load_percent}");
+        let test_dir = raw_dir.join(&name);
+        std::fs::create_dir_all(&test_dir)?;
+        eprintln!(
+            "[degraded-rebuild] load {load_percent}%: a fresh array, data written with verify headers"
+        );
+        let prepared = prepare(args, spec, &raw_dir, &name)?;
+        let rate_iops_per_thread = match (load_percent, healthy_max_iops) {
+            (100, _) | (0, _) => None,
+            (p, Some(max)) => {
+                Some((max * f64::from(p) / 100.0 / f64::from(threads)).max(1.0) as u64)
+            }
+            (p, None) => bail!("load level {p}% needs the 100% level first (its healthy maximum)"),
+        };
+        let load = PhaseLoad { threads, queue_depth, runtime_s: phase_s, rate_iops_per_thread };
+        let mut level = LevelResult {
+            load_percent,
+            load,
+            phases: vec![],
+            rebuild_seconds: 0.0,
+            rebuild_bytes: 0,
+            verified: false,
+        };
+        let result = (|| -> Result<()> {
+            let target = &prepared.target;
+            run_fio(&args.fio, &test_dir, "verify-write", &render_verify(target, false)?, None)?;
+            let seed = std::sync::atomic::AtomicU64::new(args.seed);
+            let measure = |phase: &str, runtime_s: u32| -> Result<Option<JobResult>> {
+                if load_percent == 0 {
+                    return Ok(None);
+                }
+                let seed = seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let job = render_phase_load(&PhaseLoad { runtime_s, ..load }, target, seed)?;
+                let limit = Duration::from_secs(u64::from(runtime_s)) + ROUND_OVERRUN;
+                let text =
+                    run_fio(&args.fio, &test_dir, &format!("{phase}-{seed}"), &job, Some(limit))?;
+                let mut parsed = parse_fio_output(&text)?;
+                let job = parsed.jobs.pop().context("fio reported no job")?;
+                if job.error_code != 0 {
+                    bail!("the {phase} load failed with fio error {}", job.error_code);
+                }
+                Ok(Some(job))
+            };
+            eprintln!("[degraded-rebuild] load {load_percent}%: healthy");
+            let healthy: Vec<JobResult> = measure("healthy", phase_s)?.into_iter().collect();
+            if load_percent == 100 {
+                healthy_max_iops = phase_figures(&healthy).map(|f| f.0);
+            }
+            level.phases.push(("healthy".into(), healthy));
+            // What the rebuild will write: one member's data area.
+            let status = array_status(&control)?;
+            let rebuild_bytes = member_data_bytes(&status)?;
+            eprintln!("[degraded-rebuild] load {load_percent}%: member 1 failed, degraded");
+            control_command(&control, &[OsStr::new("fail"), OsStr::new("1")])?;
+            let degraded: Vec<JobResult> = measure("degraded", phase_s)?.into_iter().collect();
+            level.phases.push(("degraded".into(), degraded));
+            let file =
+                std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&spare)?;
+            file.set_len(args.member_size)?;
+            eprintln!("[degraded-rebuild] load {load_percent}%: spare added, rebuilding");
+            // The load runs in chunks from a second thread, started a second before the spare
+            // arrives (fio takes that long to connect), until the rebuild is over.
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let (seconds, rebuilding) = std::thread::scope(|scope| -> Result<_> {
+                let loader = scope.spawn(|| -> Result<Vec<JobResult>> {
+                    let mut runs = vec![];
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        match measure("rebuilding", chunk_s)? {
+                            Some(job) => runs.push(job),
+                            None => break,
+                        }
+                    }
+                    Ok(runs)
+                });
+                if load_percent > 0 {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                let started = Instant::now();
+                let watched = (|| -> Result<f64> {
+                    control_command(
+                        &control,
+                        &[OsStr::new("spare"), OsStr::new("add"), spare.as_os_str()],
+                    )?;
+                    loop {
+                        let status = array_status(&control)?;
+                        let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());
+                        let degraded = status.get("degraded").and_then(|v| v.as_bool());
+                        if !rebuilding && degraded == Some(false) {
+                            return Ok(started.elapsed().as_secs_f64());
+                        }
+                        if started.elapsed() > Duration::from_secs(24 * 3600) {
+                            bail!("the rebuild did not finish within a day");
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                })();
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                let runs = loader.join().expect("the load thread does not panic")?;
+                Ok((watched?, runs))
+            })?;
+            let bytes = rebuild_bytes;
+            level.rebuild_seconds = seconds;
+            level.rebuild_bytes = bytes;
+            eprintln!(
+                "[degraded-rebuild] load {load_percent}%: rebuilt in {seconds:.1} s; rebuilt phase"
+            );
+            level.phases.push(("rebuilding".into(), rebuilding));
+            let rebuilt: Vec<JobResult> = measure("rebuilt", phase_s)?.into_iter().collect();
+            level.phases.push(("rebuilt".into(), rebuilt));
+            match run_fio(&args.fio, &test_dir, "verify-check", &render_verify(target, true)?, None)
+            {
+                Ok(_) => level.verified = true,
+                Err(e) => bail!("THE DATA WRITTEN BEFORE THE FAILURE DID NOT VERIFY: {e:#}"),
+            }
+            Ok(())
+        })();
+        let stopped = prepared.server.map_or(Ok(()), Server::stop);
+        report.levels.push(level);
+        if let Err(e) = result.and(stopped) {
+            failure = Some(e);
+            break;
+        }
+    }
+    std::fs::write(dir.join("degraded-run.json"), serde_json::to_string_pretty(&report)? + "\n")?;
+    std::fs::write(dir.join("report.md"), render_degraded_markdown(&report))?;
+    std::fs::write(dir.join("report.html"), render_degraded_html(&report))?;
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&report.manifest)? + "\n",
+    )?;
+    if let Some(e) = failure {
+        return Err(e.context(format!("partial report in {}", dir.display())));
+    }
+    Ok((dir, render_degraded_markdown(&report)))
 }
 
 fn run_profile(

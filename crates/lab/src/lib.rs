@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod chart;
+pub mod degraded;
 pub mod fio;
 pub mod profile;
 pub mod report;

@@ -640,7 +640,7 @@ impl Target {
     }
 
     /// The `[global]` lines that point fio at the target.
-    fn global_lines(&self) -> Result<String, ProfileError> {
+    pub(crate) fn global_lines(&self) -> Result<String, ProfileError> {
         match self {
             Target::File { paths, engine, .. } => {
                 if paths.is_empty() {
