@@ -772,37 +772,11 @@ impl Transmission {
             if request.kind == proto::CMD_WRITE {
                 self.large_writes = payload >= DIRECT_PAYLOAD_BYTES_MIN;
             }
-            if self.rend - self.rstart < need && self.large_writes {
-                // Read the rest of the payload straight into the session's buffers.
-                let Some(slot) = self.free.pop() else {
-                    self.stalled = true;
-                    return Ok(progress);
-                };
-                let start = self.rstart + proto::REQUEST_BYTES;
-                match self.submit(slot, &request, start, payload, Some(stop)) {
-                    Submitted::Yes => {}
-                    Submitted::Refused(errno) => {
-                        self.free.push(slot);
-                        self.reply_now(request.cookie, errno);
-                        self.skip_bytes = (need - (self.rend - self.rstart)) as u64;
-                    }
-                    Submitted::Later => {
-                        self.free.push(slot);
-                        self.stalled = true;
-                        return Ok(progress);
-                    }
-                    Submitted::Broken(e) => {
-                        self.free.push(slot);
-                        return Err(e);
-                    }
-                }
-                // Every byte received belongs to this request; the rest came from the
-                // socket (or is skipped).
-                self.rstart = self.rend;
-                progress = true;
-                continue;
-            }
-            if self.rend - self.rstart < need {
+            let have = self.rend - self.rstart;
+            // A large write that has not all arrived: the rest of its payload is read straight
+            // into the session's buffers.
+            let direct = have < need && self.large_writes;
+            if have < need && !direct {
                 if self.rbuf.len() - self.rstart < need {
                     // Make room for the whole request (at most REQUEST_BYTES_MAX + header).
                     self.rbuf.copy_within(self.rstart..self.rend, 0);
@@ -824,11 +798,14 @@ impl Transmission {
                 return Ok(progress);
             };
             let start = self.rstart + proto::REQUEST_BYTES;
-            match self.submit(slot, &request, start, payload, None) {
+            match self.submit(slot, &request, start, payload, direct.then_some(stop)) {
                 Submitted::Yes => {}
                 Submitted::Refused(errno) => {
                     self.free.push(slot);
                     self.reply_now(request.cookie, errno);
+                    if direct {
+                        self.skip_bytes = (need - have) as u64;
+                    }
                 }
                 Submitted::Later => {
                     self.free.push(slot);
@@ -840,7 +817,9 @@ impl Transmission {
                     return Err(e);
                 }
             }
-            self.rstart += need;
+            // A direct write took every byte received (the rest came from the socket, or is
+            // skipped).
+            self.rstart = if direct { self.rend } else { self.rstart + need };
             progress = true;
         }
     }
