@@ -48,6 +48,7 @@ for profile in snia-iops snia-latency snia-throughput; do
     grep -q "quick-smoke" "$d/report.md" || fail "$profile: no conformance label"
     grep -q "Steady state determination" "$d/report.md" || fail "$profile: no SS table"
     grep -q "ratio to members" "$d/report.md" || fail "$profile: no comparison"
+    grep -q "Server CPU .* on flashraid" "$d/report.md" || fail "$profile: no server CPU per IO"
     ls "$d"/0-members/*/round-1.json "$d"/1-flashraid/*/round-1.json >/dev/null \
         || fail "$profile: raw fio JSON not kept"
     grep -q '"fio"' "$d/manifest.json" || fail "$profile: manifest without fio version"

@@ -337,7 +337,7 @@ grep -q '"state": "optimal"' "$WORK/status.json" || { cat "$WORK/status.json"; f
 # Slow enough to watch, then no limit.
 "$F" rebuild --control "$WORK/control" --rate 40M | contains "at most" || fail "rate not set"
 fio --name=verify --ioengine=nbd --uri="$URI" --rw=randwrite --bs=64k --iodepth=16 \
-    --size=48M --offset=16M --verify=crc32c --do_verify=1 --verify_fatal=1 \
+    --size=48M --offset=16M --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
     --output="$WORK/fio-rebuild.log" &
 FIO_PID=$!
 sleep 0.5

@@ -785,6 +785,18 @@ fn array_status(control: &Path) -> Result<serde_json::Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// User + system CPU seconds of a process and all its threads so far (`/proc/PID/stat`,
+/// fields 14 and 15, in the kernel's USER_HZ ticks: 100 per second on Linux's user ABI).
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count fields after its closing ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / USER_HZ)
+}
+
 /// One member's data area (what a rebuild writes), from `status --json`.
 fn member_data_bytes(status: &serde_json::Value) -> Result<u64> {
     let size = status.get("size_bytes").and_then(|v| v.as_u64()).context("status: size_bytes")?;
@@ -1096,15 +1108,8 @@ fn run_profile(
                     .manifest
                     .insert(format!("{} {}: {key}", spec.column(), test.name), value.clone());
             }
-            let result = run_test(
-                args,
-                spec,
-                test,
-                &prepared.target,
-                &test_dir,
-                &mut target_run,
-                &mut report,
-            );
+            let result =
+                run_test(args, spec, test, &prepared, &test_dir, &mut target_run, &mut report);
             let stopped = prepared.server.map_or(Ok(()), Server::stop);
             if let Err(e) = result.and(stopped) {
                 // Keep what was measured: the report of the rounds so far, then the error.
@@ -1125,11 +1130,13 @@ fn run_test(
     args: &LabRunArgs,
     spec: &TargetSpec,
     test: &flashraid_lab::profile::TestPlan,
-    target: &Target,
+    prepared: &Prepared,
     dir: &Path,
     target_run: &mut TargetRun,
     report: &mut RunReport,
 ) -> Result<()> {
+    let target = &prepared.target;
+    let server_pid = prepared.server.as_ref().map(|s| s.child.id());
     let column = spec.column();
     let wipc = render_wipc(test, target)?;
     report.manifest.insert(format!("{column} {}: wipc job", test.name), wipc.clone());
@@ -1163,12 +1170,19 @@ fn run_test(
             test.elements.len()
         );
         let limit = Duration::from_secs(test.round_runtime_s()) + ROUND_OVERRUN;
+        let cpu_before = server_pid.and_then(process_cpu_seconds);
         let text = run_fio(&args.fio, dir, &format!("round-{round}"), &job, Some(limit))?;
+        let cpu_after = server_pid.and_then(process_cpu_seconds);
         let parsed = parse_fio_output(&text)
             .with_context(|| format!("fio output {}/round-{round}.json", dir.display()))?;
         let test_run =
             target_run.test_mut(&test.name).expect("the target run was made from this plan");
         let decision = test_run.push_round(parsed.jobs)?;
+        if let (Some(before), Some(after), Some(last)) =
+            (cpu_before, cpu_after, test_run.rounds.last_mut())
+        {
+            last.server_cpu_seconds = Some(after - before);
+        }
         for verdict in &test_run.steady_state {
             let last = verdict.values.last().copied().unwrap_or(f64::NAN);
             let state = match &verdict.steady_state {

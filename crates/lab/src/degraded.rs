@@ -75,7 +75,7 @@ pub fn render_verify(
     out.push_str(&target.global_lines()?);
     out.push_str("thread=1\n\n[verify]\nrw=write\nbs=65536\niodepth=8\n");
     let _ = writeln!(out, "offset=0\nsize={half}");
-    out.push_str("verify=crc32c\nverify_fatal=1\nrandseed=4242\n");
+    out.push_str("verify=crc32c\nverify_fatal=1\nverify_state_save=0\nrandseed=4242\n");
     if verify_only {
         out.push_str("verify_only=1\n");
     } else {

@@ -126,6 +126,11 @@ pub struct TestRun {
 pub struct RoundResult {
     pub round: usize,
     pub elements: Vec<JobResult>,
+    /// CPU seconds (user + system) the target's server process used during the round, when
+    /// the lab runs that server (the flashraid target): the cost per IO of the array itself,
+    /// which fio's own CPU figures do not show.
+    #[serde(default)]
+    pub server_cpu_seconds: Option<f64>,
 }
 
 /// A tracking variable's per-round values and its latest steady-state evaluation (`None` until
@@ -195,7 +200,11 @@ impl TestRun {
                 })?;
             tracked.push(value);
         }
-        self.rounds.push(RoundResult { round: self.rounds.len() + 1, elements });
+        self.rounds.push(RoundResult {
+            round: self.rounds.len() + 1,
+            elements,
+            server_cpu_seconds: None,
+        });
         let window_rounds = self.plan.stop.window_rounds;
         for (verdict, value) in self.steady_state.iter_mut().zip(tracked) {
             verdict.values.push(value);
@@ -721,7 +730,32 @@ fn test_tables(target: &TargetRun, test: &TestRun) -> Vec<Table> {
         tables.push(throughput_table(target, test));
     }
     tables.push(latency_table(target, test));
+    tables.extend(server_cpu_table(target, test));
     tables
+}
+
+/// The server's CPU per IO over the window: its CPU seconds over the IOs of all elements.
+fn server_cpu_table(target: &TargetRun, test: &TestRun) -> Option<Table> {
+    let (first, last) = test.window()?;
+    let rounds = &test.rounds[first - 1..last];
+    let cpu_seconds: f64 = rounds.iter().map(|r| r.server_cpu_seconds).sum::<Option<f64>>()?;
+    let ios: u64 = rounds.iter().flat_map(|r| &r.elements).map(|j| j.read.ios + j.write.ios).sum();
+    if ios == 0 {
+        return None;
+    }
+    Some(Table {
+        title: format!(
+            "Server CPU (rounds {first}-{last}, all elements; user + system of the server \
+             process): {} on {}",
+            test.plan.name, target.name
+        ),
+        header: ["CPU seconds", "IOs", "CPU us per IO"].iter().map(|h| h.to_string()).collect(),
+        rows: vec![vec![
+            format!("{cpu_seconds:.2}"),
+            ios.to_string(),
+            format!("{:.2}", cpu_seconds * 1e6 / ios as f64),
+        ]],
+    })
 }
 
 fn report_columns(report: &RunReport) -> Vec<Column<'_>> {
