@@ -211,6 +211,6 @@ if ! "$F" bench run --profile snia-iops --member-size 32M --dir "$DIR/lab" --out
     tail -n 20 "$DIR/lab.log"
     exit 1
 fi
-sed -n '/^#### Comparison/,$p' "$DIR/lab.out" | sed 's/^/   /'
+sed -n '/^#### Comparison/,$p' "$DIR/lab.out" | grep -v '^report:' | sed 's/^/   /'
 echo "   report: $LAB_OUT/snia-iops/report.html (charts), report.md, results.csv, raw fio JSON;"
 echo "   full SNIA runs: --mode full; other targets: --target path:/dev/md0 --destroy-data"
