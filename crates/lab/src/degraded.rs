@@ -110,23 +110,18 @@ pub struct DegradedReport {
     pub levels: Vec<LevelResult>,
 }
 
-fn worse(j: &JobResult, f: fn(&crate::fio::Percentiles) -> Option<f64>) -> Option<f64> {
-    let r = j.read.percentiles.as_ref().and_then(f);
-    let w = j.write.percentiles.as_ref().and_then(f);
-    match (r, w) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 /// Mean IOPS and worst p99 / p99.9 of a phase's runs.
 pub fn phase_figures(runs: &[JobResult]) -> Option<(f64, f64, f64)> {
     if runs.is_empty() {
         return None;
     }
     let iops = runs.iter().map(JobResult::iops_total).sum::<f64>() / runs.len() as f64;
-    let p99 = runs.iter().filter_map(|j| worse(j, |p| p.latency_us_p99)).fold(0.0, f64::max);
-    let p999 = runs.iter().filter_map(|j| worse(j, |p| p.latency_us_p99_9)).fold(0.0, f64::max);
+    let p99 =
+        runs.iter().filter_map(|j| j.worse_percentile_us(|p| p.latency_us_p99)).fold(0.0, f64::max);
+    let p999 = runs
+        .iter()
+        .filter_map(|j| j.worse_percentile_us(|p| p.latency_us_p99_9))
+        .fold(0.0, f64::max);
     Some((iops, p99, p999))
 }
 

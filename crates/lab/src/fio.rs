@@ -81,6 +81,17 @@ impl JobResult {
     }
 
     /// Wall runtime of the element: the longer of the two directions.
+    /// A latency percentile, the worse of the read and write directions (either alone when
+    /// only one did IO): the figure a mixed workload's user feels.
+    pub fn worse_percentile_us(&self, pick: fn(&Percentiles) -> Option<f64>) -> Option<f64> {
+        let read = self.read.percentiles.as_ref().and_then(pick);
+        let write = self.write.percentiles.as_ref().and_then(pick);
+        match (read, write) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     pub fn runtime_ms(&self) -> u64 {
         self.read.runtime_ms.max(self.write.runtime_ms)
     }

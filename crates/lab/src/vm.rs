@@ -162,14 +162,6 @@ fn summary_table(report: &VmReport) -> Table {
 
 fn per_vm_table(target: &VmTarget) -> Option<Table> {
     let jobs = target.repetitions.last()?;
-    let pct = |j: &JobResult, f: fn(&crate::fio::Percentiles) -> Option<f64>| {
-        let r = j.read.percentiles.as_ref().and_then(f);
-        let w = j.write.percentiles.as_ref().and_then(f);
-        match (r, w) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
-    };
     let rows = jobs
         .iter()
         .enumerate()
@@ -177,9 +169,9 @@ fn per_vm_table(target: &VmTarget) -> Option<Table> {
             vec![
                 format!("vm{i}"),
                 format!("{:.0}", j.iops_total()),
-                fixed(pct(j, |p| p.latency_us_p50), 0),
-                fixed(pct(j, |p| p.latency_us_p99), 0),
-                fixed(pct(j, |p| p.latency_us_p99_9), 0),
+                fixed(j.worse_percentile_us(|p| p.latency_us_p50), 0),
+                fixed(j.worse_percentile_us(|p| p.latency_us_p99), 0),
+                fixed(j.worse_percentile_us(|p| p.latency_us_p99_9), 0),
             ]
         })
         .collect();
