@@ -290,7 +290,7 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
     }
 }
 
-fn ask(path: &Path, command: &str) -> Result<Value> {
+pub(crate) fn ask(path: &Path, command: &str) -> Result<Value> {
     let mut stream = UnixStream::connect(path)
         .with_context(|| format!("cannot reach the server at {}", path.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;

@@ -19,9 +19,9 @@
 //! `--destroy-data`, and a block device the kernel holds (mounted, an md or LVM member) is
 //! refused even then (opened with O_EXCL).
 //!
-//! Limits: the SNIA profiles (snia-iops, snia-latency, snia-throughput) run; vm-images,
-//! video-frames, small-files and degraded-rebuild have job shapes in `flashraid-lab` but no
-//! runner yet, and are refused with that reason. Load comes from this host only.
+//! Limits: snia-iops, snia-latency, snia-throughput, vm-images and degraded-rebuild run;
+//! video-frames and small-files have job shapes in `flashraid-lab` but no runner yet, and
+//! are refused with that reason. Load comes from this host only.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -58,7 +58,8 @@ const ROUND_OVERRUN: Duration = Duration::from_secs(300);
 
 #[derive(Args, Debug)]
 pub struct LabRunArgs {
-    /// Profiles, comma-separated: snia-iops, snia-latency, snia-throughput.
+    /// Profiles, comma-separated: snia-iops, snia-latency, snia-throughput, vm-images,
+    /// degraded-rebuild.
     #[arg(long, default_value = "snia-iops", value_delimiter = ',')]
     profile: Vec<Profile>,
     /// quick (minutes, a smoke run that claims nothing) or full (the spec's durations).
@@ -155,9 +156,11 @@ impl TargetSpec {
         Ok(match text {
             "members" => TargetSpec::Members,
             "flashraid" => TargetSpec::Flashraid,
-            _ if text.starts_with("path:") => TargetSpec::Path(PathBuf::from(&text[5..])),
-            _ if text.starts_with("nbd:") => TargetSpec::Nbd(text[4..].to_string()),
-            _ => bail!("unknown target {text:?}: use members, flashraid, path:PATH or nbd:URI"),
+            _ => match (text.strip_prefix("path:"), text.strip_prefix("nbd:")) {
+                (Some(path), _) => TargetSpec::Path(PathBuf::from(path)),
+                (_, Some(uri)) => TargetSpec::Nbd(uri.to_string()),
+                _ => bail!("unknown target {text:?}: use members, flashraid, path:PATH or nbd:URI"),
+            },
         })
     }
 
@@ -375,6 +378,8 @@ struct Prepared {
     target: Target,
     description: String,
     server: Option<Server>,
+    /// The array the lab made (the `flashraid` target).
+    geometry: Option<flashraid_layout::Geometry>,
     facts: Vec<(String, String)>,
 }
 
@@ -441,6 +446,7 @@ fn prepare(
                 ),
                 target,
                 server: None,
+                geometry: None,
                 facts: vec![("purge".into(), "member files recreated as zeroes".into())],
             })
         }
@@ -503,6 +509,7 @@ fn prepare(
                 ),
                 target: Target::Nbd { uri, size_bytes: g.array_bytes() },
                 server: Some(server),
+                geometry: Some(g),
                 facts: vec![
                     ("purge".into(), "member files recreated as zeroes, array created".into()),
                     ("init".into(), format!("{:?}", made.init)),
@@ -525,6 +532,7 @@ fn prepare(
                     engine: engine(args),
                 },
                 server: None,
+                geometry: None,
                 facts: vec![("purge".into(), "none (the lab cannot purge a named device)".into())],
             })
         }
@@ -537,6 +545,7 @@ fn prepare(
                 ),
                 target: Target::Nbd { uri: uri.clone(), size_bytes },
                 server: None,
+                geometry: None,
                 facts: vec![("purge".into(), "none (an export served by someone else)".into())],
             })
         }
@@ -652,18 +661,61 @@ fn run_fio(
     Ok(text)
 }
 
-/// Write every rendering of `report` into `dir` (also after a failure: what was measured
-/// before it is kept).
-fn write_report(dir: &Path, report: &RunReport) -> Result<()> {
-    std::fs::write(dir.join("run.json"), report.to_json()?)?;
-    std::fs::write(dir.join("results.csv"), render_csv(report))?;
-    std::fs::write(dir.join("report.md"), render_markdown(report))?;
-    std::fs::write(dir.join("report.html"), render_html(report))?;
-    std::fs::write(
-        dir.join("manifest.json"),
-        serde_json::to_string_pretty(&report.manifest)? + "\n",
-    )?;
+/// Write a profile's report folder (also after a failure: what was measured before it is
+/// kept): the results as JSON under `json_name`, report.md, report.html, manifest.json.
+fn write_outputs(
+    dir: &Path,
+    json_name: &str,
+    json: String,
+    markdown: &str,
+    html: String,
+    manifest: &BTreeMap<String, String>,
+) -> Result<()> {
+    std::fs::write(dir.join(json_name), json)?;
+    std::fs::write(dir.join("report.md"), markdown)?;
+    std::fs::write(dir.join("report.html"), html)?;
+    std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(manifest)? + "\n")?;
     Ok(())
+}
+
+fn write_report(dir: &Path, report: &RunReport) -> Result<()> {
+    std::fs::write(dir.join("results.csv"), render_csv(report))?;
+    let markdown = render_markdown(report);
+    write_outputs(
+        dir,
+        "run.json",
+        report.to_json()?,
+        &markdown,
+        render_html(report),
+        &report.manifest,
+    )
+}
+
+/// The label of a lab workload that is not a SNIA test: derived (with `note`), or a quick
+/// smoke run that keeps the note.
+fn workload_label(mode: Mode, note: &str) -> flashraid_lab::profile::ConformanceLabel {
+    use flashraid_lab::profile::ConformanceLabel;
+    let deviations = vec![note.to_string()];
+    match mode {
+        Mode::Quick => ConformanceLabel::QuickSmoke { deviations },
+        Mode::Full => ConformanceLabel::SniaDerived { preset: Preset::Spec11, deviations },
+    }
+}
+
+/// A run id (the report folder's name and the profile) and the manifest's common part.
+fn run_header(
+    out: &Path,
+    profile: Profile,
+    args: &LabRunArgs,
+    machine: &BTreeMap<String, String>,
+) -> (String, BTreeMap<String, String>) {
+    let run_id =
+        format!("{}-{}", out.file_name().and_then(|n| n.to_str()).unwrap_or("run"), profile.name());
+    let mut manifest = machine.clone();
+    manifest.insert("profile".into(), profile.name().into());
+    manifest.insert("mode".into(), args.mode.name().into());
+    manifest.insert("randseed base".into(), args.seed.to_string());
+    (run_id, manifest)
 }
 
 /// vm-images: for each target, purge, precondition (snia-iops's WIPC), then the VMs' mixed
@@ -679,24 +731,12 @@ fn run_vm(
     std::fs::create_dir_all(&dir)?;
     let wipc_plan = plan_snia(Profile::SniaIops, Preset::Spec11, args.mode)?;
     let wipc_test = &wipc_plan.tests[0];
-    let mut conformance = flashraid_lab::profile::ConformanceLabel::SniaDerived {
-        preset: Preset::Spec11,
-        deviations: vec![
-            "vm-images is the lab's workload, not a SNIA test: preconditioned with snia-iops's \
-             WIPC, no steady-state rounds"
-                .into(),
-        ],
-    };
-    if args.mode == Mode::Quick {
-        conformance = flashraid_lab::profile::ConformanceLabel::QuickSmoke {
-            deviations: conformance.deviations().to_vec(),
-        };
-    }
-    let run_id = format!("{}-vm-images", out.file_name().and_then(|n| n.to_str()).unwrap_or("run"));
-    let mut manifest = machine.clone();
-    manifest.insert("profile".into(), "vm-images".into());
-    manifest.insert("mode".into(), args.mode.name().into());
-    manifest.insert("randseed base".into(), args.seed.to_string());
+    let conformance = workload_label(
+        args.mode,
+        "vm-images is the lab's workload, not a SNIA test: preconditioned with snia-iops's \
+         WIPC, no steady-state rounds",
+    );
+    let (run_id, manifest) = run_header(out, Profile::VmImages, args, machine);
     let mut report = VmReport {
         run_id,
         mode: args.mode,
@@ -761,28 +801,9 @@ fn run_vm(
 }
 
 fn write_vm_report(dir: &Path, report: &VmReport) -> Result<()> {
-    std::fs::write(dir.join("vm-run.json"), serde_json::to_string_pretty(report)? + "\n")?;
-    std::fs::write(dir.join("report.md"), render_vm_markdown(report))?;
-    std::fs::write(dir.join("report.html"), render_vm_html(report))?;
-    std::fs::write(
-        dir.join("manifest.json"),
-        serde_json::to_string_pretty(&report.manifest)? + "\n",
-    )?;
-    Ok(())
-}
-
-/// The served array's status (`flashraid status --json`).
-fn array_status(control: &Path) -> Result<serde_json::Value> {
-    let out = Command::new(std::env::current_exe()?)
-        .arg("status")
-        .arg("--json")
-        .arg("--control")
-        .arg(control)
-        .output()?;
-    if !out.status.success() {
-        bail!("flashraid status: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
+    let json = serde_json::to_string_pretty(report)? + "\n";
+    let markdown = render_vm_markdown(report);
+    write_outputs(dir, "vm-run.json", json, &markdown, render_vm_html(report), &report.manifest)
 }
 
 /// User + system CPU seconds of a process and all its threads so far (`/proc/PID/stat`,
@@ -797,36 +818,10 @@ fn process_cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / USER_HZ)
 }
 
-/// One member's data area (what a rebuild writes), from `status --json`.
-fn member_data_bytes(status: &serde_json::Value) -> Result<u64> {
-    let size = status.get("size_bytes").and_then(|v| v.as_u64()).context("status: size_bytes")?;
-    let members =
-        status.get("members").and_then(|v| v.as_array()).context("status: members")?.len() as u64;
-    let level = status.get("level").and_then(|v| v.as_str()).unwrap_or("");
-    let data_members = match level {
-        "raid0" => members,
-        "raid1" => 1,
-        "raid10" => members / 2,
-        "raid5" => members - 1,
-        "raid6" => members - 2,
-        _ => members - 3,
-    };
-    Ok(size / data_members.max(1))
-}
-
-/// Run a control command (`fail`, `spare add`) against the served array.
-fn control_command(control: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
-    let out =
-        Command::new(std::env::current_exe()?).args(args).arg("--control").arg(control).output()?;
-    if !out.status.success() {
-        bail!("flashraid {:?}: {}", args, String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
-}
-
 /// degraded-rebuild on the `flashraid` target: per load level, a fresh array, data written
 /// with verify headers, then the load healthy, with role 1 failed, while a new spare
-/// rebuilds (watched every 100 ms), and rebuilt; then the data is checked.
+/// rebuilds (status asked every 50 ms over the control socket), and rebuilt; then the data
+/// is checked.
 fn run_degraded(
     args: &LabRunArgs,
     specs: &[TargetSpec],
@@ -837,7 +832,6 @@ fn run_degraded(
         DegradedReport, LevelResult, PhaseLoad, phase_figures, render_degraded_html,
         render_degraded_markdown, render_phase_load, render_verify,
     };
-    use std::ffi::OsStr;
     let Some(WorkloadShape::DegradedRebuild(shape)) =
         workload_shape(Profile::DegradedRebuild, args.mode)
     else {
@@ -857,26 +851,14 @@ fn run_degraded(
     let (threads, queue_depth) = if quick { (2, 8) } else { (4, 32) };
     let phase_s = shape.phase_duration_s;
     let chunk_s = if quick { 3 } else { 10 };
-    let mut conformance = flashraid_lab::profile::ConformanceLabel::SniaDerived {
-        preset: Preset::Spec11,
-        deviations: vec!["degraded-rebuild is the lab's workload, not a SNIA test".into()],
-    };
-    if quick {
-        conformance = flashraid_lab::profile::ConformanceLabel::QuickSmoke {
-            deviations: conformance.deviations().to_vec(),
-        };
-    }
-    let mut manifest = machine.clone();
-    manifest.insert("profile".into(), "degraded-rebuild".into());
-    manifest.insert("mode".into(), args.mode.name().into());
+    let conformance =
+        workload_label(args.mode, "degraded-rebuild is the lab's workload, not a SNIA test");
+    let (run_id, mut manifest) = run_header(out, Profile::DegradedRebuild, args, machine);
     if let Some(rate) = args.rebuild_busy_rate {
         manifest.insert("rebuild busy rate".into(), format!("{rate} B/s"));
     }
     let mut report = DegradedReport {
-        run_id: format!(
-            "{}-degraded-rebuild",
-            out.file_name().and_then(|n| n.to_str()).unwrap_or("run")
-        ),
+        run_id,
         mode: args.mode,
         conformance,
         target: spec.column(),
@@ -937,11 +919,8 @@ fn run_degraded(
                 healthy_max_iops = phase_figures(&healthy).map(|f| f.0);
             }
             level.phases.push(("healthy".into(), healthy));
-            // What the rebuild will write: one member's data area.
-            let status = array_status(&control)?;
-            let rebuild_bytes = member_data_bytes(&status)?;
             eprintln!("[degraded-rebuild] load {load_percent}%: member 1 failed, degraded");
-            control_command(&control, &[OsStr::new("fail"), OsStr::new("1")])?;
+            crate::control::ask(&control, "fail 1")?;
             let degraded: Vec<JobResult> = measure("degraded", phase_s)?.into_iter().collect();
             level.phases.push(("degraded".into(), degraded));
             let file =
@@ -967,12 +946,9 @@ fn run_degraded(
                 }
                 let started = Instant::now();
                 let watched = (|| -> Result<f64> {
-                    control_command(
-                        &control,
-                        &[OsStr::new("spare"), OsStr::new("add"), spare.as_os_str()],
-                    )?;
+                    crate::control::ask(&control, &format!("spare-add keep {}", spare.display()))?;
                     loop {
-                        let status = array_status(&control)?;
+                        let status = crate::control::ask(&control, "status")?;
                         let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());
                         let degraded = status.get("degraded").and_then(|v| v.as_bool());
                         if !rebuilding && degraded == Some(false) {
@@ -988,9 +964,9 @@ fn run_degraded(
                 let runs = loader.join().expect("the load thread does not panic")?;
                 Ok((watched?, runs))
             })?;
-            let bytes = rebuild_bytes;
             level.rebuild_seconds = seconds;
-            level.rebuild_bytes = bytes;
+            // What the rebuild wrote: one member's data area.
+            level.rebuild_bytes = prepared.geometry.map_or(0, |g| g.member_data_bytes());
             eprintln!(
                 "[degraded-rebuild] load {load_percent}%: rebuilt in {seconds:.1} s; rebuilt phase"
             );
@@ -1011,17 +987,14 @@ fn run_degraded(
             break;
         }
     }
-    std::fs::write(dir.join("degraded-run.json"), serde_json::to_string_pretty(&report)? + "\n")?;
-    std::fs::write(dir.join("report.md"), render_degraded_markdown(&report))?;
-    std::fs::write(dir.join("report.html"), render_degraded_html(&report))?;
-    std::fs::write(
-        dir.join("manifest.json"),
-        serde_json::to_string_pretty(&report.manifest)? + "\n",
-    )?;
+    let markdown = render_degraded_markdown(&report);
+    let json = serde_json::to_string_pretty(&report)? + "\n";
+    let html = render_degraded_html(&report);
+    write_outputs(&dir, "degraded-run.json", json, &markdown, html, &report.manifest)?;
     if let Some(e) = failure {
         return Err(e.context(format!("partial report in {}", dir.display())));
     }
-    Ok((dir, render_degraded_markdown(&report)))
+    Ok((dir, markdown))
 }
 
 fn run_profile(
@@ -1070,11 +1043,8 @@ fn run_profile(
         })
         .collect();
     plan.conformance = plan.conformance.clone().with_deviations(unpurged);
-    let mut manifest = machine.clone();
-    manifest.insert("profile".into(), plan.profile.name().into());
+    let (run_id, mut manifest) = run_header(out, plan.profile, args, machine);
     manifest.insert("preset".into(), plan.preset.name().into());
-    manifest.insert("mode".into(), plan.mode.name().into());
-    manifest.insert("randseed base".into(), args.seed.to_string());
     manifest.insert(
         "member files".into(),
         format!(
@@ -1085,11 +1055,6 @@ fn run_profile(
             args.level,
             args.chunk_kib
         ),
-    );
-    let run_id = format!(
-        "{}-{}",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("run"),
-        plan.profile.name()
     );
     let mut report = RunReport::new(run_id, &plan, manifest);
     for (index, spec) in specs.iter().enumerate() {
