@@ -22,7 +22,7 @@ expect_refusal() { # expect_refusal "what the message must say" command...
     grep -q "$want" "$work/refusal.out" || { cat "$work/refusal.out"; fail "no '$want' in the refusal"; }
 }
 
-echo "-- refusals: named targets need --destroy-data, foreign directories, unbuilt runners"
+echo "-- refusals: named targets need --destroy-data, foreign directories, unknown targets"
 truncate -s 64M "$work/victim"
 expect_refusal "destroy-data" "$bin" bench run --target "path:$work/victim" --out "$work/x"
 mkdir "$work/foreign" && echo precious > "$work/foreign/keep"
@@ -32,7 +32,7 @@ ln -s "$work/foreign" "$work/link"
 expect_refusal "symlinks are refused" "$bin" bench run --dir "$work/link" --out "$work/x"
 mkdir -m 777 "$work/open"
 expect_refusal "writable by others" "$bin" bench run --dir "$work/open" --out "$work/x"
-expect_refusal "not built yet" "$bin" bench run --profile video-frames --out "$work/x"
+expect_refusal "destroy-data" "$bin" bench run --profile small-files --target "path:$work/victim" --out "$work/x"
 expect_refusal "needs the flashraid target" "$bin" bench run --profile degraded-rebuild --target members --out "$work/x"
 expect_refusal "unknown target" "$bin" bench run --target floppy --out "$work/x"
 
@@ -106,6 +106,49 @@ assert all(len(phases[p]) >= 1 for p in ["healthy", "degraded", "rebuilding", "r
     {p: len(r) for p, r in phases.items()}
 print(f"   degraded-rebuild: data intact at both levels; {len(phases['rebuilding'])} runs while rebuilding")
 EOF
+
+echo "-- video-frames and small-files: a filesystem made on each target, frames and small files"
+if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ] || ! losetup --find >/dev/null 2>&1; then
+    echo "SKIPPED: the filesystem profiles need root, /dev/fuse and free loop devices"
+else
+"$bin" bench run --profile video-frames,small-files --members 6 --member-size 512M \
+    --dir "$members/m" --out "$work/run5" >"$work/run5.out" 2>"$work/run5.err" \
+    || { tail -30 "$work/run5.err"; fail "bench run video-frames,small-files"; }
+/usr/bin/python3 - "$work/run5" <<'EOF'
+import json, sys
+d = sys.argv[1]
+frames = json.load(open(f"{d}/video-frames/files-run.json"))
+assert [t["name"] for t in frames["targets"]] == ["members", "flashraid"]
+for t in frames["targets"]:
+    assert not t["skipped"], (t["name"], t["skipped"])
+    keys = {(r["format"]["name"], r["streams"], r["phase"]) for r in t["frames"]}
+    want = {(f, s, p) for f in ["SD", "DCI-4K"] for s in [1, 2] for p in ["write", "read"]}
+    assert keys == want, (t["name"], keys ^ want)
+    for r in t["frames"]:
+        assert r["frames"] >= 4 * r["streams"] and r["mb_per_s"] > 0, r
+        assert r["timeline_mb_per_s"] and max(r["timeline_mb_per_s"]) > 0, r
+    assert "loop direct IO on" in t["filesystem"], t["filesystem"]
+assert "nbdfuse" in frames["targets"][1]["filesystem"]
+small = json.load(open(f"{d}/small-files/files-run.json"))
+for t in small["targets"]:
+    ops = {(m["op"], m["jobs"]) for m in t["metadata"]}
+    assert ops == {(o, j) for o in ["create", "stat", "delete"] for j in [1, 16]}, ops
+    assert all(m["files"] >= 9984 and m["ops_per_s"] > 0 for m in t["metadata"]), t["metadata"]
+    data = t["data"]
+    assert data and data["read"]["ios"] > 0 and data["write"]["ios"] > 0, t["name"]
+    assert data["sync"]["syncs"] > 0, "fsync=1 but no syncs"
+print("   video-frames: 8 frame tests on both targets; small-files: 6 metadata tests and data")
+EOF
+grep -q "late at 24 fps" "$work/run5/video-frames/report.md" || fail "video-frames: no late frames"
+grep -q "fsync p99" "$work/run5/small-files/report.md" || fail "small-files: no fsync latency"
+[ "$(grep -o '<svg' "$work/run5/video-frames/report.html" | wc -l)" -ge 9 ] \
+    || fail "video-frames: bars and 8 MB/s-over-time charts expected"
+# Everything the lab set up is taken down: no mounts, loop devices or nbdfuse left.
+if grep -q flashraid-lab-mnt /proc/mounts; then fail "a lab filesystem is still mounted"; fi
+for m in "$members"/m/member*; do
+    [ -z "$(losetup -j "$m")" ] || fail "a loop device still holds $m"
+done
+fi
 
 echo "-- a file named as a target (as an md device or a zvol would be), then compare"
 truncate -s 256M "$work/victim"

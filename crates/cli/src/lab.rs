@@ -19,9 +19,8 @@
 //! `--destroy-data`, and a block device the kernel holds (mounted, an md or LVM member) is
 //! refused even then (opened with O_EXCL).
 //!
-//! Limits: snia-iops, snia-latency, snia-throughput, vm-images and degraded-rebuild run;
-//! video-frames and small-files have job shapes in `flashraid-lab` but no runner yet, and
-//! are refused with that reason. Load comes from this host only.
+//! Limits: load comes from this host only. video-frames and small-files (in `files`) need
+//! root: they mount a filesystem on each target.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -44,6 +43,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod files;
+
 /// The file that marks a member directory as the lab's own (so purging it harms nobody).
 const DIR_MARKER: &str = ".flashraid-lab";
 /// How long a freshly started `flashraid serve` may take to listen.
@@ -59,7 +60,7 @@ const ROUND_OVERRUN: Duration = Duration::from_secs(300);
 #[derive(Args, Debug)]
 pub struct LabRunArgs {
     /// Profiles, comma-separated: snia-iops, snia-latency, snia-throughput, vm-images,
-    /// degraded-rebuild.
+    /// video-frames, small-files, degraded-rebuild.
     #[arg(long, default_value = "snia-iops", value_delimiter = ',')]
     profile: Vec<Profile>,
     /// quick (minutes, a smoke run that claims nothing) or full (the spec's durations).
@@ -116,6 +117,9 @@ pub struct LabRunArgs {
     /// fio binary.
     #[arg(long, default_value = "fio")]
     fio: PathBuf,
+    /// The filesystem video-frames and small-files make on each target.
+    #[arg(long, default_value = "ext4")]
+    fs: files::FsKind,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -139,6 +143,7 @@ pub struct LabCompareArgs {
 enum Job {
     Snia(ProfilePlan),
     Vm(VmImagesShape),
+    Files(flashraid_lab::files::FilesShape),
     Degraded,
 }
 
@@ -221,12 +226,15 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
                     _ => bail!("vm-images has no shape"),
                 };
             }
-            if !profile.is_snia() {
-                bail!(
-                    "profile {profile}: its job shapes are defined but its runner is not built \
-                     yet (these run: snia-iops, snia-latency, snia-throughput, vm-images, \
-                     degraded-rebuild)"
-                );
+            match workload_shape(profile, args.mode) {
+                Some(WorkloadShape::VideoFrames(shape)) => {
+                    return Ok(Job::Files(flashraid_lab::files::FilesShape::VideoFrames(shape)));
+                }
+                Some(WorkloadShape::SmallFiles(shape)) => {
+                    return Ok(Job::Files(flashraid_lab::files::FilesShape::SmallFiles(shape)));
+                }
+                Some(_) => bail!("profile {profile} has no runner"),
+                None => {}
             }
             let preset = match (args.preset, profile.presets().first()) {
                 (Some(p), _) if profile.presets().contains(&p) => p,
@@ -238,6 +246,9 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     check_fio(&args.fio, &specs)?;
+    if plans.iter().any(|p| matches!(p, Job::Files(_))) {
+        files::check_tools(args.fs, &specs)?;
+    }
     let out =
         args.out.clone().unwrap_or_else(|| PathBuf::from("lab-reports").join(chrono_like_stamp()));
     std::fs::create_dir_all(&out).with_context(|| format!("report folder {}", out.display()))?;
@@ -256,6 +267,7 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
                 (dir, render_markdown(&report))
             }
             Job::Vm(shape) => run_vm(&args, &specs, shape, &out, &machine)?,
+            Job::Files(shape) => files::run_files(&args, &specs, shape, &out, &machine)?,
             Job::Degraded => run_degraded(&args, &specs, &out, &machine)?,
         };
         written.push((dir, markdown));
@@ -656,7 +668,18 @@ fn run_fio(
     let text = std::fs::read_to_string(&json_path).unwrap_or_default();
     if !status.success() {
         let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-        bail!("fio failed on {} ({status}):\n{}", job_path.display(), stderr.trim());
+        // fio prints some errors to its output file, ahead of the JSON.
+        let before_json: String = text
+            .lines()
+            .take_while(|l| !l.trim_start().starts_with('{'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        bail!(
+            "fio failed on {} ({status}):\n{}\n{}",
+            job_path.display(),
+            stderr.trim(),
+            before_json.trim()
+        );
     }
     Ok(text)
 }

@@ -141,7 +141,7 @@ impl Axis {
 }
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     if !(raw.is_finite() && raw > 0.0) {
         return 1.0;
     }
@@ -274,8 +274,15 @@ pub(crate) fn line_chart_svg(chart: &LineChart) -> String {
     let high = ys.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let axis = if chart.log_y { Axis::logarithmic(low, high) } else { Axis::linear(low, high) };
     draw_frame(&mut out, &axis, &chart.x_label, &chart.y_label);
-    let x_low = chart.x_ticks.iter().map(|t| t.0).fold(f64::INFINITY, f64::min) - 0.5;
-    let x_high = chart.x_ticks.iter().map(|t| t.0).fold(f64::NEG_INFINITY, f64::max) + 0.5;
+    let tick_low = chart.x_ticks.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
+    let tick_high = chart.x_ticks.iter().map(|t| t.0).fold(f64::NEG_INFINITY, f64::max);
+    // Half a tick step of margin each side (half a round for round-numbered axes).
+    let pad = if chart.x_ticks.len() > 1 && tick_high > tick_low {
+        0.5 * (tick_high - tick_low) / (chart.x_ticks.len() - 1) as f64
+    } else {
+        0.5
+    };
+    let (x_low, x_high) = (tick_low - pad, tick_high + pad);
     let x_pixel = |x: f64| LEFT + (x - x_low) / (x_high - x_low) * (WIDTH - LEFT - RIGHT);
     for (x, label) in &chart.x_ticks {
         let _ = write!(

@@ -47,6 +47,18 @@ pub struct JobResult {
     pub job_runtime_ms: u64,
     pub read: DirectionResult,
     pub write: DirectionResult,
+    /// fsync/fdatasync calls (fio's `sync` section), when the job issued any (`fsync=N`).
+    #[serde(default)]
+    pub sync: Option<SyncResult>,
+}
+
+/// A job's syncs: how many, and how long each took (fio measures syncs from issue to return).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncResult {
+    pub syncs: u64,
+    pub latency_us_mean: Option<f64>,
+    pub latency_us_max: Option<f64>,
+    pub percentiles: Option<Percentiles>,
 }
 
 impl JobResult {
@@ -189,6 +201,16 @@ fn convert_job(raw: RawJob) -> Result<JobResult, FioError> {
         job_runtime_ms: raw.job_runtime,
         read,
         write,
+        sync: raw.sync.filter(|s| s.total_ios > 0).map(|s| SyncResult {
+            syncs: s.total_ios,
+            latency_us_mean: s.lat_ns.as_ref().map(|l| l.mean / 1000.0),
+            latency_us_max: s.lat_ns.as_ref().map(|l| l.max / 1000.0),
+            percentiles: s
+                .lat_ns
+                .as_ref()
+                .and_then(|l| l.percentile.as_ref())
+                .map(|t| percentile_table(LatencySource::Total, t)),
+        }),
     })
 }
 
@@ -204,7 +226,16 @@ fn convert_direction(
     let bad = |problem: String| FioError::BadJob { job: job.to_string(), problem };
     let no_io = raw.total_ios == 0;
     // N == 0 with IO done means fio did not measure latency (disable_lat=1): no value, not zero.
-    let lat = if no_io { None } else { raw.lat_ns.as_ref().filter(|l| l.n != Some(0)) };
+    // fio's file engines (filecreate, filestat, filedelete) time each operation as completion
+    // latency only, leaving lat_ns empty: take clat_ns then.
+    let lat = if no_io {
+        None
+    } else {
+        raw.lat_ns
+            .as_ref()
+            .filter(|l| l.n != Some(0))
+            .or_else(|| raw.clat_ns.as_ref().filter(|l| l.n.is_some_and(|n| n > 0)))
+    };
     if !no_io && raw.lat_ns.is_none() {
         return Err(bad(format!("{direction}: {} IOs but no lat_ns", raw.total_ios)));
     }
@@ -229,6 +260,10 @@ fn percentiles(raw: &RawDirection) -> Option<Percentiles> {
         (_, Some(RawLatency { percentile: Some(t), .. })) => (LatencySource::Completion, t),
         _ => return None,
     };
+    Some(percentile_table(source, table))
+}
+
+fn percentile_table(source: LatencySource, table: &BTreeMap<String, f64>) -> Percentiles {
     let lookup = |wanted: f64| {
         // Keys are fio's "%f" rendering ("99.900000"); compare numerically, not as text.
         table.iter().find_map(|(key, ns)| {
@@ -236,14 +271,14 @@ fn percentiles(raw: &RawDirection) -> Option<Percentiles> {
             ((at - wanted).abs() < 1e-6).then_some(ns / 1000.0)
         })
     };
-    Some(Percentiles {
+    Percentiles {
         source,
         latency_us_p50: lookup(50.0),
         latency_us_p90: lookup(90.0),
         latency_us_p99: lookup(99.0),
         latency_us_p99_9: lookup(99.9),
         latency_us_p99_99: lookup(99.99),
-    })
+    }
 }
 
 // fio's JSON shapes, limited to the fields used. Integers are read as f64 where fio has printed
@@ -271,6 +306,14 @@ struct RawJob {
     job_runtime: u64,
     read: Option<RawDirection>,
     write: Option<RawDirection>,
+    sync: Option<RawSync>,
+}
+
+#[derive(Deserialize)]
+struct RawSync {
+    #[serde(default)]
+    total_ios: u64,
+    lat_ns: Option<RawLatency>,
 }
 
 #[derive(Deserialize)]

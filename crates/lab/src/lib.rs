@@ -20,6 +20,8 @@
 //!   the fio job files of a round and of WIPC.
 //! * [`report`]: the run report (serde), its long CSV, Markdown and self-contained HTML with
 //!   inline SVG charts, and side-by-side comparison of earlier reports.
+//! * [`vm`], [`files`], [`degraded`]: the non-SNIA profiles' job files (where not in
+//!   `profile`), results and reports: vm-images; video-frames and small-files; degraded-rebuild.
 //!
 //! Honesty rules carried in types: every report has a [`profile::ConformanceLabel`]; quick mode
 //! is always `quick-smoke`; steady state is computed here from per-round values, never taken
@@ -29,6 +31,7 @@
 
 mod chart;
 pub mod degraded;
+pub mod files;
 pub mod fio;
 pub mod profile;
 pub mod report;

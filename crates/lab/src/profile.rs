@@ -11,9 +11,9 @@
 //! as the element. Sequential streams of several threads get disjoint slices
 //! (`size` + `offset_increment`) because fio starts every sequential job at offset 0.
 //!
-//! Limits: the four non-SNIA profiles (P4-P7) are described as data ([`workload_shape`]) and only
-//! vm-images has a job file renderer; their runners are not built yet. Quick mode exists to check
-//! the pipeline on the 2-core CI box and never yields a performance claim.
+//! Limits: the four non-SNIA profiles (P4-P7) are described here as data ([`workload_shape`]);
+//! their job files are rendered in `vm`, `files` and `degraded` (vm-images' here). Quick mode
+//! exists to check the pipeline on the 2-core CI box and never yields a performance claim.
 
 use crate::steady::{ROUNDS_MAX_SNIA, StopRule, WINDOW_ROUNDS_SNIA};
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,7 @@ use std::str::FromStr;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
+#[cfg(test)]
 const GIB: u64 = 1024 * MIB;
 
 /// fio's percentile list for every element (benchmark-method.md §7.2).
@@ -588,7 +589,7 @@ pub enum FileEngine {
 }
 
 impl FileEngine {
-    fn fio_name(self) -> &'static str {
+    pub(crate) fn fio_name(self) -> &'static str {
         match self {
             FileEngine::IoUring => "io_uring",
             FileEngine::Libaio => "libaio",
@@ -819,36 +820,59 @@ pub struct VmImagesShape {
     pub log_average_ms: u32,
 }
 
-/// P5: AJA-like large files, one-file-per-frame streams, and fill-rate batches.
+/// P5b: frame files (one file per frame, the frametest/DPX model) written by concurrent
+/// streams, then read back; frame times, late frames and MB/s over time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VideoFramesShape {
-    /// P5a ladder of file sizes written then read at one frame per IO.
-    pub file_sizes_bytes: Vec<u64>,
-    /// Frame sizes: 1 MiB compressed stand-in, HD, UHD and DCI-4K 10-bit DPX (4 bytes a pixel).
-    pub frame_sizes_bytes: Vec<u64>,
+    pub formats: Vec<FrameFormat>,
+    /// Frames per stream, unless fewer fit (see `space_percent_max`).
     pub frames_per_stream: u32,
     pub streams: Vec<u32>,
-    /// P5c fills the volume to this percentage; quick mode stops after `fill_batches_max`.
-    pub fill_percent_max: u8,
-    pub fill_batches_max: Option<u32>,
-    /// Frame-rate deadlines checked for late frames.
+    /// A test's frames never take more than this share of the filesystem's free space.
+    pub space_percent_max: u8,
+    /// A test with fewer frames per stream than this is skipped as "target too small".
+    pub frames_per_stream_min: u32,
+    /// Frame-rate deadlines a frame is checked against (late = took longer than 1/rate).
     pub frame_rates_per_s: Vec<u32>,
+    /// Width of the MB/s-over-time bins (widened so a long run has at most 200 bins).
+    pub timeline_bin_ms: u32,
 }
 
-/// P6: PostMark, fio metadata engines, and fio small-file data.
+/// An uncompressed frame format: 10-bit RGB DPX packs three 10-bit samples in 32 bits, so 4
+/// bytes a pixel (pixel payload only; a DPX header would add 2 KiB and break 4 KiB alignment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameFormat {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    pub bytes_per_pixel: u32,
+}
+
+impl FrameFormat {
+    fn dpx10(name: &str, width: u32, height: u32) -> FrameFormat {
+        FrameFormat { name: name.to_string(), width, height, bytes_per_pixel: 4 }
+    }
+
+    pub fn frame_bytes(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height) * u64::from(self.bytes_per_pixel)
+    }
+}
+
+/// P6: many small files on a filesystem on the target: create, stat and delete (fio's
+/// filecreate, filestat and filedelete engines), then the mail-server pattern (random reads and
+/// writes of small files, fsync after every write).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SmallFilesShape {
-    pub postmark_files: u32,
-    pub postmark_transactions: u32,
-    pub postmark_file_size_bytes_min: u64,
-    pub postmark_file_size_bytes_max: u64,
-    pub postmark_subdirectories: u32,
-    /// fio filecreate / filestat / filedelete file count per job.
+    /// Files per metadata test, shared among its jobs; each job has its own directory.
     pub metadata_files: u32,
     pub metadata_jobs: Vec<u32>,
+    /// Files of the data test, shared among its jobs.
     pub data_files: u32,
+    pub data_jobs: u32,
     pub data_file_size_bytes: u64,
+    pub data_block_bytes: u64,
     pub data_read_percent: u8,
+    pub data_runtime_s: u32,
 }
 
 /// P7: continuous load across healthy, fail, degraded, rebuild and post-rebuild phases.
@@ -885,29 +909,32 @@ pub fn workload_shape(profile: Profile, mode: Mode) -> Option<WorkloadShape> {
             log_average_ms: 1000,
         }),
         Profile::VideoFrames => WorkloadShape::VideoFrames(VideoFramesShape {
-            file_sizes_bytes: if quick {
-                vec![256 * MIB, GIB]
+            formats: if quick {
+                vec![FrameFormat::dpx10("SD", 720, 576), FrameFormat::dpx10("DCI-4K", 4096, 2160)]
             } else {
-                vec![GIB, 4 * GIB, 16 * GIB, 64 * GIB]
+                vec![
+                    FrameFormat::dpx10("SD", 720, 576),
+                    FrameFormat::dpx10("HD", 1920, 1080),
+                    FrameFormat::dpx10("UHD", 3840, 2160),
+                    FrameFormat::dpx10("DCI-4K", 4096, 2160),
+                ]
             },
-            frame_sizes_bytes: vec![MIB, 1920 * 1080 * 4, 3840 * 2160 * 4, 4096 * 2160 * 4],
             frames_per_stream: if quick { 200 } else { 3000 },
             streams: if quick { vec![1, 2] } else { vec![1, 2, 4, 8] },
-            fill_percent_max: 95,
-            fill_batches_max: if quick { Some(4) } else { None },
+            space_percent_max: 50,
+            frames_per_stream_min: 4,
             frame_rates_per_s: vec![24, 30, 60],
+            timeline_bin_ms: 100,
         }),
         Profile::SmallFiles => WorkloadShape::SmallFiles(SmallFilesShape {
-            postmark_files: if quick { 2000 } else { 100_000 },
-            postmark_transactions: if quick { 20_000 } else { 500_000 },
-            postmark_file_size_bytes_min: 512,
-            postmark_file_size_bytes_max: 64 * KIB,
-            postmark_subdirectories: 100,
             metadata_files: if quick { 10_000 } else { 1_000_000 },
             metadata_jobs: vec![1, 16],
             data_files: 10_000,
+            data_jobs: 8,
             data_file_size_bytes: 16 * KIB,
+            data_block_bytes: 4 * KIB,
             data_read_percent: 70,
+            data_runtime_s: if quick { 10 } else { 300 },
         }),
         Profile::DegradedRebuild => WorkloadShape::DegradedRebuild(DegradedRebuildShape {
             phase_duration_s: if quick { 15 } else { 600 },

@@ -40,6 +40,7 @@ fn job(element: &Element, iops: f64, latency_us: f64) -> JobResult {
         job_runtime_ms: 2000,
         read: direction(iops * read_fraction, element.block_size_bytes, latency_us),
         write: direction(iops * (1.0 - read_fraction), element.block_size_bytes, latency_us * 2.0),
+        sync: None,
     }
 }
 

@@ -1,0 +1,525 @@
+//! The lab's filesystem profiles at the edge: `video-frames` and `small-files` make a
+//! filesystem on each target, mount it, run fio in it, and take it down again.
+//!
+//! Owns: the mount stack of a target and its teardown. A `flashraid` or `nbd:` target goes
+//! NBD export -> nbdfuse (a file) -> loop device -> mkfs -> mount; a `path:` file gets a loop
+//! device, a `path:` block device is formatted as it is; `members` gets one filesystem per
+//! member file (loop devices), and fio spreads each job's files round-robin over them: the
+//! single drives side by side, the hardware column of a filesystem workload.
+//!
+//! Invariants: loop devices are made with direct IO on (no second page cache under the
+//! filesystem) and the state the kernel granted is recorded; every layer set up is taken
+//! down in reverse order, also after a failure (the teardown runs on drop); mount points live
+//! in a fresh 0700 directory under the system temp directory, never in a user's path.
+//!
+//! Limits: needs root (mount, losetup), /dev/fuse for NBD targets, and mkfs for the chosen
+//! filesystem. The frames and file counts shrink to the room the filesystem has, and a test
+//! with too little room is skipped and listed, not run smaller than its minimum.
+
+use super::{
+    LabRunArgs, ROUND_OVERRUN, Server, TargetSpec, prepare, run_fio, run_header, workload_label,
+    write_outputs,
+};
+use anyhow::{Context, Result, bail};
+use flashraid_lab::files::{
+    FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, MetaOp, MetaRun, SkippedTest,
+    frames_log_name, frames_run, frames_that_fit, metadata_subdirs, parse_lat_log,
+    render_files_html, render_files_markdown, render_frames, render_metadata, render_small_data,
+};
+use flashraid_lab::fio::parse_fio_output;
+use flashraid_lab::profile::{Profile, SmallFilesShape, Target, VideoFramesShape};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long nbdfuse may take to expose the export as a file.
+const NBDFUSE_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long nbdfuse may take to exit after its unmount.
+const NBDFUSE_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// fio's floor speed for a time limit on a frames phase: slower than this is wedged.
+const WEDGED_BYTES_PER_S: u64 = 1 << 20;
+
+/// The filesystem the lab makes on each target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FsKind {
+    Ext4,
+    Xfs,
+}
+
+impl FsKind {
+    /// The mkfs command (without the device). ext4 initialises its inode tables and journal
+    /// now, so no background writer competes with the measurement; one inode per 8 KiB, as
+    /// small files need.
+    fn mkfs(self) -> Vec<&'static str> {
+        match self {
+            FsKind::Ext4 => vec![
+                "mkfs.ext4",
+                "-q",
+                "-F",
+                "-i",
+                "8192",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+            ],
+            FsKind::Xfs => vec!["mkfs.xfs", "-f", "-q"],
+        }
+    }
+}
+
+const MOUNT_OPTIONS: &str = "noatime";
+
+/// A filesystem stack on a target, taken down on `unmount` or drop.
+struct Mounted {
+    fs: FsTarget,
+    description: String,
+    base: PathBuf,
+    mounts: Vec<PathBuf>,
+    loops: Vec<String>,
+    fuse: Option<(PathBuf, Child)>,
+}
+
+impl Mounted {
+    fn unmount(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let mut first_error = None;
+        let mut note = |r: Result<String>| {
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+        };
+        for mount in self.mounts.drain(..).rev() {
+            note(run_tool(Command::new("umount").arg(&mount)));
+        }
+        for device in self.loops.drain(..).rev() {
+            note(run_tool(Command::new("losetup").arg("-d").arg(&device)));
+        }
+        if let Some((dir, mut child)) = self.fuse.take() {
+            note(run_tool(Command::new("fusermount3").arg("-u").arg(&dir)));
+            let deadline = Instant::now() + NBDFUSE_STOP_TIMEOUT;
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // Only empty directories go (rmdir semantics): a mount left behind is never deleted.
+        if let Ok(entries) = std::fs::read_dir(&self.base) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.base);
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            eprintln!("lab: taking down the filesystem stack: {e:#}");
+        }
+    }
+}
+
+/// Run a tool; its stderr in the error when it fails.
+fn run_tool(command: &mut Command) -> Result<String> {
+    let out =
+        command.stdin(Stdio::null()).output().with_context(|| format!("running {command:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{command:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Bytes available to an unprivileged writer on the filesystem mounted at `dir` (df).
+fn free_bytes(dir: &Path) -> Result<u64> {
+    let text = run_tool(Command::new("df").arg("--output=avail").arg("-B1").arg(dir))?;
+    text.lines().nth(1).and_then(|l| l.trim().parse().ok()).context("df's output")
+}
+
+/// Refuse early, with what is missing, rather than half-way through a run.
+pub(super) fn check_tools(fs: FsKind, specs: &[TargetSpec]) -> Result<()> {
+    if super::current_uid()? != 0 {
+        bail!(
+            "video-frames and small-files make and mount a filesystem on each target \
+             (mkfs, losetup, mount): run the lab as root for them"
+        );
+    }
+    let mut tools = vec![fs.mkfs()[0], "losetup", "mount", "umount", "df"];
+    if specs.iter().any(|s| matches!(s, TargetSpec::Flashraid | TargetSpec::Nbd(_))) {
+        tools.extend(["nbdfuse", "fusermount3"]);
+        if !Path::new("/dev/fuse").exists() {
+            bail!("NBD targets reach a filesystem through nbdfuse, which needs /dev/fuse");
+        }
+    }
+    for tool in tools {
+        let found = std::env::var_os("PATH")
+            .map(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
+            .unwrap_or(false);
+        if !found {
+            bail!(
+                "{tool} not found (Debian: e2fsprogs or xfsprogs, mount, coreutils, \
+                 libnbd-bin's nbdfuse, fuse3)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Attach `file` to a loop device with direct IO and 4 KiB sectors; the device and whether
+/// the kernel granted direct IO.
+fn attach_loop(file: &Path) -> Result<(String, bool)> {
+    let device = run_tool(
+        Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on", "--sector-size", "4096"])
+            .arg(file),
+    )?;
+    let dio =
+        run_tool(Command::new("losetup").args(["--noheadings", "-O", "DIO", "-l"]).arg(&device))
+            .map(|v| v.trim() == "1")
+            .unwrap_or(false);
+    Ok((device, dio))
+}
+
+/// Make the filesystem stack on `target`.
+fn mount(
+    target: &Target,
+    kind: FsKind,
+    engine: flashraid_lab::profile::FileEngine,
+) -> Result<Mounted> {
+    let base = std::env::temp_dir().join(format!("flashraid-lab-mnt-{}", std::process::id()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&base)
+            .with_context(|| format!("mount directory {}", base.display()))?;
+    }
+    let mut mounted = Mounted {
+        fs: FsTarget { dirs: vec![], free_bytes_min: 0, engine },
+        description: String::new(),
+        base: base.clone(),
+        mounts: vec![],
+        loops: vec![],
+        fuse: None,
+    };
+    let files: Vec<PathBuf> = match target {
+        Target::File { paths, .. } => paths.iter().map(PathBuf::from).collect(),
+        Target::Nbd { uri, .. } => {
+            let dir = base.join("fuse");
+            std::fs::create_dir(&dir)?;
+            let child = Command::new("nbdfuse")
+                .arg(&dir)
+                .arg(uri)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("starting nbdfuse")?;
+            mounted.fuse = Some((dir.clone(), child));
+            let file = dir.join("nbd");
+            let deadline = Instant::now() + NBDFUSE_START_TIMEOUT;
+            while !file.exists() {
+                if let Some((_, child)) = mounted.fuse.as_mut()
+                    && let Some(status) = child.try_wait()?
+                {
+                    bail!("nbdfuse exited with {status} before exposing {uri}");
+                }
+                if Instant::now() > deadline {
+                    bail!("nbdfuse did not expose {uri} within {NBDFUSE_START_TIMEOUT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            vec![file]
+        }
+    };
+    let mut layers = vec![];
+    for (index, file) in files.iter().enumerate() {
+        use std::os::unix::fs::FileTypeExt;
+        let is_block = std::fs::metadata(file)?.file_type().is_block_device();
+        let device = if is_block {
+            layers.push(format!("{} directly", file.display()));
+            file.display().to_string()
+        } else {
+            let (device, dio) = attach_loop(file)?;
+            mounted.loops.push(device.clone());
+            layers.push(format!(
+                "{} on {device} (loop direct IO {})",
+                file.display(),
+                if dio { "on" } else { "OFF: reads may come from the page cache" }
+            ));
+            device
+        };
+        let mkfs = kind.mkfs();
+        run_tool(Command::new(mkfs[0]).args(&mkfs[1..]).arg(&device))?;
+        let dir = base.join(format!("fs{index}"));
+        std::fs::create_dir(&dir)?;
+        run_tool(Command::new("mount").args(["-o", MOUNT_OPTIONS]).arg(&device).arg(&dir))?;
+        mounted.mounts.push(dir.clone());
+        mounted.fs.dirs.push(dir.display().to_string());
+    }
+    let mut free_min = u64::MAX;
+    for dir in &mounted.mounts {
+        free_min = free_min.min(free_bytes(dir)?);
+    }
+    mounted.fs.free_bytes_min = free_min;
+    let via_fuse = if mounted.fuse.is_some() { "the export through nbdfuse: " } else { "" };
+    mounted.description = format!(
+        "{} filesystem(s) made with `{}`, mounted -o {MOUNT_OPTIONS}, {} free on the \
+         smallest; {via_fuse}{}",
+        mounted.mounts.len(),
+        kind.mkfs().join(" "),
+        crate::array_cmds::human(free_min),
+        layers.join("; ")
+    );
+    Ok(mounted)
+}
+
+/// Remove what a test left in the filesystems (its files and per-job directories).
+fn clear(fs: &FsTarget) -> Result<()> {
+    for dir in &fs.dirs {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_name() == "lost+found" {
+                continue;
+            }
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            }
+            .with_context(|| format!("clearing {}", path.display()))?;
+        }
+    }
+    run_tool(&mut Command::new("sync")).map(|_| ())
+}
+
+/// video-frames or small-files over every target. Returns the report folder and Markdown.
+pub(super) fn run_files(
+    args: &LabRunArgs,
+    specs: &[TargetSpec],
+    shape: FilesShape,
+    out: &Path,
+    machine: &BTreeMap<String, String>,
+) -> Result<(PathBuf, String)> {
+    let profile = match shape {
+        FilesShape::VideoFrames(_) => Profile::VideoFrames,
+        FilesShape::SmallFiles(_) => Profile::SmallFiles,
+    };
+    let dir = out.join(profile.name());
+    std::fs::create_dir_all(&dir)?;
+    let conformance = workload_label(
+        args.mode,
+        &format!(
+            "{} is the lab's filesystem workload, not a SNIA test: a fresh filesystem on each \
+             purged target, no preconditioning, no steady-state rounds",
+            profile.name()
+        ),
+    );
+    let (run_id, mut manifest) = run_header(out, profile, args, machine);
+    manifest
+        .insert("filesystem".into(), format!("{} -o {MOUNT_OPTIONS}", args.fs.mkfs().join(" ")));
+    let mut report = FilesReport {
+        run_id,
+        mode: args.mode,
+        conformance,
+        shape: shape.clone(),
+        manifest,
+        targets: vec![],
+    };
+    for (index, spec) in specs.iter().enumerate() {
+        let column = spec.column();
+        let raw_dir = dir.join(spec.folder(index));
+        std::fs::create_dir_all(&raw_dir)?;
+        eprintln!("[{}] {column}: purge, prepare and make the filesystem", profile.name());
+        let prepared = prepare(args, spec, &raw_dir, profile.name())?;
+        for (key, value) in &prepared.facts {
+            report.manifest.insert(format!("{column}: {key}"), value.clone());
+        }
+        // fio runs in a filesystem here, never through its nbd engine: say how it is reached.
+        let description = prepared.description.replace(
+            "through NBD (fio's nbd engine, Unix socket)",
+            "served over NBD (Unix socket)",
+        );
+        let mut target = FilesTarget {
+            name: column.clone(),
+            description,
+            filesystem: String::new(),
+            frames: vec![],
+            metadata: vec![],
+            data: None,
+            skipped: vec![],
+        };
+        let result = (|| -> Result<()> {
+            let mounted = mount(&prepared.target, args.fs, super::engine(args))?;
+            target.filesystem = mounted.description.clone();
+            let ran = match &shape {
+                FilesShape::VideoFrames(shape) => {
+                    run_frames(args, shape, &mounted.fs, &raw_dir, &column, &mut target)
+                }
+                FilesShape::SmallFiles(shape) => {
+                    run_small(args, shape, &mounted.fs, &raw_dir, &column, &mut target)
+                }
+            };
+            ran.and(mounted.unmount())
+        })();
+        let stopped = prepared.server.map_or(Ok(()), Server::stop);
+        report.targets.push(target);
+        if let Err(e) = result.and(stopped) {
+            write_files_report(&dir, &report)?;
+            return Err(e.context(format!("partial report in {}", dir.display())));
+        }
+    }
+    write_files_report(&dir, &report)?;
+    Ok((dir, render_files_markdown(&report)))
+}
+
+fn write_files_report(dir: &Path, report: &FilesReport) -> Result<()> {
+    let json = serde_json::to_string_pretty(report)? + "\n";
+    write_outputs(
+        dir,
+        "files-run.json",
+        json,
+        &render_files_markdown(report),
+        render_files_html(report),
+        &report.manifest,
+    )
+}
+
+/// Parse fio's JSON and fail on any job fio says failed.
+fn checked_jobs(text: &str, what: &str) -> Result<Vec<flashraid_lab::fio::JobResult>> {
+    let parsed = parse_fio_output(text).with_context(|| format!("fio output of {what}"))?;
+    if let Some(bad) = parsed.jobs.iter().find(|j| j.error_code != 0) {
+        bail!("{what}: fio job {} failed with error {}", bad.name, bad.error_code);
+    }
+    Ok(parsed.jobs)
+}
+
+fn run_frames(
+    args: &LabRunArgs,
+    shape: &VideoFramesShape,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    column: &str,
+    target: &mut FilesTarget,
+) -> Result<()> {
+    for format in &shape.formats {
+        for &streams in &shape.streams {
+            let test = format!("{} x{streams}", format.name);
+            let Some(frames) = frames_that_fit(shape, format, streams, fs) else {
+                target.skipped.push(SkippedTest {
+                    test,
+                    reason: format!(
+                        "fewer than {} frames a stream fit in {}% of the free space",
+                        shape.frames_per_stream_min, shape.space_percent_max
+                    ),
+                });
+                continue;
+            };
+            let bytes = format.frame_bytes() * u64::from(frames) * u64::from(streams);
+            let limit = ROUND_OVERRUN + Duration::from_secs(bytes / WEDGED_BYTES_PER_S);
+            for phase in [FramePhase::Write, FramePhase::Read] {
+                let name = frames_log_name(format, streams, phase);
+                eprintln!(
+                    "[video-frames] {column}: {test}, {frames} frames a stream, {}",
+                    phase.name()
+                );
+                let job = render_frames(format, streams, frames, fs, phase)?;
+                let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
+                checked_jobs(&text, &name)?;
+                let logs = (1..=streams)
+                    .map(|n| {
+                        let path = raw_dir.join(format!("{name}_lat.{n}.log"));
+                        let text = std::fs::read_to_string(&path)
+                            .with_context(|| format!("fio's latency log {}", path.display()))?;
+                        parse_lat_log(&text).with_context(|| path.display().to_string())
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let run = frames_run(shape, format, streams, phase, &logs)
+                    .with_context(|| format!("{name}: no frame completed"))?;
+                if run.frames != u64::from(frames) * u64::from(streams) {
+                    bail!("{name}: {} frames logged, {} expected", run.frames, frames * streams);
+                }
+                eprintln!(
+                    "    {:.0} MB/s, {:.1} frames/s, p99 {:.1} ms, max {:.1} ms",
+                    run.mb_per_s, run.frames_per_s, run.frame_ms_p99, run.frame_ms_max
+                );
+                target.frames.push(run);
+            }
+            clear(fs)?;
+        }
+    }
+    Ok(())
+}
+
+fn run_small(
+    args: &LabRunArgs,
+    shape: &SmallFilesShape,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    column: &str,
+    target: &mut FilesTarget,
+) -> Result<()> {
+    for &jobs in &shape.metadata_jobs {
+        for dir in &fs.dirs {
+            for sub in metadata_subdirs(jobs) {
+                std::fs::create_dir(Path::new(dir).join(sub))?;
+            }
+        }
+        for op in MetaOp::ALL {
+            let name = format!("meta-{}-j{jobs}", op.name());
+            eprintln!(
+                "[small-files] {column}: {} {} files, {jobs} job(s)",
+                op.name(),
+                shape.metadata_files
+            );
+            let job = render_metadata(op, jobs, shape.metadata_files, fs)?;
+            let text = run_fio(&args.fio, raw_dir, &name, &job, Some(ROUND_OVERRUN * 2))?;
+            let results = checked_jobs(&text, &name)?;
+            let run = MetaRun::from_job(op, jobs, &results[0]);
+            eprintln!("    {:.0} ops/s", run.ops_per_s);
+            target.metadata.push(run);
+        }
+        clear(fs)?;
+    }
+    let data_bytes = u64::from(shape.data_files) * shape.data_file_size_bytes;
+    if data_bytes > fs.free_bytes_min.saturating_mul(fs.dirs.len() as u64) / 2 {
+        target.skipped.push(SkippedTest {
+            test: "data".into(),
+            reason: format!("its {} bytes of files need half the free space", data_bytes),
+        });
+        return Ok(());
+    }
+    eprintln!(
+        "[small-files] {column}: data, {} files, {} jobs, {} s",
+        shape.data_files, shape.data_jobs, shape.data_runtime_s
+    );
+    let layout = render_small_data(shape, fs, args.seed, true)?;
+    run_fio(&args.fio, raw_dir, "data-layout", &layout, Some(ROUND_OVERRUN * 2))?;
+    run_tool(&mut Command::new("sync"))?;
+    let job = render_small_data(shape, fs, args.seed, false)?;
+    let limit = Duration::from_secs(u64::from(shape.data_runtime_s)) + ROUND_OVERRUN;
+    let text = run_fio(&args.fio, raw_dir, "data", &job, Some(limit))?;
+    let mut results = checked_jobs(&text, "data")?;
+    let data = results.remove(0);
+    eprintln!(
+        "    {:.0} read + {:.0} write IOPS, {} fsyncs",
+        data.read.iops,
+        data.write.iops,
+        data.sync.as_ref().map_or(0, |s| s.syncs)
+    );
+    target.data = Some(data);
+    clear(fs)
+}

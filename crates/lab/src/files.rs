@@ -1,0 +1,758 @@
+//! The filesystem profiles: `video-frames` (benchmark-method.md §7.3 P5b: one file per frame,
+//! written by concurrent streams, then read back) and `small-files` (P6b and P6c: create,
+//! stat and delete many files, then small random reads and writes with an fsync after every
+//! write). Both run on a filesystem the runner makes on the target.
+//!
+//! Owns: the fio job files of both profiles, the parse of fio's per-IO latency logs, the
+//! per-frame figures (frame times, late frames, MB/s over time), [`FilesReport`] (serde; what
+//! the runner stores) and its Markdown and HTML renderings with ratios to the first target.
+//!
+//! Invariants: a frame is one fio IO (`bs` = `filesize` = the frame, `iodepth=1`, one file
+//! per frame), so fio's per-IO latency log is the per-frame time; every job file is a pure
+//! function of its inputs; a test that does not fit the filesystem is skipped with its reason,
+//! never shrunk silently below `frames_per_stream_min`.
+//!
+//! Limits: a frame's time is its write or read alone: fio opens and closes files outside the
+//! IO it times, which frametest would count. No P5a large-file ladder, no P5c fill-rate sweep,
+//! no PostMark (P6a); no comparison of earlier reports (`bench compare` reads snia runs only).
+
+use crate::chart::{self, BarChart, LineChart, Series};
+use crate::fio::JobResult;
+use crate::profile::{
+    ConformanceLabel, FileEngine, FrameFormat, Mode, PERCENTILE_LIST, SmallFilesShape,
+    VideoFramesShape,
+};
+use crate::report::{
+    Table, fixed, html_label, html_manifest, html_open, html_table, md_label, md_manifest, md_table,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The most MB/s-over-time bins a phase is drawn with (bins widen to stay under it).
+pub const TIMELINE_BINS_MAX: u64 = 200;
+
+/// Where the runner mounted the target: one directory per filesystem (one for an array or a
+/// device; one per member for the raw members, files spread round-robin over them by fio).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FsTarget {
+    pub dirs: Vec<String>,
+    /// The least free space of any of the filesystems (fio spreads files evenly).
+    pub free_bytes_min: u64,
+    pub engine: FileEngine,
+}
+
+/// Why a job file could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilesError {
+    #[error("directory {0:?} holds ':', which fio's directory list uses as its separator")]
+    ColonInPath(String),
+    #[error("no directories to run in")]
+    NoDirs,
+    #[error("fio latency log line {line}: {problem}")]
+    BadLogLine { line: usize, problem: String },
+}
+
+impl FsTarget {
+    /// fio's `directory` line; also the check that every directory can go in fio's
+    /// ':'-separated lists.
+    fn directory_line(&self) -> Result<String, FilesError> {
+        if self.dirs.is_empty() {
+            return Err(FilesError::NoDirs);
+        }
+        if let Some(bad) = self.dirs.iter().find(|d| d.contains(':')) {
+            return Err(FilesError::ColonInPath(bad.clone()));
+        }
+        Ok(format!("directory={}\n", self.dirs.join(":")))
+    }
+}
+
+/// Write the frames, or read them back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FramePhase {
+    Write,
+    Read,
+}
+
+impl FramePhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            FramePhase::Write => "write",
+            FramePhase::Read => "read",
+        }
+    }
+}
+
+/// Frames per stream for `streams` streams of `format` on `target`: the shape's count, or
+/// fewer when they would take more than `space_percent_max` of the free space; `None` when
+/// fewer than `frames_per_stream_min` fit.
+pub fn frames_that_fit(
+    shape: &VideoFramesShape,
+    format: &FrameFormat,
+    streams: u32,
+    target: &FsTarget,
+) -> Option<u32> {
+    // Streams share filesystems round-robin (see `render_frames`): the fullest one decides.
+    let dirs = (target.dirs.len() as u64).max(1);
+    let streams_per_dir = u64::from(streams.max(1)).div_ceil(dirs);
+    let budget = target.free_bytes_min / 100 * u64::from(shape.space_percent_max);
+    let per_stream = budget / (format.frame_bytes() * streams_per_dir);
+    let frames = per_stream.min(u64::from(shape.frames_per_stream)) as u32;
+    (frames >= shape.frames_per_stream_min).then_some(frames)
+}
+
+/// The log name (fio's `write_lat_log` prefix) of a frames test; fio appends `_lat.N.log`,
+/// N = stream number from 1.
+pub fn frames_log_name(format: &FrameFormat, streams: u32, phase: FramePhase) -> String {
+    format!("frames-{}-s{streams}-{}", format.name.to_ascii_lowercase(), phase.name())
+}
+
+/// fio job file of one frames phase: `streams` jobs, each writing (or reading) `frames`
+/// files of one frame, one IO per frame, O_DIRECT. With several filesystems fio gives job
+/// clone j directory j mod dirs, so each stream lives on one filesystem (a file lives on one
+/// drive without RAID); files are named so the read phase finds what the write phase made.
+/// (Naming every frame's file in the job instead would spread a stream, but fio caps an
+/// option's value at 4096 bytes.)
+pub fn render_frames(
+    format: &FrameFormat,
+    streams: u32,
+    frames: u32,
+    target: &FsTarget,
+    phase: FramePhase,
+) -> Result<String, FilesError> {
+    let frame = format.frame_bytes();
+    let mut out = format!(
+        "; flashraid-lab: video-frames {} {}x{}, {streams} stream(s) x {frames} frames, {} \
+         (generated)\n[global]\n",
+        format.name,
+        format.width,
+        format.height,
+        phase.name()
+    );
+    out.push_str(&target.directory_line()?);
+    let _ = writeln!(out, "ioengine={}\ndirect=1\nthread=1", target.engine.fio_name());
+    let _ = writeln!(out, "bs={frame}\nfilesize={frame}\nnrfiles={frames}\niodepth=1");
+    // One frame file open at a time, in order, as a frame writer or player does.
+    out.push_str("openfiles=1\nfile_service_type=sequential\n");
+    out.push_str("filename_format=$jobname.$jobnum.$filenum\n");
+    match phase {
+        // No preallocation: the filesystem allocates as the frames land, as in frametest;
+        // files appear when opened; the data is on the target before the phase ends.
+        FramePhase::Write => {
+            out.push_str("rw=write\nfallocate=none\ncreate_on_open=1\nend_fsync=1\n")
+        }
+        FramePhase::Read => out.push_str("rw=read\n"),
+    }
+    let _ = writeln!(out, "numjobs={streams}\ngroup_reporting=0\nrefill_buffers=1");
+    let _ = writeln!(out, "percentile_list={PERCENTILE_LIST}");
+    // Every IO logged (log_avg_msec=0): the per-frame times, one log per stream.
+    let _ =
+        writeln!(out, "write_lat_log={}\nlog_avg_msec=0", frames_log_name(format, streams, phase));
+    out.push_str("\n[stream]\n");
+    Ok(out)
+}
+
+/// One IO from fio's latency log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoSample {
+    /// Completion time from the job's start.
+    pub completion_ms: u64,
+    pub latency_ns: u64,
+    pub bytes: u64,
+}
+
+/// Parse fio's latency log (`time_ms, latency_ns, direction, block_bytes, offset[, prio]` a
+/// line; fio 3.x logs latency in nanoseconds).
+pub fn parse_lat_log(text: &str) -> Result<Vec<IoSample>, FilesError> {
+    let mut samples = vec![];
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad =
+            |problem: &str| FilesError::BadLogLine { line: index + 1, problem: problem.into() };
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() < 4 {
+            return Err(bad("fewer than 4 fields"));
+        }
+        let number = |i: usize| fields[i].parse::<u64>().map_err(|_| bad("not a number"));
+        samples.push(IoSample {
+            completion_ms: number(0)?,
+            latency_ns: number(1)?,
+            bytes: number(3)?,
+        });
+    }
+    Ok(samples)
+}
+
+/// One frames phase on one target, from every stream's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FramesRun {
+    pub format: FrameFormat,
+    pub streams: u32,
+    pub phase: FramePhase,
+    pub frames: u64,
+    pub seconds: f64,
+    pub mb_per_s: f64,
+    /// Frames per second, all streams together.
+    pub frames_per_s: f64,
+    pub frame_ms_p50: f64,
+    pub frame_ms_p99: f64,
+    pub frame_ms_max: f64,
+    /// (frame rate, frames that took longer than 1/rate).
+    pub late_frames: Vec<(u32, u64)>,
+    pub timeline_bin_ms: u64,
+    /// MB/s of the frames completed in each bin, from the phase's start.
+    pub timeline_mb_per_s: Vec<f64>,
+}
+
+/// A test the target had no room for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkippedTest {
+    pub test: String,
+    pub reason: String,
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], at: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((at / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The figures of a frames phase from each stream's samples (all streams start together).
+/// `None` when no frame completed.
+pub fn frames_run(
+    shape: &VideoFramesShape,
+    format: &FrameFormat,
+    streams: u32,
+    phase: FramePhase,
+    per_stream: &[Vec<IoSample>],
+) -> Option<FramesRun> {
+    let all: Vec<IoSample> = per_stream.iter().flatten().copied().collect();
+    let end_ms = all.iter().map(|s| s.completion_ms).max()?;
+    // A phase shorter than a millisecond still took time: never divide by zero.
+    let seconds = (end_ms.max(1)) as f64 / 1000.0;
+    let bytes: u64 = all.iter().map(|s| s.bytes).sum();
+    let mut latencies: Vec<u64> = all.iter().map(|s| s.latency_ns).collect();
+    latencies.sort_unstable();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let late_frames = shape
+        .frame_rates_per_s
+        .iter()
+        .map(|&rate| {
+            let deadline_ns = 1_000_000_000 / u64::from(rate.max(1));
+            (rate, latencies.iter().filter(|&&l| l > deadline_ns).count() as u64)
+        })
+        .collect();
+    let mut bin_ms = u64::from(shape.timeline_bin_ms.max(1));
+    while end_ms / bin_ms >= TIMELINE_BINS_MAX {
+        bin_ms *= 2;
+    }
+    let mut bins = vec![0u64; (end_ms / bin_ms + 1) as usize];
+    for s in &all {
+        bins[(s.completion_ms / bin_ms) as usize] += s.bytes;
+    }
+    let timeline_mb_per_s =
+        bins.iter().map(|&b| b as f64 / 1e6 / (bin_ms as f64 / 1000.0)).collect();
+    Some(FramesRun {
+        format: format.clone(),
+        streams,
+        phase,
+        frames: all.len() as u64,
+        seconds,
+        mb_per_s: bytes as f64 / 1e6 / seconds,
+        frames_per_s: all.len() as f64 / seconds,
+        frame_ms_p50: ms(percentile(&latencies, 50.0)),
+        frame_ms_p99: ms(percentile(&latencies, 99.0)),
+        frame_ms_max: ms(*latencies.last()?),
+        late_frames,
+        timeline_bin_ms: bin_ms,
+        timeline_mb_per_s,
+    })
+}
+
+/// A small-files metadata operation (fio's file engines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MetaOp {
+    Create,
+    Stat,
+    Delete,
+}
+
+impl MetaOp {
+    pub const ALL: [MetaOp; 3] = [MetaOp::Create, MetaOp::Stat, MetaOp::Delete];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaOp::Create => "create",
+            MetaOp::Stat => "stat",
+            MetaOp::Delete => "delete",
+        }
+    }
+
+    fn engine(self) -> &'static str {
+        match self {
+            MetaOp::Create => "filecreate",
+            MetaOp::Stat => "filestat",
+            MetaOp::Delete => "filedelete",
+        }
+    }
+}
+
+/// The per-job directories of the metadata tests, which the runner makes in every filesystem
+/// beforehand (fio's file engines do not make directories).
+pub fn metadata_subdirs(jobs: u32) -> Vec<String> {
+    (0..jobs.max(1)).map(|j| format!("meta-j{j}")).collect()
+}
+
+/// fio job file of one metadata operation: `jobs` jobs sharing `files` files, each job in its
+/// own directory (`meta-jN/`), file names shared by the three operations so stat and delete
+/// find what create made.
+pub fn render_metadata(
+    op: MetaOp,
+    jobs: u32,
+    files: u32,
+    target: &FsTarget,
+) -> Result<String, FilesError> {
+    let jobs = jobs.max(1);
+    let per_job = (files / jobs).max(1);
+    let mut out = format!(
+        "; flashraid-lab: small-files {} of {} files by {jobs} job(s) (generated)\n[global]\n",
+        op.name(),
+        per_job * jobs
+    );
+    out.push_str(&target.directory_line()?);
+    let _ = writeln!(out, "ioengine={}\nthread=1", op.engine());
+    // filecreate makes empty files; filesize and bs only feed fio's accounting.
+    let _ = writeln!(out, "nrfiles={per_job}\nfilesize=4k\nbs=4k\nopenfiles=1");
+    // Otherwise fio would first write every file up to `filesize` for stat and delete.
+    out.push_str("create_on_open=1\n");
+    out.push_str("filename_format=meta-j$jobnum/f.$filenum\n");
+    let _ = writeln!(out, "numjobs={jobs}\ngroup_reporting=1");
+    let _ = writeln!(out, "percentile_list={PERCENTILE_LIST}");
+    let _ = writeln!(out, "\n[{}-j{jobs}]", op.name());
+    Ok(out)
+}
+
+/// fio job file of the small-file data test: random 4 KiB reads and writes over many 16 KiB
+/// files (70 % reads), an fsync after every write, like a mail server (filebench varmail).
+/// With `layout_only`, the job that makes the files first (no fsync per file: the runner
+/// syncs once after it), so the measured job finds them in place.
+pub fn render_small_data(
+    shape: &SmallFilesShape,
+    target: &FsTarget,
+    randseed: u64,
+    layout_only: bool,
+) -> Result<String, FilesError> {
+    let jobs = shape.data_jobs.max(1);
+    let per_job = (shape.data_files / jobs).max(1);
+    let what = if layout_only { "data layout" } else { "data" };
+    let mut out = format!("; flashraid-lab: small-files {what} (generated)\n[global]\n");
+    out.push_str(&target.directory_line()?);
+    // Buffered IO, as mail servers do: the fsync after each write is what reaches the target.
+    let _ = writeln!(out, "ioengine=psync\nthread=1\nfsync=1");
+    let _ = writeln!(
+        out,
+        "nrfiles={per_job}\nfilesize={}\nbs={}\nfile_service_type=random",
+        shape.data_file_size_bytes, shape.data_block_bytes
+    );
+    out.push_str("filename_format=data-j$jobnum/f.$filenum\n");
+    let _ = writeln!(out, "rw=randrw\nrwmixread={}", shape.data_read_percent);
+    if layout_only {
+        out.push_str("create_only=1\ncreate_fsync=0\n");
+    } else {
+        let _ = writeln!(out, "time_based=1\nruntime={}", shape.data_runtime_s);
+    }
+    let _ = writeln!(out, "numjobs={jobs}\ngroup_reporting=1\nrandseed={randseed}");
+    let _ = writeln!(out, "percentile_list={PERCENTILE_LIST}");
+    out.push_str("\n[data]\n");
+    Ok(out)
+}
+
+/// A metadata operation's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetaRun {
+    pub op: MetaOp,
+    pub jobs: u32,
+    pub files: u64,
+    pub ops_per_s: f64,
+    pub latency_us_p50: Option<f64>,
+    pub latency_us_p99: Option<f64>,
+    pub latency_us_max: Option<f64>,
+}
+
+impl MetaRun {
+    /// From the group's fio result: fio counts each file operation as a read.
+    pub fn from_job(op: MetaOp, jobs: u32, job: &JobResult) -> MetaRun {
+        let r = &job.read;
+        // fio's own iops rounds runtime to whole milliseconds; recompute it from the count
+        // over the wall runtime (thread time / jobs) at no less than one millisecond.
+        let wall_ms = (r.runtime_ms.max(1)) as f64;
+        MetaRun {
+            op,
+            jobs,
+            files: r.ios,
+            ops_per_s: r.ios as f64 * 1000.0 / wall_ms,
+            latency_us_p50: r.percentiles.as_ref().and_then(|p| p.latency_us_p50),
+            latency_us_p99: r.percentiles.as_ref().and_then(|p| p.latency_us_p99),
+            latency_us_max: r.latency_us_max,
+        }
+    }
+}
+
+/// Everything measured on one target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FilesTarget {
+    pub name: String,
+    pub description: String,
+    /// Filesystem, mkfs command and mount options, loop devices.
+    pub filesystem: String,
+    pub frames: Vec<FramesRun>,
+    pub metadata: Vec<MetaRun>,
+    pub data: Option<JobResult>,
+    pub skipped: Vec<SkippedTest>,
+}
+
+/// Which profile a [`FilesReport`] holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "profile", rename_all = "kebab-case")]
+pub enum FilesShape {
+    VideoFrames(VideoFramesShape),
+    SmallFiles(SmallFilesShape),
+}
+
+/// One video-frames or small-files run over one or more targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FilesReport {
+    pub run_id: String,
+    pub mode: Mode,
+    pub conformance: ConformanceLabel,
+    pub shape: FilesShape,
+    pub manifest: BTreeMap<String, String>,
+    /// In column order; the first is the baseline of every ratio.
+    pub targets: Vec<FilesTarget>,
+}
+
+fn ratio(value: f64, base: Option<f64>) -> String {
+    match base {
+        Some(b) if b > 0.0 => format!("{value:.1} ({:.2}x)", value / b),
+        _ => format!("{value:.1}"),
+    }
+}
+
+fn frames_key(run: &FramesRun) -> (String, u32, FramePhase) {
+    (run.format.name.clone(), run.streams, run.phase)
+}
+
+fn frames_table(report: &FilesReport, rates: &[u32]) -> Table {
+    let base = report.targets.first();
+    let mut rows = vec![];
+    for target in &report.targets {
+        for run in &target.frames {
+            let base_run =
+                base.and_then(|b| b.frames.iter().find(|r| frames_key(r) == frames_key(run)));
+            let mut row = vec![
+                target.name.clone(),
+                format!("{} {}x{}", run.format.name, run.format.width, run.format.height),
+                run.streams.to_string(),
+                run.phase.name().to_string(),
+                run.frames.to_string(),
+                ratio(run.mb_per_s, base_run.map(|b| b.mb_per_s)),
+                format!("{:.1}", run.frames_per_s),
+                format!("{:.2}", run.frame_ms_p50),
+                format!("{:.2}", run.frame_ms_p99),
+                format!("{:.2}", run.frame_ms_max),
+            ];
+            for rate in rates {
+                let late = run.late_frames.iter().find(|(r, _)| r == rate).map_or(0, |(_, n)| *n);
+                let share = late as f64 * 100.0 / run.frames.max(1) as f64;
+                row.push(format!("{late} ({share:.1}%)"));
+            }
+            rows.push(row);
+        }
+    }
+    let mut header: Vec<String> = [
+        "Target", "Format", "Streams", "Phase", "Frames", "MB/s", "Frames/s", "p50 ms", "p99 ms",
+        "max ms",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect();
+    header.extend(rates.iter().map(|r| format!("late at {r} fps")));
+    Table {
+        title: format!(
+            "video-frames: one file per frame, O_DIRECT, one IO per frame (MB/s ratios to {})",
+            base.map_or("-", |t| t.name.as_str())
+        ),
+        header,
+        rows,
+    }
+}
+
+fn metadata_table(report: &FilesReport) -> Table {
+    let base = report.targets.first();
+    let mut rows = vec![];
+    for target in &report.targets {
+        for run in &target.metadata {
+            let base_run =
+                base.and_then(|b| b.metadata.iter().find(|r| r.op == run.op && r.jobs == run.jobs));
+            rows.push(vec![
+                target.name.clone(),
+                run.op.name().to_string(),
+                run.jobs.to_string(),
+                run.files.to_string(),
+                ratio(run.ops_per_s, base_run.map(|b| b.ops_per_s)),
+                fixed(run.latency_us_p50, 1),
+                fixed(run.latency_us_p99, 1),
+                fixed(run.latency_us_max, 0),
+            ]);
+        }
+    }
+    Table {
+        title: format!(
+            "small-files: metadata (fio filecreate/filestat/filedelete; ratios to {})",
+            base.map_or("-", |t| t.name.as_str())
+        ),
+        header: ["Target", "Operation", "Jobs", "Files", "ops/s", "p50 us", "p99 us", "max us"]
+            .iter()
+            .map(|h| h.to_string())
+            .collect(),
+        rows,
+    }
+}
+
+fn data_table(report: &FilesReport) -> Table {
+    let base = report.targets.first().and_then(|t| t.data.as_ref());
+    let rows = report
+        .targets
+        .iter()
+        .filter_map(|t| t.data.as_ref().map(|d| (t, d)))
+        .map(|(t, d)| {
+            let sync = d.sync.as_ref();
+            let sync_p = |pick: fn(&crate::fio::Percentiles) -> Option<f64>| {
+                sync.and_then(|s| s.percentiles.as_ref()).and_then(pick)
+            };
+            vec![
+                t.name.clone(),
+                ratio(d.read.iops, base.map(|b| b.read.iops)),
+                ratio(d.write.iops, base.map(|b| b.write.iops)),
+                fixed(d.read.percentiles.as_ref().and_then(|p| p.latency_us_p99), 0),
+                sync.map_or("-".into(), |s| s.syncs.to_string()),
+                fixed(sync_p(|p| p.latency_us_p50), 0),
+                fixed(sync_p(|p| p.latency_us_p99), 0),
+                fixed(sync_p(|p| p.latency_us_p99_9), 0),
+                fixed(sync.and_then(|s| s.latency_us_max), 0),
+            ]
+        })
+        .collect();
+    Table {
+        title: "small-files: data (random 4 KiB reads and writes in 16 KiB files, fsync after \
+                every write)"
+            .to_string(),
+        header: [
+            "Target",
+            "read IOPS",
+            "write IOPS",
+            "read p99 us",
+            "fsyncs",
+            "fsync p50 us",
+            "fsync p99 us",
+            "fsync p99.9 us",
+            "fsync max us",
+        ]
+        .iter()
+        .map(|h| h.to_string())
+        .collect(),
+        rows,
+    }
+}
+
+fn skipped_lines(report: &FilesReport) -> Vec<String> {
+    report
+        .targets
+        .iter()
+        .flat_map(|t| {
+            t.skipped.iter().map(move |s| format!("{}: {} skipped: {}", t.name, s.test, s.reason))
+        })
+        .collect()
+}
+
+fn title(report: &FilesReport) -> String {
+    let profile = match report.shape {
+        FilesShape::VideoFrames(_) => "video-frames",
+        FilesShape::SmallFiles(_) => "small-files",
+    };
+    format!("flashraid lab: {profile} ({} mode), run {}", report.mode, report.run_id)
+}
+
+fn tables(report: &FilesReport) -> Vec<Table> {
+    match &report.shape {
+        FilesShape::VideoFrames(shape) => vec![frames_table(report, &shape.frame_rates_per_s)],
+        FilesShape::SmallFiles(_) => vec![metadata_table(report), data_table(report)],
+    }
+}
+
+const FRAMES_NOTE: &str = "A frame's time is its one write or read (fio times the IO, not the \
+open and close around it). Late: frames whose own write or read took longer than 1/rate, which a \
+stream at that rate would drop. MB/s and frames/s: all streams together, from the first start to the last completion.";
+
+/// The report as Markdown: the tables with ratios, what was skipped, the filesystems, the
+/// manifest.
+pub fn render_files_markdown(report: &FilesReport) -> String {
+    let mut out = format!("# {}\n\n", title(report));
+    md_label(&mut out, &report.conformance);
+    if matches!(report.shape, FilesShape::VideoFrames(_)) {
+        let _ = writeln!(out, "{FRAMES_NOTE}\n");
+    }
+    for table in tables(report) {
+        out.push_str(&md_table(&table));
+    }
+    for line in skipped_lines(report) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out.push('\n');
+    for target in &report.targets {
+        let _ = writeln!(out, "{}: {}; {}\n", target.name, target.description, target.filesystem);
+    }
+    md_manifest(&mut out, &report.manifest);
+    out
+}
+
+/// MB/s over time of one (format, streams, phase), one line per target.
+fn timeline_chart(report: &FilesReport, key: &(String, u32, FramePhase)) -> LineChart {
+    let series: Vec<Series> = report
+        .targets
+        .iter()
+        .enumerate()
+        .filter_map(|(index, t)| {
+            let run = t.frames.iter().find(|r| &frames_key(r) == key)?;
+            let bin_s = run.timeline_bin_ms as f64 / 1000.0;
+            let points = run
+                .timeline_mb_per_s
+                .iter()
+                .enumerate()
+                .map(|(i, v)| ((i as f64 + 0.5) * bin_s, *v))
+                .collect();
+            Some(Series { name: t.name.clone(), colour_index: index, points })
+        })
+        .collect();
+    let end_s =
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(0.0f64, f64::max).max(0.1);
+    let step = chart::nice_step(end_s / 6.0);
+    let x_ticks = (0..=((end_s / step).ceil() as usize))
+        .map(|i| (i as f64 * step, chart::short_number(i as f64 * step)))
+        .collect();
+    LineChart {
+        title: format!("{} x{} {}: MB/s over time", key.0, key.1, key.2.name()),
+        x_label: "seconds".into(),
+        y_label: "MB/s".into(),
+        x_ticks,
+        log_y: false,
+        series,
+        guides: vec![],
+    }
+}
+
+fn throughput_bars(report: &FilesReport) -> BarChart {
+    let keys: Vec<(String, u32, FramePhase)> = report
+        .targets
+        .first()
+        .map(|t| t.frames.iter().map(frames_key).collect())
+        .unwrap_or_default();
+    BarChart {
+        title: "Frames: MB/s per format, streams and phase".into(),
+        y_label: "MB/s".into(),
+        categories: keys.iter().map(|k| format!("{} x{} {}", k.0, k.1, k.2.name())).collect(),
+        series: report
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(index, t)| {
+                let values = keys
+                    .iter()
+                    .map(|k| t.frames.iter().find(|r| &frames_key(r) == k).map(|r| r.mb_per_s))
+                    .collect();
+                (t.name.clone(), index, values)
+            })
+            .collect(),
+    }
+}
+
+fn metadata_bars(report: &FilesReport) -> BarChart {
+    let keys: Vec<(MetaOp, u32)> = report
+        .targets
+        .first()
+        .map(|t| t.metadata.iter().map(|m| (m.op, m.jobs)).collect())
+        .unwrap_or_default();
+    BarChart {
+        title: "Metadata operations per second".into(),
+        y_label: "ops/s".into(),
+        categories: keys.iter().map(|(op, jobs)| format!("{} x{jobs}", op.name())).collect(),
+        series: report
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(index, t)| {
+                let values = keys
+                    .iter()
+                    .map(|k| t.metadata.iter().find(|m| (m.op, m.jobs) == *k).map(|m| m.ops_per_s))
+                    .collect();
+                (t.name.clone(), index, values)
+            })
+            .collect(),
+    }
+}
+
+/// The report as one self-contained HTML page.
+pub fn render_files_html(report: &FilesReport) -> String {
+    let mut out = html_open(&title(report));
+    html_label(&mut out, &report.conformance);
+    for table in tables(report) {
+        out.push_str(&html_table(&table));
+    }
+    match report.shape {
+        FilesShape::VideoFrames(_) => {
+            let _ = writeln!(out, "<p>{}</p>", chart::xml_escape(FRAMES_NOTE));
+            out.push_str(&chart::bar_chart_svg(&throughput_bars(report)));
+            let keys: Vec<_> = report
+                .targets
+                .first()
+                .map(|t| t.frames.iter().map(frames_key).collect())
+                .unwrap_or_default();
+            for key in &keys {
+                out.push_str(&chart::line_chart_svg(&timeline_chart(report, key)));
+            }
+        }
+        FilesShape::SmallFiles(_) => {
+            out.push_str(&chart::bar_chart_svg(&metadata_bars(report)));
+        }
+    }
+    let skipped = skipped_lines(report);
+    if !skipped.is_empty() {
+        out.push_str("<ul>");
+        for line in skipped {
+            let _ = write!(out, "<li>{}</li>", chart::xml_escape(&line));
+        }
+        out.push_str("</ul>\n");
+    }
+    for target in &report.targets {
+        let _ = writeln!(
+            out,
+            "<p><b>{}</b>: {}; {}</p>",
+            chart::xml_escape(&target.name),
+            chart::xml_escape(&target.description),
+            chart::xml_escape(&target.filesystem)
+        );
+    }
+    html_manifest(&mut out, &report.manifest);
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,261 @@
+use super::*;
+use crate::fio::parse_fio_output;
+use crate::profile::{Profile, WorkloadShape, workload_shape};
+
+const FILECREATE: &str =
+    include_str!("../../tests/fixtures/fio-3.33-filecreate-2x1000-jsonplus.json");
+const SMALL_DATA: &str =
+    include_str!("../../tests/fixtures/fio-3.33-smallfile-fsync-jsonplus.json");
+
+fn frames_shape(mode: Mode) -> VideoFramesShape {
+    match workload_shape(Profile::VideoFrames, mode) {
+        Some(WorkloadShape::VideoFrames(shape)) => shape,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn small_shape() -> SmallFilesShape {
+    match workload_shape(Profile::SmallFiles, Mode::Quick) {
+        Some(WorkloadShape::SmallFiles(shape)) => shape,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn fs(dirs: &[&str], free_bytes_min: u64) -> FsTarget {
+    FsTarget {
+        dirs: dirs.iter().map(|d| d.to_string()).collect(),
+        free_bytes_min,
+        engine: FileEngine::IoUring,
+    }
+}
+
+fn dci() -> FrameFormat {
+    frames_shape(Mode::Quick).formats.into_iter().find(|f| f.name == "DCI-4K").unwrap()
+}
+
+#[test]
+fn frame_sizes_are_dpx_10_bit_and_4k_aligned() {
+    let full = frames_shape(Mode::Full);
+    let bytes: Vec<u64> = full.formats.iter().map(FrameFormat::frame_bytes).collect();
+    assert_eq!(bytes, [1_658_880, 8_294_400, 33_177_600, 35_389_440]);
+    // O_DIRECT on a 4 KiB-sector filesystem needs every frame IO aligned.
+    assert!(bytes.iter().all(|b| b % 4096 == 0));
+    let quick = frames_shape(Mode::Quick);
+    let names: Vec<&str> = quick.formats.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["SD", "DCI-4K"]);
+}
+
+#[test]
+fn frames_fit_half_the_free_space_or_are_skipped() {
+    let shape = frames_shape(Mode::Quick);
+    // Two filesystems with 1 GiB free each, a stream on each: half of 1 GiB of 35 MB frames.
+    let two = fs(&["/m/a", "/m/b"], 1 << 30);
+    assert_eq!(frames_that_fit(&shape, &dci(), 2, &two), Some(15));
+    // One filesystem, two streams: they share it, so it takes twice the room.
+    assert_eq!(frames_that_fit(&shape, &dci(), 2, &fs(&["/m"], 2 << 30)), Some(15));
+    assert_eq!(frames_that_fit(&shape, &dci(), 2, &fs(&["/m"], 1 << 30)), Some(7));
+    // Plenty of room: the shape's count.
+    assert_eq!(frames_that_fit(&shape, &dci(), 1, &fs(&["/m"], 1 << 40)), Some(200));
+    // Room for 3 frames a stream is below the minimum of 4: skipped, not shrunk further.
+    let three = 3 * 2 * dci().frame_bytes() + 1000;
+    assert_eq!(frames_that_fit(&shape, &dci(), 1, &fs(&["/m"], three)), None);
+    let four = 4 * 2 * dci().frame_bytes() + 1000;
+    assert_eq!(frames_that_fit(&shape, &dci(), 1, &fs(&["/m"], four)), Some(4));
+}
+
+#[test]
+fn frames_job_is_one_io_per_frame_file() {
+    let target = fs(&["/mnt/a", "/mnt/b"], 1 << 30);
+    let write = render_frames(&dci(), 2, 3, &target, FramePhase::Write).unwrap();
+    for line in [
+        "directory=/mnt/a:/mnt/b",
+        "bs=35389440",
+        "filesize=35389440",
+        "nrfiles=3",
+        "iodepth=1",
+        "direct=1",
+        "numjobs=2",
+        "rw=write",
+        "create_on_open=1",
+        "end_fsync=1",
+        "log_avg_msec=0",
+        "write_lat_log=frames-dci-4k-s2-write",
+        "filename_format=$jobname.$jobnum.$filenum",
+    ] {
+        assert!(write.lines().any(|l| l == line), "{line} missing from\n{write}");
+    }
+    let read = render_frames(&dci(), 2, 3, &target, FramePhase::Read).unwrap();
+    assert!(read.lines().any(|l| l == "rw=read"));
+    assert!(!read.contains("create_on_open"));
+    // The read phase names the same files the write phase made.
+    let names =
+        |job: &str| job.lines().find(|l| l.starts_with("filename_format")).map(str::to_string);
+    assert_eq!(names(&write), names(&read));
+    assert_eq!(
+        render_frames(&dci(), 1, 8, &fs(&["/a:b"], 1 << 30), FramePhase::Read),
+        Err(FilesError::ColonInPath("/a:b".into()))
+    );
+    assert_eq!(
+        render_frames(&dci(), 1, 8, &fs(&[], 1 << 30), FramePhase::Read),
+        Err(FilesError::NoDirs)
+    );
+}
+
+#[test]
+fn lat_log_lines_parse_and_bad_ones_are_named() {
+    let text = "100, 10000000, 1, 1000000, 0, 0\n200, 20000000, 1, 1000000, 0, 0\n\n";
+    let samples = parse_lat_log(text).unwrap();
+    assert_eq!(samples.len(), 2);
+    assert_eq!(
+        samples[1],
+        IoSample { completion_ms: 200, latency_ns: 20_000_000, bytes: 1_000_000 }
+    );
+    assert_eq!(
+        parse_lat_log("1, 2, 1, 4096\n1, x, 1, 4096\n"),
+        Err(FilesError::BadLogLine { line: 2, problem: "not a number".into() })
+    );
+    assert!(matches!(parse_lat_log("1, 2\n"), Err(FilesError::BadLogLine { line: 1, .. })));
+}
+
+fn stream(latencies_ms: &[u64]) -> Vec<IoSample> {
+    latencies_ms
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| IoSample {
+            completion_ms: (i as u64 + 1) * 100,
+            latency_ns: l * 1_000_000,
+            bytes: 1_000_000,
+        })
+        .collect()
+}
+
+#[test]
+fn frame_figures_from_two_streams() {
+    let shape = frames_shape(Mode::Quick);
+    let streams = [stream(&[10, 20, 30, 100]), stream(&[10, 20, 30, 100])];
+    let run = frames_run(&shape, &dci(), 2, FramePhase::Write, &streams).unwrap();
+    assert_eq!(run.frames, 8);
+    assert!((run.seconds - 0.4).abs() < 1e-12);
+    assert!((run.mb_per_s - 20.0).abs() < 1e-9);
+    assert!((run.frames_per_s - 20.0).abs() < 1e-9);
+    // Nearest rank over [10, 10, 20, 20, 30, 30, 100, 100].
+    assert_eq!((run.frame_ms_p50, run.frame_ms_p99, run.frame_ms_max), (20.0, 100.0, 100.0));
+    // Deadlines 41.7, 33.3 and 16.7 ms.
+    assert_eq!(run.late_frames, [(24, 2), (30, 2), (60, 6)]);
+    assert_eq!(run.timeline_bin_ms, 100);
+    assert_eq!(run.timeline_mb_per_s, [0.0, 20.0, 20.0, 20.0, 20.0]);
+    assert_eq!(frames_run(&shape, &dci(), 1, FramePhase::Read, &[vec![]]), None);
+}
+
+#[test]
+fn long_phases_widen_their_bins() {
+    let shape = frames_shape(Mode::Quick);
+    let long = [vec![IoSample { completion_ms: 100_000, latency_ns: 1, bytes: 8_000_000 }]];
+    let run = frames_run(&shape, &dci(), 1, FramePhase::Read, &long).unwrap();
+    assert_eq!(run.timeline_bin_ms, 800);
+    assert!(run.timeline_mb_per_s.len() as u64 <= TIMELINE_BINS_MAX);
+    assert_eq!(run.timeline_mb_per_s.iter().filter(|v| **v > 0.0).count(), 1);
+}
+
+#[test]
+fn metadata_jobs_share_names_across_operations() {
+    let target = fs(&["/mnt/x"], 1 << 30);
+    let jobs: Vec<String> =
+        MetaOp::ALL.iter().map(|&op| render_metadata(op, 16, 10_000, &target).unwrap()).collect();
+    for (job, engine) in jobs.iter().zip(["filecreate", "filestat", "filedelete"]) {
+        assert!(job.lines().any(|l| l == format!("ioengine={engine}")), "{job}");
+        // 10 000 files over 16 jobs: 625 each, every job in its own directory.
+        assert!(job.lines().any(|l| l == "nrfiles=625"));
+        assert!(job.lines().any(|l| l == "numjobs=16"));
+        assert!(job.lines().any(|l| l == "filename_format=meta-j$jobnum/f.$filenum"));
+        assert!(job.lines().any(|l| l == "create_on_open=1"), "no layout before stat");
+    }
+}
+
+#[test]
+fn small_data_job_fsyncs_every_write() {
+    let target = fs(&["/mnt/x", "/mnt/y"], 1 << 30);
+    let job = render_small_data(&small_shape(), &target, 7, false).unwrap();
+    for line in [
+        "fsync=1",
+        "nrfiles=1250",
+        "filesize=16384",
+        "bs=4096",
+        "rw=randrw",
+        "rwmixread=70",
+        "randseed=7",
+        "directory=/mnt/x:/mnt/y",
+    ] {
+        assert!(job.lines().any(|l| l == line), "{line} missing from\n{job}");
+    }
+    assert!(job.lines().any(|l| l == "time_based=1"));
+    // The layout job makes the same files, untimed and without an fsync per file.
+    let layout = render_small_data(&small_shape(), &target, 7, true).unwrap();
+    assert!(layout.lines().any(|l| l == "create_only=1"));
+    assert!(layout.lines().any(|l| l == "create_fsync=0"));
+    assert!(!layout.contains("time_based"));
+    let names =
+        |job: &str| job.lines().find(|l| l.starts_with("filename_format")).map(str::to_string);
+    assert_eq!(names(&layout), names(&job));
+}
+
+#[test]
+fn fio_file_engines_report_operations_as_reads() {
+    let out = parse_fio_output(FILECREATE).unwrap();
+    let run = MetaRun::from_job(MetaOp::Create, 2, &out.jobs[0]);
+    assert_eq!(run.files, 2000);
+    assert!(run.ops_per_s > 0.0);
+    assert!(run.latency_us_p99.is_some() && run.latency_us_max.is_some());
+    let data = parse_fio_output(SMALL_DATA).unwrap();
+    let sync = data.jobs[0].sync.as_ref().expect("fsync=1 jobs report their syncs");
+    assert_eq!(sync.syncs, 12135);
+    let p = sync.percentiles.as_ref().unwrap();
+    assert_eq!(p.latency_us_p99, Some(280.576));
+    assert!(data.jobs[0].read.iops > 0.0 && data.jobs[0].write.iops > 0.0);
+}
+
+fn frames_report() -> FilesReport {
+    let shape = frames_shape(Mode::Quick);
+    let fast =
+        frames_run(&shape, &dci(), 2, FramePhase::Write, &[stream(&[10, 20]), stream(&[10, 20])]);
+    let slow = frames_run(&shape, &dci(), 2, FramePhase::Write, &[stream(&[50, 60])]);
+    let target = |name: &str, run: Option<FramesRun>, skipped: Vec<SkippedTest>| FilesTarget {
+        name: name.into(),
+        description: format!("{name} <desc>"),
+        filesystem: "ext4".into(),
+        frames: run.into_iter().collect(),
+        metadata: vec![],
+        data: None,
+        skipped,
+    };
+    FilesReport {
+        run_id: "t".into(),
+        mode: Mode::Quick,
+        conformance: ConformanceLabel::QuickSmoke { deviations: vec![] },
+        shape: FilesShape::VideoFrames(shape),
+        manifest: BTreeMap::new(),
+        targets: vec![
+            target("members", fast, vec![]),
+            target(
+                "flashraid",
+                slow,
+                vec![SkippedTest { test: "DCI-4K x2".into(), reason: "target too small".into() }],
+            ),
+        ],
+    }
+}
+
+#[test]
+fn frames_report_has_ratios_skips_and_charts() {
+    let report = frames_report();
+    let md = render_files_markdown(&report);
+    // 4 MB in 0.2 s against 2 MB in 0.2 s.
+    assert!(md.contains("| members | DCI-4K 4096x2160 | 2 | write | 4 | 20.0 (1.00x) |"), "{md}");
+    assert!(md.contains("| flashraid | DCI-4K 4096x2160 | 2 | write | 2 | 10.0 (0.50x) |"), "{md}");
+    assert!(md.contains("flashraid: DCI-4K x2 skipped: target too small"));
+    let html = render_files_html(&report);
+    assert_eq!(html.matches("<svg").count(), 2, "bars and one timeline");
+    assert!(html.contains("members &lt;desc&gt;"));
+    let back: FilesReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(back, report);
+}
