@@ -12,7 +12,18 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d /tmp/flashraid-e2e-lab.XXXXXX)
 members=$(mktemp -d /dev/shm/flashraid-e2e-lab.XXXXXX)
 artifacts=target/test-artifacts/lab
-trap 'rm -rf "$work" "$members"' EXIT
+# Two load hosts for the fio client/server test: network namespaces with veth pairs.
+ns_prefix="flab$$"
+netns_cleanup() {
+    for i in 1 2; do
+        if [ -f "$work/fio-server-$i.pid" ]; then kill "$(cat "$work/fio-server-$i.pid")" 2>/dev/null || true; fi
+        ip netns del "$ns_prefix$i" 2>/dev/null || true
+        ip link del "${ns_prefix}v$i" 2>/dev/null || true
+    done
+}
+trap 'netns_cleanup; rm -rf "$work" "$members"' EXIT
+# dash runs the EXIT trap on exit only: make a signal an exit, so namespaces and fio servers go.
+trap 'exit 1' INT TERM HUP
 mkdir -p "$artifacts"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -73,6 +84,29 @@ EOF
 done
 grep -q "IOPS" "$work/run1.out" || fail "no results printed"
 
+echo "-- the array in process (flashraid's own load generator, no NBD) beside it over NBD"
+"$bin" bench run --profile snia-latency --target flashraid --target flashraid-inproc --members 4 \
+    --member-size 32M --dir "$members/m" --out "$work/run7" >"$work/run7.out" 2>"$work/run7.err" \
+    || { tail -30 "$work/run7.err"; fail "bench run flashraid-inproc"; }
+/usr/bin/python3 - "$work/run7/snia-latency/run.json" <<'EOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert [t["name"] for t in run["targets"]] == ["flashraid", "flashraid-inproc"]
+inproc = run["targets"][1]
+assert "not fio" in inproc["description"], inproc["description"]
+for test in inproc["tests"]:
+    assert test["rounds"], test["plan"]["name"]
+    for r in test["rounds"]:
+        for e in r["elements"]:
+            busy = [d for d in (e["read"], e["write"]) if d["ios"] > 0]
+            assert busy, e["name"]
+            for d in busy:
+                assert d["percentiles"]["latency_us_p99"] is not None, e["name"]
+print(f"   flashraid-inproc: {sum(len(t['rounds']) for t in inproc['tests'])} rounds with latencies")
+EOF
+expect_refusal "SNIA profiles only" "$bin" bench run --profile vm-images --target flashraid-inproc \
+    --out "$work/x"
+
 echo "-- vm-images: 32 VMs of mixed random IO, each its own NBD connection; fairness and tails"
 "$bin" bench run --profile vm-images --members 6 --member-size 32M --dir "$members/m" \
     --out "$work/run3" >"$work/run3.out" 2>"$work/run3.err" \
@@ -88,6 +122,9 @@ for t in run["targets"]:
         assert all(j["read"]["ios"] > 0 and j["write"]["ios"] > 0 for j in rep), t["name"]
 print("   vm-images: 32 VMs did reads and writes on both targets")
 EOF
+"$bin" bench compare "$work/run3" "$work/run3/vm-images" --out "$work/cmp3" >/dev/null \
+    || fail "compare vm-images runs"
+[ "$(grep -c '^| run3-vm-images: ' "$work/cmp3/compare.md")" -ge 4 ] || fail "vm-images compare rows"
 
 echo "-- degraded-rebuild: healthy, a member failed, rebuilding onto a spare, rebuilt; data verified"
 "$bin" bench run --profile degraded-rebuild --members 6 --member-size 64M --rebuild-busy-rate 16M \
@@ -143,11 +180,79 @@ grep -q "late at 24 fps" "$work/run5/video-frames/report.md" || fail "video-fram
 grep -q "fsync p99" "$work/run5/small-files/report.md" || fail "small-files: no fsync latency"
 [ "$(grep -o '<svg' "$work/run5/video-frames/report.html" | wc -l)" -ge 9 ] \
     || fail "video-frames: bars and 8 MB/s-over-time charts expected"
+"$bin" bench compare "$work/run5" "$work/run5/video-frames/files-run.json" --out "$work/cmp5" \
+    >/dev/null || fail "compare video-frames and small-files runs"
+grep -q "run5-video-frames: flashraid" "$work/cmp5/compare.md" || fail "compare lacks a frames run"
+[ -s "$work/cmp5/compare-video-frames-1.html" ] || fail "no compare-video-frames-1.html"
+expect_refusal "no profile has two reports" "$bin" bench compare "$work/run5/video-frames" \
+    "$work/run5/small-files/files-run.json"
 # Everything the lab set up is taken down: no mounts, loop devices or nbdfuse left.
 if grep -q flashraid-lab-mnt /proc/mounts; then fail "a lab filesystem is still mounted"; fi
 for m in "$members"/m/member*; do
     [ -z "$(losetup -j "$m")" ] || fail "a loop device still holds $m"
 done
+fi
+
+echo "-- load from two hosts (fio servers in network namespaces) over TCP, merged per element"
+expect_refusal "insecure-tcp" "$bin" bench run --profile snia-throughput --target flashraid \
+    --serve-tcp 192.0.2.1:10819 --load-host 192.0.2.2 --out "$work/x"
+expect_refusal "cannot reach" "$bin" bench run --profile snia-throughput --target flashraid \
+    --serve-tcp 127.0.0.1:10819 --load-host 192.0.2.2 --out "$work/x"
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns add "${ns_prefix}1" 2>/dev/null; then
+    echo "SKIPPED: the multi-host test needs root and ip netns"
+else
+    ip netns del "${ns_prefix}1"
+    # 10.231.N.1 is this host's end of host N's link; every load host reaches 10.231.1.1.
+    for i in 1 2; do
+        ip netns add "$ns_prefix$i"
+        ip link add "${ns_prefix}v$i" type veth peer name "${ns_prefix}p$i"
+        ip link set "${ns_prefix}p$i" netns "$ns_prefix$i"
+        ip addr add "10.231.$i.1/24" dev "${ns_prefix}v$i"
+        ip link set "${ns_prefix}v$i" up
+        ip -n "$ns_prefix$i" addr add "10.231.$i.2/24" dev "${ns_prefix}p$i"
+        ip -n "$ns_prefix$i" link set "${ns_prefix}p$i" up
+        ip -n "$ns_prefix$i" link set lo up
+        ip -n "$ns_prefix$i" route add default via "10.231.$i.1"
+        ip netns exec "$ns_prefix$i" fio --server="ip:10.231.$i.2" --daemonize="$work/fio-server-$i.pid"
+    done
+    # fio's servers listen on port 8765 once they are up.
+    for i in 1 2; do
+        for _ in $(seq 50); do
+            ip netns exec "$ns_prefix$i" ss -Hltn 'sport = :8765' | grep -q 8765 && break
+            sleep 0.1
+        done
+    done
+    expect_refusal "SNIA profiles only" "$bin" bench run --profile vm-images --target flashraid \
+        --serve-tcp 10.231.1.1:10819 --insecure-tcp --load-host 10.231.1.2 --out "$work/x"
+    expect_refusal "only NBD exports" "$bin" bench run --profile snia-throughput --target members \
+        --load-host 10.231.1.2 --out "$work/x"
+    "$bin" bench run --profile snia-throughput --target flashraid --serve-tcp 10.231.1.1:10819 \
+        --insecure-tcp --load-host 10.231.1.2 --load-host 10.231.2.2 --members 6 --member-size 32M \
+        --dir "$members/m" --out "$work/run6" >"$work/run6.out" 2>"$work/run6.err" \
+        || { tail -30 "$work/run6.err"; fail "bench run with two load hosts"; }
+    /usr/bin/python3 - "$work/run6/snia-throughput" <<'EOF'
+import json, sys, glob
+d = sys.argv[1]
+manifest = json.load(open(f"{d}/manifest.json"))
+assert "10.231.1.2, 10.231.2.2" in manifest["load hosts"], manifest.get("load hosts")
+for path in glob.glob(f"{d}/0-flashraid/*/round-*.json"):
+    text = open(path).read()
+    raw = json.loads(text[text.index("{"):])
+    hosts = {c["hostname"] for c in raw["client_stats"] if c["jobname"] != "All clients"}
+    assert hosts == {"10.231.1.2", "10.231.2.2"}, (path, hosts)
+# Each element's merged IOs equal the sum of the two hosts' IOs in the raw output.
+run = json.load(open(f"{d}/run.json"))
+test = run["targets"][0]["tests"][0]
+first = test["rounds"][0]
+text = open(f"{d}/0-flashraid/{test['plan']['name']}/round-1.json").read()
+raw = json.loads(text[text.index("{"):])
+for e in first["elements"]:
+    want = sum(c["read"]["total_ios"] + c["write"]["total_ios"] for c in raw["client_stats"]
+               if c["jobname"] == e["name"])
+    got = e["read"]["ios"] + e["write"]["ios"]
+    assert got == want > 0, (e["name"], got, want)
+print(f"   two load hosts: every round ran on both; {len(first['elements'])} elements merged")
+EOF
 fi
 
 echo "-- a file named as a target (as an md device or a zvol would be), then compare"

@@ -45,6 +45,24 @@ impl Histogram {
         self.count += other.count;
     }
 
+    /// IOs recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Mean latency in µs at the histogram's 1 µs resolution (`None` when empty).
+    pub fn mean_us(&self) -> Option<f64> {
+        (self.count > 0).then(|| {
+            let sum: u64 = self.buckets.iter().enumerate().map(|(us, &n)| us as u64 * n).sum();
+            sum as f64 / self.count as f64
+        })
+    }
+
+    /// The largest latency recorded, in µs (the overflow bucket counts as its bound).
+    pub fn max_us(&self) -> Option<f64> {
+        self.buckets.iter().rposition(|&n| n > 0).map(|us| us as f64)
+    }
+
     /// The latency below which `fraction` of IOs completed, in µs.
     pub fn percentile_us(&self, fraction: f64) -> f64 {
         if self.count == 0 {
@@ -364,7 +382,69 @@ pub fn run_array(
     seed: u64,
 ) -> Result<Measured, String> {
     let size = array.size_bytes();
-    run_jobs(jobs, |job| array_job(array, size, pattern, job, jobs, queue_depth, duration, seed))
+    run_jobs(jobs, |job| {
+        array_job(array, size, pattern, job, jobs, queue_depth, duration, seed).map(Split::total)
+    })
+}
+
+/// One direction's IOs of a load run.
+#[derive(Clone, Debug)]
+pub struct Tally {
+    pub ios: u64,
+    pub bytes: u64,
+    pub histogram: Histogram,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally { ios: 0, bytes: 0, histogram: Histogram::new() }
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        self.histogram.merge(&other.histogram);
+    }
+}
+
+/// A load run's reads and writes apart, over the wall time of the run.
+#[derive(Clone, Debug)]
+pub struct Split {
+    pub read: Tally,
+    pub write: Tally,
+    pub seconds: f64,
+}
+
+impl Split {
+    fn total(self) -> (u64, u64, Histogram) {
+        let mut all = self.read;
+        all.merge(&self.write);
+        (all.ios, all.bytes, all.histogram)
+    }
+}
+
+/// [`run_array`] with reads and writes measured apart (for the lab's fio-shaped results).
+pub fn run_array_split(
+    array: &Array,
+    pattern: Pattern,
+    jobs: usize,
+    queue_depth: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<Split, String> {
+    let size = array.size_bytes();
+    let start = Instant::now();
+    let results = on_threads(jobs, |job| {
+        array_job(array, size, pattern, job, jobs, queue_depth, duration, seed)
+    });
+    let mut split = Split { read: Tally::new(), write: Tally::new(), seconds: 0.0 };
+    for result in results {
+        let one = result?;
+        split.read.merge(&one.read);
+        split.write.merge(&one.write);
+    }
+    split.seconds = start.elapsed().as_secs_f64().max(1e-9);
+    Ok(split)
 }
 
 /// Run `job(0..jobs)` on threads of their own and combine what they measured (wall time and
@@ -375,15 +455,23 @@ fn run_jobs(
 ) -> Result<Measured, String> {
     let cpu_start = ProcessTime::now();
     let start = Instant::now();
-    let results: Vec<Result<(u64, u64, Histogram), String>> = std::thread::scope(|scope| {
+    let results = on_threads(jobs, job);
+    combine(results, start.elapsed(), cpu_start.elapsed())
+}
+
+/// `job(0..jobs)`, each on a thread of its own; their results in job order.
+fn on_threads<T: Send>(
+    jobs: usize,
+    job: impl Fn(usize) -> Result<T, String> + Sync,
+) -> Vec<Result<T, String>> {
+    std::thread::scope(|scope| {
         let job = &job;
         let handles: Vec<_> = (0..jobs).map(|j| scope.spawn(move || job(j))).collect();
         handles
             .into_iter()
             .map(|h| h.join().map_err(|_| "array job panicked".to_string())?)
             .collect()
-    });
-    combine(results, start.elapsed(), cpu_start.elapsed())
+    })
 }
 
 /// Take a session's finished IOs: their tags into `finished`; the first error, if any.
@@ -414,18 +502,20 @@ fn array_job(
     queue_depth: usize,
     duration: Duration,
     seed: u64,
-) -> Result<(u64, u64, Histogram), String> {
+) -> Result<Split, String> {
     let mut session = array.session().map_err(|e| e.to_string())?;
     let block = u64::from(pattern.block_bytes);
     let data = vec![0x5au8; usize::try_from(block).expect("fits")];
     let mut ops = OpGen::new(size, pattern, job, jobs, seed);
     let mut started = vec![Instant::now(); queue_depth];
-    let mut histogram = Histogram::new();
-    let (mut ios, mut bytes) = (0u64, 0u64);
-    let deadline = Instant::now() + duration;
+    let mut writes = vec![false; queue_depth];
+    let mut split = Split { read: Tally::new(), write: Tally::new(), seconds: 0.0 };
+    let begun = Instant::now();
+    let deadline = begun + duration;
     for slot in 0..queue_depth {
         let op = ops.next();
         started[slot] = Instant::now();
+        writes[slot] = matches!(op, ArrayOp::Write { .. });
         submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
     }
     let mut in_flight = queue_depth;
@@ -434,19 +524,22 @@ fn array_job(
         finished.clear();
         collect_finished(&mut session, true, &mut finished)?;
         for &slot in &finished {
-            histogram.record(started[slot].elapsed());
-            ios += 1;
-            bytes += block;
+            let tally = if writes[slot] { &mut split.write } else { &mut split.read };
+            tally.histogram.record(started[slot].elapsed());
+            tally.ios += 1;
+            tally.bytes += block;
             if Instant::now() < deadline {
                 let op = ops.next();
                 started[slot] = Instant::now();
+                writes[slot] = matches!(op, ArrayOp::Write { .. });
                 submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
             } else {
                 in_flight -= 1;
             }
         }
     }
-    Ok((ios, bytes, histogram))
+    split.seconds = begun.elapsed().as_secs_f64();
+    Ok(split)
 }
 
 /// Drive an array through sessions like `run_array`, but paced: the jobs together start at
@@ -743,5 +836,53 @@ mod tests {
         assert_eq!(h.percentile_us(1.0), 100.0);
         h.record(Duration::from_secs(10));
         assert_eq!(h.percentile_us(1.0), HISTOGRAM_US_MAX as f64);
+    }
+
+    #[test]
+    fn mean_and_max() {
+        let mut h = Histogram::new();
+        assert_eq!((h.mean_us(), h.max_us()), (None, None));
+        for us in [10u64, 20, 30, 100] {
+            h.record(Duration::from_micros(us));
+        }
+        assert_eq!((h.mean_us(), h.max_us(), h.count()), (Some(40.0), Some(100.0), 4));
+    }
+
+    /// The split run counts reads and writes apart, in the element's mix, and together they
+    /// are what the combined run would report.
+    #[test]
+    fn split_runs_count_reads_and_writes_apart() {
+        use flashraid_control::{Init, Overwrite};
+        use flashraid_runtime::{CreateSpec, OpenOptions, create_in_memory};
+        let members: Vec<_> = (0..4).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
+        let spec = CreateSpec {
+            name: "split".into(),
+            level: flashraid_layout::Level::Raid5,
+            chunk_bytes: 16 << 10,
+            members: vec![],
+            spares: vec![],
+            create_files_bytes: None,
+            overwrite: Overwrite::Refuse,
+            init: Some(Init::Zero),
+            bitmap_region_bytes: None,
+            shards: 1,
+            tunables: Default::default(),
+        };
+        create_in_memory(&spec, &members).unwrap();
+        let mut options = OpenOptions::recommended();
+        options.shards = Some(1);
+        let array = Array::open_in_memory(&members, &options).unwrap();
+        let mixed = Pattern { block_bytes: 4096, read_percent: 70, sequential: false };
+        let split = run_array_split(&array, mixed, 2, 4, Duration::from_millis(300), 7).unwrap();
+        let (r, w) = (split.read.ios, split.write.ios);
+        assert!(r > 0 && w > 0, "{r} reads, {w} writes");
+        let share = r as f64 / (r + w) as f64;
+        assert!((0.6..0.8).contains(&share), "read share {share}");
+        assert_eq!(split.read.bytes, r * 4096);
+        assert_eq!(split.read.histogram.count() + split.write.histogram.count(), r + w);
+        let reads = Pattern { read_percent: 100, ..mixed };
+        let only = run_array_split(&array, reads, 1, 2, Duration::from_millis(100), 7).unwrap();
+        assert!(only.read.ios > 0 && only.write.ios == 0);
+        array.shutdown().unwrap();
     }
 }

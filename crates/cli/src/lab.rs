@@ -19,15 +19,24 @@
 //! `--destroy-data`, and a block device the kernel holds (mounted, an md or LVM member) is
 //! refused even then (opened with O_EXCL).
 //!
-//! Limits: load comes from this host only. video-frames and small-files (in `files`) need
-//! root: they mount a filesystem on each target.
+//! Load hosts (`--load-host`): the SNIA profiles' rounds can run on fio servers elsewhere
+//! (fio's client/server mode), each running the whole round at once, their results merged per
+//! element by `flashraid-lab`; preconditioning still runs from this host. The targets must
+//! then be NBD exports over TCP.
+//!
+//! Limits: vm-images, video-frames, small-files and degraded-rebuild load from this host
+//! only; video-frames and small-files (in `files`) need root: they mount a filesystem on
+//! each target.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_lab::fio::{JobResult, parse_fio_output};
+use flashraid_lab::files::{FilesReport, FilesShape, render_files_html, render_files_markdown};
+use flashraid_lab::fio::{JobResult, parse_fio_client_output, parse_fio_output};
+use flashraid_lab::merge::{compare_runs, group_by_workload};
 use flashraid_lab::profile::{
-    FileEngine, Mode, Preset, Profile, ProfilePlan, Target, plan_snia, render_round, render_wipc,
+    FileEngine, Mode, Preset, Profile, ProfilePlan, Target, plan_snia, render_round,
+    render_round_on_host, render_wipc,
 };
 use flashraid_lab::profile::{VmImagesShape, WorkloadShape, render_vm_images, workload_shape};
 use flashraid_lab::report::{
@@ -44,6 +53,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod files;
+mod inproc;
 
 /// The file that marks a member directory as the lab's own (so purging it harms nobody).
 const DIR_MARKER: &str = ".flashraid-lab";
@@ -56,6 +66,8 @@ const NBD_BLOCK_BYTES: u64 = 4096;
 /// A round's fio is killed when it runs this much longer than its elements' run time (a
 /// wedged target must not hang the lab).
 const ROUND_OVERRUN: Duration = Duration::from_secs(300);
+/// How long fio gets to stop (and stop its servers' jobs) after SIGINT before it is killed.
+const FIO_INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
 pub struct LabRunArgs {
@@ -72,7 +84,9 @@ pub struct LabRunArgs {
     preset: Option<Preset>,
     /// Targets, in column order (the first is the baseline of every ratio), repeatable:
     /// `members` (the raw member files all at once: the hardware column), `flashraid` (an
-    /// array over those same files, served over NBD by `flashraid serve`), `path:PATH` (a
+    /// array over those same files, served over NBD by `flashraid serve`), `flashraid-inproc`
+    /// (the same array inside the lab's process, load from flashraid's own generator: the
+    /// engine without NBD; SNIA profiles only), `path:PATH` (a
     /// block device or file you name: an md device, a zvol, one drive), `nbd:URI` (an NBD
     /// export already served, e.g. nbd+unix:///name?socket=/run/x.sock).
     #[arg(long = "target", default_values = ["members", "flashraid"])]
@@ -117,6 +131,22 @@ pub struct LabRunArgs {
     /// fio binary.
     #[arg(long, default_value = "fio")]
     fio: PathBuf,
+    /// A fio server (`fio --server` on a load host) to drive the SNIA profiles' rounds from,
+    /// repeatable: every round runs on all of them at once and their results are merged per
+    /// element (IOPS summed, percentiles from the merged histograms). Targets must then be
+    /// NBD exports the load hosts reach: `flashraid` with --serve-tcp, or `nbd://` URIs.
+    #[arg(long = "load-host")]
+    load_hosts: Vec<String>,
+    /// Also serve the `flashraid` target over TCP on ADDR:PORT, an address the load hosts
+    /// reach (e.g. 10.0.0.1:10809).
+    #[arg(long)]
+    serve_tcp: Option<String>,
+    /// Serve the `flashraid` target over plain TCP on a --serve-tcp address beyond loopback
+    /// (`flashraid serve --insecure-tcp`): fio's nbd engine cannot present client
+    /// certificates, so load hosts connect without TLS. Anyone who reaches the address can
+    /// read and overwrite the array: use it on a benchmark network only.
+    #[arg(long)]
+    insecure_tcp: bool,
     /// The filesystem video-frames and small-files make on each target.
     #[arg(long, default_value = "ext4")]
     fs: files::FsKind,
@@ -130,8 +160,10 @@ pub enum EngineChoice {
 
 #[derive(Args, Debug)]
 pub struct LabCompareArgs {
-    /// Report folders of `flashraid bench run` (each holding run.json, or profile folders
-    /// that do), or run.json files; the first is the baseline of every ratio.
+    /// Report folders of `flashraid bench run` (a run folder, or its profile folders), or
+    /// their report files (run.json, vm-run.json, files-run.json); runs of the same profile
+    /// (and, for the workload profiles, the same shape) go side by side, the first the
+    /// baseline of every ratio. degraded-rebuild runs do not compare yet.
     #[arg(required = true, num_args = 2..)]
     reports: Vec<PathBuf>,
     /// Also write compare.md and compare.html here.
@@ -152,6 +184,9 @@ enum Job {
 enum TargetSpec {
     Members,
     Flashraid,
+    /// The same array opened inside the lab's process and driven by flashraid's own load
+    /// generator (no NBD, no fio): the engine's speed without a frontend.
+    InProcess,
     Path(PathBuf),
     Nbd(String),
 }
@@ -161,10 +196,14 @@ impl TargetSpec {
         Ok(match text {
             "members" => TargetSpec::Members,
             "flashraid" => TargetSpec::Flashraid,
+            "flashraid-inproc" => TargetSpec::InProcess,
             _ => match (text.strip_prefix("path:"), text.strip_prefix("nbd:")) {
                 (Some(path), _) => TargetSpec::Path(PathBuf::from(path)),
                 (_, Some(uri)) => TargetSpec::Nbd(uri.to_string()),
-                _ => bail!("unknown target {text:?}: use members, flashraid, path:PATH or nbd:URI"),
+                _ => bail!(
+                    "unknown target {text:?}: use members, flashraid, flashraid-inproc, \
+                     path:PATH or nbd:URI"
+                ),
             },
         })
     }
@@ -174,6 +213,7 @@ impl TargetSpec {
         match self {
             TargetSpec::Members => "members".into(),
             TargetSpec::Flashraid => "flashraid".into(),
+            TargetSpec::InProcess => "flashraid-inproc".into(),
             TargetSpec::Path(p) => p.display().to_string(),
             TargetSpec::Nbd(uri) => uri.clone(),
         }
@@ -245,6 +285,59 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
             Ok(Job::Snia(plan_snia(profile, preset, args.mode)?))
         })
         .collect::<Result<_>>()?;
+    if args.insecure_tcp && args.serve_tcp.is_none() {
+        bail!("--insecure-tcp applies to --serve-tcp, which is not given");
+    }
+    if let Some(addr) = &args.serve_tcp {
+        let ip: std::net::SocketAddr =
+            addr.parse().with_context(|| format!("--serve-tcp {addr}: want IP:PORT"))?;
+        let remote_host = args.load_hosts.iter().any(|h| {
+            let name = h.split(',').next().unwrap_or(h).trim_start_matches("ip:");
+            !matches!(name, "localhost" | "127.0.0.1" | "::1")
+        });
+        if ip.ip().is_loopback() && remote_host {
+            bail!(
+                "--serve-tcp {addr} is a loopback address, which the load hosts cannot reach: \
+                 serve on an address they can connect to"
+            );
+        }
+        if !ip.ip().is_loopback() && !args.insecure_tcp {
+            bail!(
+                "--serve-tcp {addr} reaches beyond this machine, and fio's nbd engine cannot \
+                 do TLS with client certificates: serving the array there in plain text needs \
+                 --insecure-tcp (anyone who reaches the address can read and overwrite it)"
+            );
+        }
+    }
+    if specs.iter().any(|s| matches!(s, TargetSpec::InProcess))
+        && plans.iter().any(|p| !matches!(p, Job::Snia(_)))
+    {
+        bail!(
+            "the flashraid-inproc target runs the SNIA profiles only (its load comes from \
+             flashraid's own generator, not fio)"
+        );
+    }
+    if !args.load_hosts.is_empty() {
+        if plans.iter().any(|p| !matches!(p, Job::Snia(_))) {
+            bail!("--load-host drives the SNIA profiles only; the others run from this host");
+        }
+        for spec in &specs {
+            match spec {
+                TargetSpec::Flashraid if args.serve_tcp.is_none() => bail!(
+                    "the load hosts reach the flashraid target over TCP: give --serve-tcp \
+                     ADDR:PORT with an address they can connect to"
+                ),
+                TargetSpec::Flashraid => {}
+                TargetSpec::Nbd(uri) if uri.starts_with("nbd://") || uri.starts_with("nbds://") => {
+                }
+                other => bail!(
+                    "target {}: load hosts reach only NBD exports over the network (flashraid \
+                     with --serve-tcp, or nbd:// URIs)",
+                    other.column()
+                ),
+            }
+        }
+    }
     check_fio(&args.fio, &specs)?;
     if plans.iter().any(|p| matches!(p, Job::Files(_))) {
         files::check_tools(args.fs, &specs)?;
@@ -254,8 +347,9 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("report folder {}", out.display()))?;
     // Absolute: fio runs in each test's folder (its logs land there).
     let out = std::path::absolute(&out)?;
-    let needs_members =
-        specs.iter().any(|s| matches!(s, TargetSpec::Members | TargetSpec::Flashraid));
+    let needs_members = specs
+        .iter()
+        .any(|s| matches!(s, TargetSpec::Members | TargetSpec::Flashraid | TargetSpec::InProcess));
     // Held until the run ends: another run on the same directory waits its turn.
     let _claim = if needs_members { Some(claim_member_dir(member_dir(&args))?) } else { None };
     let machine = machine_facts(&args.fio);
@@ -388,6 +482,8 @@ fn purge_members(args: &LabRunArgs) -> Result<()> {
 /// A prepared target: what fio is pointed at, and the server to stop afterwards.
 struct Prepared {
     target: Target,
+    /// The same target as the load hosts reach it (with --load-host).
+    load_target: Option<Target>,
     description: String,
     server: Option<Server>,
     /// The array the lab made (the `flashraid` target).
@@ -457,28 +553,18 @@ fn prepare(
                     member_dir(args).display()
                 ),
                 target,
+                load_target: None,
                 server: None,
                 geometry: None,
                 facts: vec![("purge".into(), "member files recreated as zeroes".into())],
             })
         }
+        TargetSpec::InProcess => bail!(
+            "the in-process target runs the SNIA profiles only (its load is flashraid's own \
+             generator, not fio)"
+        ),
         TargetSpec::Flashraid => {
-            purge_members(args)?;
-            let members = member_paths(args);
-            let spec = CreateSpec {
-                name: "lab".into(),
-                level: args.level,
-                chunk_bytes: args.chunk_kib << 10,
-                members: members.clone(),
-                spares: vec![],
-                create_files_bytes: None,
-                overwrite: Overwrite::Refuse,
-                init: None,
-                bitmap_region_bytes: None,
-                shards: args.shards.unwrap_or(2),
-                tunables: Default::default(),
-            };
-            let made = create(&spec).context("creating the array on the purged member files")?;
+            let (members, made) = create_lab_array(args)?;
             // In the member directory: short, absolute and free of characters a URI would
             // need escaped (unlike an arbitrary --out path).
             let socket = member_dir(args).join("nbd.sock");
@@ -505,11 +591,18 @@ fn prepare(
             if let Some(rate) = args.rebuild_busy_rate {
                 command.arg("--rebuild-busy-rate").arg(rate.to_string());
             }
+            if let Some(addr) = &args.serve_tcp {
+                command.arg("--tcp").arg(addr);
+            }
+            if args.insecure_tcp {
+                command.arg("--insecure-tcp");
+            }
             let child = command.spawn().context("starting flashraid serve")?;
             let mut server = Server { child };
             wait_for_socket(&mut server, &socket, &log_path)?;
             let g = made.geometry;
             let uri = format!("nbd+unix:///lab?socket={}", socket.display());
+            let load_uri = args.serve_tcp.as_ref().map(|addr| format!("nbd://{addr}/lab"));
             Ok(Prepared {
                 description: format!(
                     "flashraid {} x{}, {} KiB chunks, {} usable, over the member files; \
@@ -520,6 +613,7 @@ fn prepare(
                     crate::array_cmds::human(g.array_bytes())
                 ),
                 target: Target::Nbd { uri, size_bytes: g.array_bytes() },
+                load_target: load_uri.map(|uri| Target::Nbd { uri, size_bytes: g.array_bytes() }),
                 server: Some(server),
                 geometry: Some(g),
                 facts: vec![
@@ -543,6 +637,7 @@ fn prepare(
                     size_bytes,
                     engine: engine(args),
                 },
+                load_target: None,
                 server: None,
                 geometry: None,
                 facts: vec![("purge".into(), "none (the lab cannot purge a named device)".into())],
@@ -556,12 +651,35 @@ fn prepare(
                     crate::array_cmds::human(size_bytes)
                 ),
                 target: Target::Nbd { uri: uri.clone(), size_bytes },
+                load_target: Some(Target::Nbd { uri: uri.clone(), size_bytes }),
                 server: None,
                 geometry: None,
                 facts: vec![("purge".into(), "none (an export served by someone else)".into())],
             })
         }
     }
+}
+
+/// Purge the member files and create the lab's array on them (the `flashraid` and
+/// `flashraid-inproc` targets).
+fn create_lab_array(args: &LabRunArgs) -> Result<(Vec<PathBuf>, flashraid_runtime::CreatedArray)> {
+    purge_members(args)?;
+    let members = member_paths(args);
+    let spec = CreateSpec {
+        name: "lab".into(),
+        level: args.level,
+        chunk_bytes: args.chunk_kib << 10,
+        members: members.clone(),
+        spares: vec![],
+        create_files_bytes: None,
+        overwrite: Overwrite::Refuse,
+        init: None,
+        bitmap_region_bytes: None,
+        shards: args.shards.unwrap_or(2),
+        tunables: Default::default(),
+    };
+    let made = create(&spec).context("creating the array on the purged member files")?;
+    Ok((members, made))
 }
 
 fn wait_for_socket(server: &mut Server, socket: &Path, log_path: &Path) -> Result<()> {
@@ -635,14 +753,34 @@ fn run_fio(
     job: &str,
     time_limit: Option<Duration>,
 ) -> Result<String> {
+    run_fio_on(fio, dir, name, job, time_limit, &[])
+}
+
+/// [`run_fio`] on fio servers when `per_host` is not empty: (host, job file) pairs, each host
+/// running its own job (`--client=HOST name-hK.fio`); fio's output then has `client_stats`.
+fn run_fio_on(
+    fio: &Path,
+    dir: &Path,
+    name: &str,
+    job: &str,
+    time_limit: Option<Duration>,
+    per_host: &[(String, String)],
+) -> Result<String> {
     let job_path = dir.join(format!("{name}.fio"));
     let json_path = dir.join(format!("{name}.json"));
     let stderr_path = dir.join(format!("{name}.stderr"));
     std::fs::write(&job_path, job)?;
-    let mut child = Command::new(fio)
-        .arg("--output-format=json+")
-        .arg(format!("--output={}", json_path.display()))
-        .arg(&job_path)
+    let mut command = Command::new(fio);
+    command.arg("--output-format=json+").arg(format!("--output={}", json_path.display()));
+    if per_host.is_empty() {
+        command.arg(&job_path);
+    }
+    for (k, (host, host_job)) in per_host.iter().enumerate() {
+        let path = dir.join(format!("{name}-h{k}.fio"));
+        std::fs::write(&path, host_job)?;
+        command.arg(format!("--client={host}")).arg(path);
+    }
+    let mut child = command
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -655,6 +793,13 @@ fn run_fio(
             break status;
         }
         if time_limit.is_some_and(|limit| started.elapsed() > limit) {
+            // SIGINT first: a fio client passes it on to its servers, whose jobs would
+            // otherwise go on loading the target.
+            let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
+            let grace = Instant::now() + FIO_INTERRUPT_GRACE;
+            while Instant::now() < grace && child.try_wait()?.is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = child.kill();
             let _ = child.wait();
             bail!(
@@ -812,21 +957,76 @@ fn run_vm(
             }
             Ok(())
         })();
-        let stopped = prepared.server.map_or(Ok(()), Server::stop);
         report.targets.push(target);
-        if let Err(e) = result.and(stopped) {
-            write_vm_report(&dir, &report)?;
-            return Err(e.context(format!("partial report in {}", dir.display())));
-        }
+        close_target(result, prepared.server, &dir, || write_vm_report(&dir, &report))?;
     }
     write_vm_report(&dir, &report)?;
     Ok((dir, render_vm_markdown(&report)))
+}
+
+/// A target's work is over: stop its server; on any error (the work's or the stop's), write
+/// the report of what was measured first and say where it is.
+fn close_target(
+    result: Result<()>,
+    server: Option<Server>,
+    dir: &Path,
+    write_partial: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let stopped = server.map_or(Ok(()), Server::stop);
+    if let Err(e) = result.and(stopped) {
+        write_partial()?;
+        return Err(e.context(format!("partial report in {}", dir.display())));
+    }
+    Ok(())
 }
 
 fn write_vm_report(dir: &Path, report: &VmReport) -> Result<()> {
     let json = serde_json::to_string_pretty(report)? + "\n";
     let markdown = render_vm_markdown(report);
     write_outputs(dir, "vm-run.json", json, &markdown, render_vm_html(report), &report.manifest)
+}
+
+/// Print a round's tracking values and the stop decision; true when the test is over.
+fn report_round(
+    test: &flashraid_lab::profile::TestPlan,
+    column: &str,
+    test_run: &flashraid_lab::report::TestRun,
+    decision: StopDecision,
+    rounds_max: usize,
+) -> bool {
+    for verdict in &test_run.steady_state {
+        let last = verdict.values.last().copied().unwrap_or(f64::NAN);
+        let state = match &verdict.steady_state {
+            Some(s) if s.ok => "steady".to_string(),
+            Some(s) => format!(
+                "not steady (excursion {:.0} of {:.0} allowed, slope {:.0} of {:.0})",
+                s.data_excursion,
+                s.allowed_data_excursion,
+                s.slope_excursion,
+                s.allowed_slope_excursion
+            ),
+            None => "window not full".to_string(),
+        };
+        eprintln!("    {}: {last:.1}; {state}", verdict.variable.label());
+    }
+    match decision {
+        StopDecision::Continue => false,
+        StopDecision::SteadyStateReached { window_first_round, window_last_round } => {
+            eprintln!(
+                "[{}] {column}: steady state in rounds {window_first_round}-{window_last_round}",
+                test.name
+            );
+            true
+        }
+        StopDecision::NotAchieved { window_first_round, window_last_round } => {
+            eprintln!(
+                "[{}] {column}: steady state NOT ACHIEVED by round {rounds_max}; \
+                 reporting rounds {window_first_round}-{window_last_round}",
+                test.name
+            );
+            true
+        }
+    }
 }
 
 /// User + system CPU seconds of a process and all its threads so far (`/proc/PID/stat`,
@@ -1031,8 +1231,11 @@ fn run_profile(
     std::fs::create_dir_all(&dir)?;
     // flashraid exports take writes in 4 KiB blocks: elements below that (the spec's 512 B)
     // are left out for every target, so the columns stay comparable, and said so.
-    let nbd = specs.iter().any(|s| matches!(s, TargetSpec::Flashraid | TargetSpec::Nbd(_)));
-    if nbd {
+    // The in-process array takes 4 KiB blocks too.
+    let four_k = specs
+        .iter()
+        .any(|s| matches!(s, TargetSpec::Flashraid | TargetSpec::InProcess | TargetSpec::Nbd(_)));
+    if four_k {
         let mut dropped = vec![];
         for test in &mut plan.tests {
             test.elements.retain(|e| {
@@ -1047,7 +1250,7 @@ fn run_profile(
         if !dropped.is_empty() {
             dropped.dedup();
             let note = format!(
-                "elements below 4 KiB left out ({}): NBD targets take 4 KiB blocks",
+                "elements below 4 KiB left out ({}): flashraid and NBD targets take 4 KiB blocks",
                 dropped.join(", ")
             );
             plan.conformance = plan.conformance.clone().with_deviations(vec![note]);
@@ -1066,6 +1269,12 @@ fn run_profile(
         })
         .collect();
     plan.conformance = plan.conformance.clone().with_deviations(unpurged);
+    if specs.iter().any(|s| matches!(s, TargetSpec::InProcess)) {
+        let note = "flashraid-inproc: load from flashraid's own generator, not fio; no ramp \
+                    time; preconditioning sized by bytes written at a measured rate"
+            .to_string();
+        plan.conformance = plan.conformance.clone().with_deviations(vec![note]);
+    }
     let (run_id, mut manifest) = run_header(out, plan.profile, args, machine);
     manifest.insert("preset".into(), plan.preset.name().into());
     manifest.insert(
@@ -1079,6 +1288,18 @@ fn run_profile(
             args.chunk_kib
         ),
     );
+    if !args.load_hosts.is_empty() {
+        manifest.insert(
+            "load hosts".into(),
+            format!(
+                "{} (fio client/server; each host runs every round on its own 1/N of the \
+                 target with its own seed, all started together, results merged per element; \
+                 a host's elements follow its own stonewalls, not the other hosts'; \
+                 preconditioning from this host)",
+                args.load_hosts.join(", ")
+            ),
+        );
+    }
     let mut report = RunReport::new(run_id, &plan, manifest);
     for (index, spec) in specs.iter().enumerate() {
         let raw_dir = dir.join(spec.folder(index));
@@ -1089,16 +1310,42 @@ fn run_profile(
             let test_dir = raw_dir.join(&test.name);
             std::fs::create_dir_all(&test_dir)?;
             eprintln!("[{}] {}: purge and prepare", test.name, spec.column());
-            let prepared = prepare(args, spec, &raw_dir, &test.name)?;
-            target_run.description = prepared.description.clone();
-            for (key, value) in &prepared.facts {
-                report
-                    .manifest
-                    .insert(format!("{} {}: {key}", spec.column(), test.name), value.clone());
-            }
-            let result =
-                run_test(args, spec, test, &prepared, &test_dir, &mut target_run, &mut report);
-            let stopped = prepared.server.map_or(Ok(()), Server::stop);
+            let (result, stopped) = if matches!(spec, TargetSpec::InProcess) {
+                let (array, description) = inproc::open_array(args, test)?;
+                target_run.description = description;
+                let column = spec.column();
+                let result = inproc::run_test_inproc(
+                    args,
+                    test,
+                    &array,
+                    &column,
+                    &mut target_run,
+                    &mut report,
+                );
+                let stopped = array
+                    .shutdown()
+                    .map(|_| ())
+                    .map_err(|e| anyhow::anyhow!("stopping the in-process array: {e}"));
+                (result, stopped)
+            } else {
+                let prepared = prepare(args, spec, &raw_dir, &test.name)?;
+                target_run.description = match &prepared.load_target {
+                    Some(Target::Nbd { uri, .. }) if !args.load_hosts.is_empty() => format!(
+                        "{}; rounds driven from {} load host(s) over {uri}",
+                        prepared.description,
+                        args.load_hosts.len()
+                    ),
+                    _ => prepared.description.clone(),
+                };
+                for (key, value) in &prepared.facts {
+                    report
+                        .manifest
+                        .insert(format!("{} {}: {key}", spec.column(), test.name), value.clone());
+                }
+                let result =
+                    run_test(args, spec, test, &prepared, &test_dir, &mut target_run, &mut report);
+                (result, prepared.server.map_or(Ok(()), Server::stop))
+            };
             if let Err(e) = result.and(stopped) {
                 // Keep what was measured: the report of the rounds so far, then the error.
                 report.targets.push(target_run);
@@ -1144,8 +1391,24 @@ fn run_test(
     );
     let rounds_max = test.stop.rounds_max;
     let round_ms = test.round_wall_ms_estimate();
+    // With load hosts, the rounds run there against the target as they reach it; the
+    // preconditioning above ran here, once.
+    let (round_target, hosts) = match &prepared.load_target {
+        Some(remote) if !args.load_hosts.is_empty() => (remote, args.load_hosts.as_slice()),
+        _ => (target, &[][..]),
+    };
     for round in 1..=rounds_max {
-        let job = render_round(test, target, args.seed + round as u64)?;
+        let seed = args.seed + round as u64;
+        let job = render_round(test, round_target, seed)?;
+        // With load hosts each runs its own part of the target with its own seed; `job`
+        // (the whole target) is kept beside them for reference.
+        let per_host = hosts
+            .iter()
+            .enumerate()
+            .map(|(k, host)| {
+                Ok((host.clone(), render_round_on_host(test, round_target, seed, k, hosts.len())?))
+            })
+            .collect::<Result<Vec<_>>>()?;
         if round == 1 {
             report
                 .manifest
@@ -1159,10 +1422,24 @@ fn run_test(
         );
         let limit = Duration::from_secs(test.round_runtime_s()) + ROUND_OVERRUN;
         let cpu_before = server_pid.and_then(process_cpu_seconds);
-        let text = run_fio(&args.fio, dir, &format!("round-{round}"), &job, Some(limit))?;
+        let text =
+            run_fio_on(&args.fio, dir, &format!("round-{round}"), &job, Some(limit), &per_host)?;
         let cpu_after = server_pid.and_then(process_cpu_seconds);
-        let parsed = parse_fio_output(&text)
-            .with_context(|| format!("fio output {}/round-{round}.json", dir.display()))?;
+        let context = || format!("fio output {}/round-{round}.json", dir.display());
+        let parsed = if hosts.is_empty() {
+            parse_fio_output(&text).with_context(context)?
+        } else {
+            let (parsed, seen) = parse_fio_client_output(&text).with_context(context)?;
+            if seen.len() != hosts.len() {
+                bail!(
+                    "round {round}: results from {} of the {} load hosts ({})",
+                    seen.len(),
+                    hosts.len(),
+                    seen.join(", ")
+                );
+            }
+            parsed
+        };
         let test_run =
             target_run.test_mut(&test.name).expect("the target run was made from this plan");
         let decision = test_run.push_round(parsed.jobs)?;
@@ -1171,38 +1448,8 @@ fn run_test(
         {
             last.server_cpu_seconds = Some(after - before);
         }
-        for verdict in &test_run.steady_state {
-            let last = verdict.values.last().copied().unwrap_or(f64::NAN);
-            let state = match &verdict.steady_state {
-                Some(s) if s.ok => "steady".to_string(),
-                Some(s) => format!(
-                    "not steady (excursion {:.0} of {:.0} allowed, slope {:.0} of {:.0})",
-                    s.data_excursion,
-                    s.allowed_data_excursion,
-                    s.slope_excursion,
-                    s.allowed_slope_excursion
-                ),
-                None => "window not full".to_string(),
-            };
-            eprintln!("    {}: {last:.1}; {state}", verdict.variable.label());
-        }
-        match decision {
-            StopDecision::Continue => {}
-            StopDecision::SteadyStateReached { window_first_round, window_last_round } => {
-                eprintln!(
-                    "[{}] {column}: steady state in rounds {window_first_round}-{window_last_round}",
-                    test.name
-                );
-                return Ok(());
-            }
-            StopDecision::NotAchieved { window_first_round, window_last_round } => {
-                eprintln!(
-                    "[{}] {column}: steady state NOT ACHIEVED by round {rounds_max}; \
-                     reporting rounds {window_first_round}-{window_last_round}",
-                    test.name
-                );
-                return Ok(());
-            }
+        if report_round(test, &column, test_run, decision, rounds_max) {
+            return Ok(());
         }
     }
     Ok(())
@@ -1263,29 +1510,66 @@ fn chrono_like_stamp() -> String {
 }
 
 pub fn run_compare(args: LabCompareArgs) -> Result<()> {
-    let mut reports = vec![];
+    let mut loaded = vec![];
     for path in &args.reports {
-        reports.extend(load_reports(path)?);
+        loaded.extend(load_reports(path)?);
     }
-    // Group by profile: each profile compares on its own.
-    let mut profiles: Vec<Profile> = vec![];
-    for report in &reports {
-        if !profiles.contains(&report.profile) {
-            profiles.push(report.profile);
+    let mut snia = vec![];
+    let mut vm = vec![];
+    let mut frames = vec![];
+    let mut small = vec![];
+    for report in loaded {
+        match report {
+            Loaded::Snia(r) => snia.push(r),
+            Loaded::Vm(r) => vm.push(r),
+            Loaded::Files(r) => match r.shape {
+                FilesShape::VideoFrames(_) => frames.push(r),
+                FilesShape::SmallFiles(_) => small.push(r),
+            },
         }
     }
     let mut markdown = String::new();
     let mut html = vec![];
+    // SNIA runs group by profile: each profile compares on its own.
+    let mut profiles: Vec<Profile> = vec![];
+    for report in &snia {
+        if !profiles.contains(&report.profile) {
+            profiles.push(report.profile);
+        }
+    }
     for profile in profiles {
-        let group: Vec<RunReport> =
-            reports.iter().filter(|r| r.profile == profile).cloned().collect();
+        let group: Vec<RunReport> = snia.iter().filter(|r| r.profile == profile).cloned().collect();
         if group.len() < 2 {
             eprintln!("{profile}: only one report; nothing to compare");
             continue;
         }
         markdown.push_str(&compare_markdown(&group)?);
         markdown.push('\n');
-        html.push((profile, compare_html(&group)?));
+        html.push((profile.to_string(), compare_html(&group)?));
+    }
+    // Workload runs compare within a shape (mode, sizes, counts); each shape is one page.
+    let lonely = |profile: Profile, group: usize| {
+        eprintln!("{profile}: one report of its shape in group {group}; nothing to compare")
+    };
+    for (g, group) in group_by_workload(vm).into_iter().enumerate() {
+        if group.len() < 2 {
+            lonely(Profile::VmImages, g + 1);
+            continue;
+        }
+        let merged = compare_runs(&group)?;
+        markdown.push_str(&render_vm_markdown(&merged));
+        html.push((format!("{}-{}", Profile::VmImages, g + 1), render_vm_html(&merged)));
+    }
+    for (profile, runs) in [(Profile::VideoFrames, frames), (Profile::SmallFiles, small)] {
+        for (g, group) in group_by_workload(runs).into_iter().enumerate() {
+            if group.len() < 2 {
+                lonely(profile, g + 1);
+                continue;
+            }
+            let merged = compare_runs(&group)?;
+            markdown.push_str(&render_files_markdown(&merged));
+            html.push((format!("{profile}-{}", g + 1), render_files_html(&merged)));
+        }
     }
     if markdown.is_empty() {
         bail!("no profile has two reports to compare");
@@ -1297,37 +1581,76 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
         for (profile, page) in &html {
             std::fs::write(out.join(format!("compare-{profile}.html")), page)?;
         }
-        println!("written: {}/compare.md and compare-PROFILE.html", out.display());
+        println!(
+            "written: {}/compare.md and compare-PROFILE.html (workload profiles: \
+             compare-PROFILE-N.html, one per shape)",
+            out.display()
+        );
     }
     Ok(())
 }
 
-/// run.json files under `path` (itself, its profile folders), or `path` itself.
-fn load_reports(path: &Path) -> Result<Vec<RunReport>> {
-    let read = |p: &Path| -> Result<RunReport> {
-        let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
-        RunReport::from_json(&text).with_context(|| format!("{} is not a lab report", p.display()))
-    };
+/// A report `bench run` wrote, of any profile that compares.
+enum Loaded {
+    Snia(RunReport),
+    Vm(VmReport),
+    Files(FilesReport),
+}
+
+/// The report files a profile folder may hold.
+const REPORT_FILES: [&str; 4] = ["run.json", "vm-run.json", "files-run.json", "degraded-run.json"];
+
+fn load_report(path: &Path) -> Result<Option<Loaded>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let not_a_report = || format!("{} is not a lab report", path.display());
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    Ok(Some(match name {
+        "vm-run.json" => Loaded::Vm(serde_json::from_str(&text).with_context(not_a_report)?),
+        "files-run.json" => Loaded::Files(serde_json::from_str(&text).with_context(not_a_report)?),
+        "degraded-run.json" => {
+            eprintln!("{}: degraded-rebuild runs do not compare yet; left out", path.display());
+            return Ok(None);
+        }
+        _ => Loaded::Snia(RunReport::from_json(&text).with_context(not_a_report)?),
+    }))
+}
+
+/// The reports under `path`: a report file itself, a profile folder holding one, or a run
+/// folder holding profile folders.
+fn load_reports(path: &Path) -> Result<Vec<Loaded>> {
     if path.is_file() {
-        return Ok(vec![read(path)?]);
+        return Ok(load_report(path)?.into_iter().collect());
     }
-    if path.join("run.json").is_file() {
-        return Ok(vec![read(&path.join("run.json"))?]);
+    let in_folder = |dir: &Path| -> Result<Vec<Loaded>> {
+        let mut found = vec![];
+        for file in REPORT_FILES {
+            if dir.join(file).is_file() {
+                found.extend(load_report(&dir.join(file))?);
+            }
+        }
+        Ok(found)
+    };
+    let here = in_folder(path)?;
+    if !here.is_empty() {
+        return Ok(here);
     }
     let mut found = vec![];
     let mut entries: Vec<_> = std::fs::read_dir(path)
         .with_context(|| format!("{}", path.display()))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
+        .filter(|p| p.is_dir())
         .collect();
     entries.sort();
     for entry in entries {
-        if entry.join("run.json").is_file() {
-            found.push(read(&entry.join("run.json"))?);
-        }
+        found.extend(in_folder(&entry)?);
     }
     if found.is_empty() {
-        bail!("{}: no run.json (give a folder written by `flashraid bench run`)", path.display());
+        bail!(
+            "{}: no lab report (run.json, vm-run.json or files-run.json; give a folder written by \
+             `flashraid bench run`)",
+            path.display()
+        );
     }
     Ok(found)
 }

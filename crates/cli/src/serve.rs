@@ -21,6 +21,11 @@ pub struct ServeArgs {
     /// loopback need TLS with client certificates (--tls-cert, --tls-key, --tls-client-ca).
     #[arg(long)]
     tcp: Option<SocketAddr>,
+    /// Serve --tcp beyond loopback without TLS: anyone who reaches the address can read and
+    /// overwrite the array. For isolated benchmark networks whose clients cannot do TLS
+    /// with client certificates (fio's nbd engine, as `flashraid bench run --load-host`).
+    #[arg(long)]
+    insecure_tcp: bool,
     /// Require TLS (NBD STARTTLS) on every listener, with this certificate chain (PEM).
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -244,9 +249,21 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         && !addr.ip().is_loopback()
         && args.tls_client_ca.is_none()
     {
-        bail!(
-            "{addr} is not a loopback address: serving beyond this machine needs TLS with \
-             client certificates (--tls-cert, --tls-key and --tls-client-ca)"
+        if !args.insecure_tcp {
+            bail!(
+                "{addr} is not a loopback address: serving beyond this machine needs TLS with \
+                 client certificates (--tls-cert, --tls-key and --tls-client-ca), or \
+                 --insecure-tcp on a network where anyone who reaches it may write the array"
+            );
+        }
+        let how = if args.tls_cert.is_some() {
+            "with TLS but without client certificates"
+        } else {
+            "in plain text without authentication"
+        };
+        eprintln!(
+            "flashraid serve: WARNING: serving {addr} {how} (--insecure-tcp): anyone who \
+             reaches it can read and overwrite the array"
         );
     }
     let tls = match (&args.tls_cert, &args.tls_key) {

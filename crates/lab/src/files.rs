@@ -14,7 +14,7 @@
 //!
 //! Limits: a frame's time is its write or read alone: fio opens and closes files outside the
 //! IO it times, which frametest would count. No P5a large-file ladder, no P5c fill-rate sweep,
-//! no PostMark (P6a); no comparison of earlier reports (`bench compare` reads snia runs only).
+//! no PostMark (P6a). Earlier runs compare through `merge`.
 
 use crate::chart::{self, BarChart, LineChart, Series};
 use crate::fio::JobResult;
@@ -658,29 +658,42 @@ fn timeline_chart(report: &FilesReport, key: &(String, u32, FramePhase)) -> Line
     }
 }
 
+/// One bar per key (in the first target's order) per target.
+fn bars<K: PartialEq>(
+    report: &FilesReport,
+    title: &str,
+    y_label: &str,
+    keys: &[K],
+    label: impl Fn(&K) -> String,
+    value: impl Fn(&FilesTarget, &K) -> Option<f64>,
+) -> BarChart {
+    BarChart {
+        title: title.into(),
+        y_label: y_label.into(),
+        categories: keys.iter().map(&label).collect(),
+        series: report
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(index, t)| (t.name.clone(), index, keys.iter().map(|k| value(t, k)).collect()))
+            .collect(),
+    }
+}
+
 fn throughput_bars(report: &FilesReport) -> BarChart {
     let keys: Vec<(String, u32, FramePhase)> = report
         .targets
         .first()
         .map(|t| t.frames.iter().map(frames_key).collect())
         .unwrap_or_default();
-    BarChart {
-        title: "Frames: MB/s per format, streams and phase".into(),
-        y_label: "MB/s".into(),
-        categories: keys.iter().map(|k| format!("{} x{} {}", k.0, k.1, k.2.name())).collect(),
-        series: report
-            .targets
-            .iter()
-            .enumerate()
-            .map(|(index, t)| {
-                let values = keys
-                    .iter()
-                    .map(|k| t.frames.iter().find(|r| &frames_key(r) == k).map(|r| r.mb_per_s))
-                    .collect();
-                (t.name.clone(), index, values)
-            })
-            .collect(),
-    }
+    bars(
+        report,
+        "Frames: MB/s per format, streams and phase",
+        "MB/s",
+        &keys,
+        |k| format!("{} x{} {}", k.0, k.1, k.2.name()),
+        |t, k| t.frames.iter().find(|r| &frames_key(r) == k).map(|r| r.mb_per_s),
+    )
 }
 
 fn metadata_bars(report: &FilesReport) -> BarChart {
@@ -689,23 +702,14 @@ fn metadata_bars(report: &FilesReport) -> BarChart {
         .first()
         .map(|t| t.metadata.iter().map(|m| (m.op, m.jobs)).collect())
         .unwrap_or_default();
-    BarChart {
-        title: "Metadata operations per second".into(),
-        y_label: "ops/s".into(),
-        categories: keys.iter().map(|(op, jobs)| format!("{} x{jobs}", op.name())).collect(),
-        series: report
-            .targets
-            .iter()
-            .enumerate()
-            .map(|(index, t)| {
-                let values = keys
-                    .iter()
-                    .map(|k| t.metadata.iter().find(|m| (m.op, m.jobs) == *k).map(|m| m.ops_per_s))
-                    .collect();
-                (t.name.clone(), index, values)
-            })
-            .collect(),
-    }
+    bars(
+        report,
+        "Metadata operations per second",
+        "ops/s",
+        &keys,
+        |(op, jobs)| format!("{} x{jobs}", op.name()),
+        |t, k| t.metadata.iter().find(|m| (m.op, m.jobs) == *k).map(|m| m.ops_per_s),
+    )
 }
 
 /// The report as one self-contained HTML page.

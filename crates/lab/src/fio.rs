@@ -19,6 +19,9 @@
 //! text after the document. Malformed or truncated JSON and missing required fields are errors
 //! ([`FioError`]); fields this crate does not need (`json+` bins, `disk_util`, trim) are ignored.
 //! A job's own `error` code is data, not a parse error: the caller decides what a failed job means.
+//!
+//! fio's client mode (several load hosts, `--client`) reports `client_stats` instead of `jobs`;
+//! [`parse_fio_client_output`] merges the hosts per job name from their json+ histograms.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -175,6 +178,172 @@ pub fn parse_fio_output(text: &str) -> Result<FioOutput, FioError> {
     Ok(FioOutput { fio_version: raw.fio_version.unwrap_or_default(), jobs })
 }
 
+/// fio's name for its all-groups, all-hosts total in client mode.
+const ALL_CLIENTS: &str = "All clients";
+
+/// Parse the output of fio's client mode (`fio --client=HOST job ...` for several load hosts):
+/// per job name, in first-seen order, the hosts' results merged into one: IOPS, bandwidth and
+/// IO counts summed, mean latency weighted by IOs, min and max over hosts, and percentiles
+/// recomputed from the merged json+ histograms (none when a host's histogram is missing, never
+/// an average of percentiles). Also returns the hosts seen, in first-seen order.
+pub fn parse_fio_client_output(text: &str) -> Result<(FioOutput, Vec<String>), FioError> {
+    let start = json_start(text).ok_or(FioError::NoJson)?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<RawOutput>();
+    let raw = match stream.next() {
+        Some(parsed) => parsed?,
+        None => return Err(FioError::NoJson),
+    };
+    let mut hosts: Vec<String> = vec![];
+    let mut groups: Vec<(String, Vec<RawJob>)> = vec![];
+    for job in raw.client_stats.into_iter().filter(|j| j.jobname != ALL_CLIENTS) {
+        let host = job.hostname.clone().unwrap_or_default();
+        if !hosts.contains(&host) {
+            hosts.push(host);
+        }
+        match groups.iter_mut().find(|(name, _)| *name == job.jobname) {
+            Some((_, list)) => list.push(job),
+            None => groups.push((job.jobname.clone(), vec![job])),
+        }
+    }
+    if groups.is_empty() {
+        return Err(FioError::NoJobs);
+    }
+    // Hosts are told apart by the address fio reports (one fio server per address).
+    if let Some((name, list)) = groups.iter().find(|(_, list)| list.len() != hosts.len()) {
+        return Err(FioError::BadJob {
+            job: name.clone(),
+            problem: format!("reported by {} of the {} load hosts", list.len(), hosts.len()),
+        });
+    }
+    let jobs = groups.into_iter().map(|(_, list)| merge_hosts(list)).collect::<Result<_, _>>()?;
+    Ok((FioOutput { fio_version: raw.fio_version.unwrap_or_default(), jobs }, hosts))
+}
+
+/// One job name's results from every host, as one result.
+fn merge_hosts(list: Vec<RawJob>) -> Result<JobResult, FioError> {
+    let hosts = list.len() as f64;
+    let name = list[0].jobname.clone();
+    let mut read_raw = vec![];
+    let mut write_raw = vec![];
+    let mut sync_raw = vec![];
+    let mut converted = vec![];
+    for mut job in list {
+        read_raw.push(job.read.take());
+        write_raw.push(job.write.take());
+        sync_raw.push(job.sync.take());
+        converted.push(job);
+    }
+    let read = merge_direction(&name, "read", read_raw)?;
+    let write = merge_direction(&name, "write", write_raw)?;
+    let syncs: u64 = sync_raw.iter().flatten().map(|s| s.total_ios).sum();
+    let sync = (syncs > 0).then(|| {
+        let lats: Vec<&RawLatency> =
+            sync_raw.iter().flatten().filter_map(|s| s.lat_ns.as_ref()).collect();
+        SyncResult {
+            syncs,
+            latency_us_mean: weighted_mean_us(&lats),
+            latency_us_max: lats.iter().map(|l| l.max / 1000.0).reduce(f64::max),
+            percentiles: merged_percentiles(LatencySource::Total, &lats),
+        }
+    });
+    Ok(JobResult {
+        name,
+        group_id: converted[0].groupid,
+        error_code: converted.iter().map(|j| j.error).find(|&e| e != 0).unwrap_or(0),
+        usr_cpu_percent: converted.iter().map(|j| j.usr_cpu).sum::<f64>() / hosts,
+        sys_cpu_percent: converted.iter().map(|j| j.sys_cpu).sum::<f64>() / hosts,
+        job_runtime_ms: converted.iter().map(|j| j.job_runtime).sum(),
+        read,
+        write,
+        sync,
+    })
+}
+
+fn weighted_mean_us(lats: &[&RawLatency]) -> Option<f64> {
+    let n: u64 = lats.iter().map(|l| l.n.unwrap_or(0)).sum();
+    (n > 0).then(|| {
+        lats.iter().map(|l| l.mean * l.n.unwrap_or(0) as f64).sum::<f64>() / n as f64 / 1000.0
+    })
+}
+
+/// Percentiles of the merged histograms; `None` unless every host has one.
+fn merged_percentiles(source: LatencySource, lats: &[&RawLatency]) -> Option<Percentiles> {
+    let mut merged: BTreeMap<u64, u64> = BTreeMap::new();
+    for lat in lats {
+        for (value, count) in lat.bins.as_ref()? {
+            *merged.entry(value.parse().ok()?).or_default() += count;
+        }
+    }
+    let total: u64 = merged.values().sum();
+    if total == 0 {
+        return None;
+    }
+    // Nearest rank over the buckets, as fio reports a bucket's value.
+    let at = |percent: f64| {
+        let rank = ((percent / 100.0) * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        merged.iter().find_map(|(value, count)| {
+            seen += count;
+            (seen >= rank).then_some(*value as f64 / 1000.0)
+        })
+    };
+    Some(Percentiles {
+        source,
+        latency_us_p50: at(50.0),
+        latency_us_p90: at(90.0),
+        latency_us_p99: at(99.0),
+        latency_us_p99_9: at(99.9),
+        latency_us_p99_99: at(99.99),
+    })
+}
+
+fn merge_direction(
+    job: &str,
+    direction: &str,
+    raws: Vec<Option<RawDirection>>,
+) -> Result<DirectionResult, FioError> {
+    let raws: Vec<RawDirection> = raws
+        .into_iter()
+        .map(|r| {
+            r.ok_or_else(|| FioError::BadJob {
+                job: job.to_string(),
+                problem: format!("a host's result lacks the {direction:?} section"),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let ios: u64 = raws.iter().map(|r| r.total_ios).sum();
+    // Where the histograms are: total latency with lat_percentiles=1, else completion.
+    let with_lat_bins = raws.iter().any(|r| r.lat_ns.as_ref().is_some_and(|l| l.bins.is_some()));
+    let (source, hist): (LatencySource, Vec<&RawLatency>) = if with_lat_bins {
+        (LatencySource::Total, raws.iter().filter_map(|r| r.lat_ns.as_ref()).collect())
+    } else {
+        (LatencySource::Completion, raws.iter().filter_map(|r| r.clat_ns.as_ref()).collect())
+    };
+    let busy: Vec<&RawDirection> = raws.iter().filter(|r| r.total_ios > 0).collect();
+    // As in the one-host parse: total latency, or completion latency when fio left it empty.
+    let lats: Vec<&RawLatency> = busy
+        .iter()
+        .filter_map(|r| {
+            r.lat_ns
+                .as_ref()
+                .filter(|l| l.n != Some(0))
+                .or_else(|| r.clat_ns.as_ref().filter(|l| l.n.is_some_and(|n| n > 0)))
+        })
+        .collect();
+    let hist: Vec<&RawLatency> = hist.into_iter().filter(|l| l.n.is_none_or(|n| n > 0)).collect();
+    Ok(DirectionResult {
+        iops: raws.iter().map(|r| r.iops).sum(),
+        bandwidth_bytes_per_s: raws.iter().map(|r| r.bw_bytes).sum(),
+        io_bytes: raws.iter().map(|r| r.io_bytes).sum(),
+        ios,
+        runtime_ms: raws.iter().map(|r| r.runtime).max().unwrap_or(0),
+        latency_us_mean: weighted_mean_us(&lats),
+        latency_us_max: lats.iter().map(|l| l.max / 1000.0).reduce(f64::max),
+        latency_us_min: lats.iter().map(|l| l.min / 1000.0).reduce(f64::min),
+        percentiles: if ios == 0 { None } else { merged_percentiles(source, &hist) },
+    })
+}
+
 /// Byte offset of the first line whose first non-blank character opens an object.
 fn json_start(text: &str) -> Option<usize> {
     let mut offset = 0;
@@ -288,12 +457,19 @@ fn percentile_table(source: LatencySource, table: &BTreeMap<String, f64>) -> Per
 struct RawOutput {
     #[serde(rename = "fio version")]
     fio_version: Option<String>,
+    #[serde(default)]
     jobs: Vec<RawJob>,
+    /// fio's client mode (`--client`): every host's jobs, then an "All clients" entry that
+    /// lumps all groups together (useless per element, so unused).
+    #[serde(default)]
+    client_stats: Vec<RawJob>,
 }
 
 #[derive(Deserialize)]
 struct RawJob {
     jobname: String,
+    /// fio's client mode: the load host that ran the job.
+    hostname: Option<String>,
     #[serde(default)]
     groupid: u64,
     #[serde(default)]
@@ -340,6 +516,8 @@ struct RawLatency {
     #[serde(rename = "N")]
     n: Option<u64>,
     percentile: Option<BTreeMap<String, f64>>,
+    /// json+ only: histogram bucket value (ns) -> IOs; what merges across load hosts.
+    bins: Option<BTreeMap<String, u64>>,
 }
 
 #[cfg(test)]
@@ -349,6 +527,38 @@ mod tests {
     const JSONPLUS: &str = include_str!("../tests/fixtures/fio-3.33-randrw-psync-jsonplus.json");
     const TWO_ELEMENTS: &str =
         include_str!("../tests/fixtures/fio-3.33-two-elements-lat-percentiles.json");
+
+    const CLIENT_2HOSTS: &str =
+        include_str!("../tests/fixtures/fio-3.33-client-2hosts-2elements-jsonplus.json");
+
+    #[test]
+    fn client_mode_merges_hosts_per_element() {
+        let (out, hosts) = parse_fio_client_output(CLIENT_2HOSTS).unwrap();
+        assert_eq!(hosts, ["10.231.2.2", "10.231.1.2"]);
+        let names: Vec<&str> = out.jobs.iter().map(|j| j.name.as_str()).collect();
+        // "All clients" lumps every element together: left out.
+        assert_eq!(names, ["r100-4k", "r0-4k"]);
+        let read = &out.jobs[0].read;
+        assert!(close(read.iops, 73479.52048 + 70749.250749));
+        assert_eq!(read.ios, 73553 + 70820);
+        // Mean total latency weighted by each host's IOs.
+        let mean = (54166.086047 * 73553.0 + 56258.838534 * 70820.0) / (73553.0 + 70820.0);
+        assert!(close(read.latency_us_mean.unwrap(), mean / 1000.0));
+        // p50 of the merged completion-latency histograms (checked against a hand merge),
+        // between the two hosts' own p50s.
+        let p = read.percentiles.as_ref().unwrap();
+        assert_eq!(p.source, LatencySource::Completion);
+        assert!(close(p.latency_us_p50.unwrap(), 47.36));
+        assert_eq!(out.jobs[1].write.ios, 40241 + 48057);
+        assert!(out.jobs[1].read.percentiles.is_none(), "no reads, no read percentiles");
+        // An element one host did not report is refused, not merged from fewer hosts.
+        let start = CLIENT_2HOSTS.find("\"jobname\" : \"r0-4k\"").unwrap();
+        let cut = CLIENT_2HOSTS.replacen("\"jobname\" : \"r0-4k\"", "\"jobname\" : \"r0-4k-x\"", 1);
+        assert!(start > 0);
+        assert!(matches!(parse_fio_client_output(&cut), Err(FioError::BadJob { .. })));
+        // Plain (one-host) output has no client_stats.
+        assert!(matches!(parse_fio_client_output(JSONPLUS), Err(FioError::NoJobs)));
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)

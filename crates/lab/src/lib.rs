@@ -33,6 +33,7 @@ mod chart;
 pub mod degraded;
 pub mod files;
 pub mod fio;
+pub mod merge;
 pub mod profile;
 pub mod report;
 pub mod steady;

@@ -711,6 +711,36 @@ pub fn render_round(
     Ok(out)
 }
 
+/// One load host's job for a round that `hosts` load hosts run at once: the target split in
+/// `hosts` parts aligned to 1 MiB (the largest block), host `host` owning part `host` (no two
+/// hosts touch the same blocks, as clients of one array each with its own volume), and a seed
+/// of its own.
+pub fn render_round_on_host(
+    test: &TestPlan,
+    target: &Target,
+    randseed: u64,
+    host: usize,
+    hosts: usize,
+) -> Result<String, ProfileError> {
+    assert!(host < hosts, "host {host} of {hosts}");
+    let share = target.size_bytes() / hosts as u64 / MIB * MIB;
+    if share == 0 {
+        return Err(ProfileError::TargetTooSmall {
+            region_bytes: target.size_bytes(),
+            needed_bytes: MIB * hosts as u64,
+            why: "1 MiB per load host",
+        });
+    }
+    let mut part = target.clone();
+    match &mut part {
+        Target::File { size_bytes, .. } | Target::Nbd { size_bytes, .. } => *size_bytes = share,
+    }
+    // Seeds far apart, so hosts' random offsets are unrelated.
+    let text = render_round(test, &part, randseed.wrapping_add(host as u64 * 1_000_003))?;
+    // fio adds a job's offset_increment share to the global offset.
+    Ok(text.replacen("[global]\n", &format!("[global]\noffset={}\n", share * host as u64), 1))
+}
+
 fn render_element(element: &Element, target: &Target) -> Result<String, ProfileError> {
     let bs = element.block_size_bytes;
     let region = target.size_bytes();
@@ -989,6 +1019,28 @@ mod tests {
 
     fn quick_iops() -> ProfilePlan {
         plan_snia(Profile::SniaIops, Preset::Spec11, Mode::Quick).unwrap()
+    }
+
+    #[test]
+    fn load_hosts_get_disjoint_parts_and_seeds_of_their_own() {
+        let plan = plan_snia(Profile::SniaThroughput, Preset::Spec, Mode::Quick).unwrap();
+        let target = Target::Nbd { uri: "nbd://10.0.0.1:10809/lab".into(), size_bytes: 3 * GIB };
+        let jobs: Vec<String> = (0..3)
+            .map(|h| render_round_on_host(&plan.tests[0], &target, 5, h, 3).unwrap())
+            .collect();
+        for (h, job) in jobs.iter().enumerate() {
+            assert!(job.lines().any(|l| l == format!("offset={}", h as u64 * GIB)), "{job}");
+            assert!(job.lines().any(|l| l == format!("randseed={}", 5 + h as u64 * 1_000_003)));
+        }
+        // Every host's sequential slices stay inside its own GiB.
+        let sizes: Vec<u64> = jobs[0]
+            .lines()
+            .filter_map(|l| l.strip_prefix("size="))
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert!(!sizes.is_empty() && sizes.iter().all(|&s| s <= GIB), "{sizes:?}");
+        let tiny = Target::Nbd { uri: "nbd://h/x".into(), size_bytes: MIB };
+        assert!(render_round_on_host(&plan.tests[0], &tiny, 1, 1, 2).is_err());
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! with too little room is skipped and listed, not run smaller than its minimum.
 
 use super::{
-    LabRunArgs, ROUND_OVERRUN, Server, TargetSpec, prepare, run_fio, run_header, workload_label,
-    write_outputs,
+    LabRunArgs, ROUND_OVERRUN, TargetSpec, close_target, prepare, run_fio, run_header,
+    workload_label, write_outputs,
 };
 use anyhow::{Context, Result, bail};
 use flashraid_lab::files::{
@@ -375,12 +375,8 @@ pub(super) fn run_files(
             };
             ran.and(mounted.unmount())
         })();
-        let stopped = prepared.server.map_or(Ok(()), Server::stop);
         report.targets.push(target);
-        if let Err(e) = result.and(stopped) {
-            write_files_report(&dir, &report)?;
-            return Err(e.context(format!("partial report in {}", dir.display())));
-        }
+        close_target(result, prepared.server, &dir, || write_files_report(&dir, &report))?;
     }
     write_files_report(&dir, &report)?;
     Ok((dir, render_files_markdown(&report)))
