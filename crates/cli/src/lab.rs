@@ -230,7 +230,28 @@ impl TargetSpec {
     }
 }
 
+/// Set when SIGINT or SIGTERM arrives: the running fio is stopped and the run unwinds through
+/// its teardown (servers stopped, filesystems unmounted, loop devices detached).
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Take SIGINT and SIGTERM on a thread of their own (blocked everywhere else, unblocked again
+/// in fio's children): the first asks the run to stop cleanly, a second ends it at once.
+fn watch_stop_signals() {
+    let signals = flashraid_nbd::signals::StopSignals::block();
+    std::thread::spawn(move || {
+        let signal = signals.wait();
+        eprintln!(
+            "lab: signal {signal}: stopping fio and taking down what the run set up \
+             (again to quit at once)"
+        );
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+        signals.wait();
+        std::process::exit(130);
+    });
+}
+
 pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
+    watch_stop_signals();
     let dir = match args.dir.take() {
         Some(dir) => dir,
         None => PathBuf::from(format!("/dev/shm/flashraid-lab-{}", current_uid()?)),
@@ -597,6 +618,9 @@ fn prepare(
             if args.insecure_tcp {
                 command.arg("--insecure-tcp");
             }
+            // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops the
+            // server in order (after unmounting what sits on it), not the server first.
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
             let child = command.spawn().context("starting flashraid serve")?;
             let mut server = Server { child };
             wait_for_socket(&mut server, &socket, &log_path)?;
@@ -780,6 +804,7 @@ fn run_fio_on(
         std::fs::write(&path, host_job)?;
         command.arg(format!("--client={host}")).arg(path);
     }
+    flashraid_nbd::signals::unblock_in_child(&mut command);
     let mut child = command
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -792,7 +817,8 @@ fn run_fio_on(
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        if time_limit.is_some_and(|limit| started.elapsed() > limit) {
+        let interrupted = INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+        if interrupted || time_limit.is_some_and(|limit| started.elapsed() > limit) {
             // SIGINT first: a fio client passes it on to its servers, whose jobs would
             // otherwise go on loading the target.
             let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
@@ -802,6 +828,9 @@ fn run_fio_on(
             }
             let _ = child.kill();
             let _ = child.wait();
+            if interrupted {
+                bail!("interrupted by a signal while fio ran {}", job_path.display());
+            }
             bail!(
                 "fio ran {} s on {}, past its limit: the target seems wedged",
                 started.elapsed().as_secs(),

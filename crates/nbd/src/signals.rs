@@ -33,6 +33,25 @@ impl StopSignals {
     }
 }
 
+/// Unblock SIGTERM and SIGINT in `command`'s child before it runs its program: a blocked
+/// mask survives exec, and a child such as fio must still stop on them (the terminal's
+/// Ctrl-C, or a supervisor's SIGINT) while its parent takes them with `sigwait`.
+pub fn unblock_in_child(command: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (sigemptyset, sigaddset, pthread_sigmask) on a local set.
+    unsafe {
+        command.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
 /// Let SIGPIPE end the process, as command-line tools do (`flashraid status | head` then
 /// exits quietly instead of failing on a closed pipe). Never for a server: a client that
 /// goes away would kill it.

@@ -219,14 +219,16 @@ fn mount(
         Target::Nbd { uri, .. } => {
             let dir = base.join("fuse");
             std::fs::create_dir(&dir)?;
-            let child = Command::new("nbdfuse")
-                .arg(&dir)
-                .arg(uri)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .context("starting nbdfuse")?;
+            // Its own process group, for the same reason as the server's (see `prepare`).
+            let child =
+                std::os::unix::process::CommandExt::process_group(&mut Command::new("nbdfuse"), 0)
+                    .arg(&dir)
+                    .arg(uri)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .context("starting nbdfuse")?;
             mounted.fuse = Some((dir.clone(), child));
             let file = dir.join("nbd");
             let deadline = Instant::now() + NBDFUSE_START_TIMEOUT;
