@@ -186,6 +186,19 @@ grep -q "run5-video-frames: flashraid" "$work/cmp5/compare.md" || fail "compare 
 [ -s "$work/cmp5/compare-video-frames-1.html" ] || fail "no compare-video-frames-1.html"
 expect_refusal "no profile has two reports" "$bin" bench compare "$work/run5/video-frames" \
     "$work/run5/small-files/files-run.json"
+# SIGINT in the middle of a run on the flashraid target: the run unwinds through its teardown.
+"$bin" bench run --profile small-files --members 6 --member-size 128M --dir "$members/m" \
+    --target flashraid --out "$work/run8" >"$work/run8.out" 2>&1 &
+lab_pid=$!
+for _ in $(seq 300); do
+    grep -q "create 10000 files" "$work/run8.out" && break
+    sleep 0.1
+done
+grep -q "create 10000 files" "$work/run8.out" || { cat "$work/run8.out"; fail "the run did not start"; }
+kill -INT "$lab_pid"
+if wait "$lab_pid"; then fail "an interrupted run reported success"; fi
+grep -q "interrupted by a signal" "$work/run8.out" || { cat "$work/run8.out"; fail "no interruption said"; }
+if pgrep -f "serve --socket $members/m/nbd.sock" >/dev/null; then fail "the server outlived the run"; fi
 # Everything the lab set up is taken down: no mounts, loop devices or nbdfuse left.
 if grep -q flashraid-lab-mnt /proc/mounts; then fail "a lab filesystem is still mounted"; fi
 for m in "$members"/m/member*; do

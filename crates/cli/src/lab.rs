@@ -387,6 +387,9 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         };
         written.push((dir, markdown));
     }
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        bail!("interrupted by a signal after the last fio run; the reports are written");
+    }
     println!();
     for (dir, markdown) in &written {
         // The results; the manifest (job files and all) is in the report folder.
@@ -793,6 +796,9 @@ fn run_fio_on(
     let job_path = dir.join(format!("{name}.fio"));
     let json_path = dir.join(format!("{name}.json"));
     let stderr_path = dir.join(format!("{name}.stderr"));
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        bail!("interrupted by a signal before fio ran {}", job_path.display());
+    }
     std::fs::write(&job_path, job)?;
     let mut command = Command::new(fio);
     command.arg("--output-format=json+").arg(format!("--output={}", json_path.display()));
