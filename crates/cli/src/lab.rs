@@ -633,7 +633,7 @@ fn prepare(
             Ok(Prepared {
                 description: format!(
                     "flashraid {} x{}, {} KiB chunks, {} usable, over the member files; \
-                     through NBD (fio's nbd engine, Unix socket)",
+                     served over NBD (Unix socket)",
                     g.level(),
                     g.member_count(),
                     g.chunk_bytes() >> 10,
@@ -948,15 +948,9 @@ fn run_vm(
         manifest,
         targets: vec![],
     };
-    for (index, spec) in specs.iter().enumerate() {
-        let column = spec.column();
-        let raw_dir = dir.join(spec.folder(index));
-        std::fs::create_dir_all(&raw_dir)?;
-        eprintln!("[vm-images] {column}: purge and prepare");
-        let prepared = prepare(args, spec, &raw_dir, "vm-images")?;
-        for (key, value) in &prepared.facts {
-            report.manifest.insert(format!("{column}: {key}"), value.clone());
-        }
+    for target in specs.iter().enumerate() {
+        let (column, raw_dir, prepared) =
+            prepare_target(args, target, &dir, Profile::VmImages, &mut report.manifest)?;
         let mut target = VmTarget {
             name: column.clone(),
             description: prepared.description.clone(),
@@ -997,6 +991,26 @@ fn run_vm(
     }
     write_vm_report(&dir, &report)?;
     Ok((dir, render_vm_markdown(&report)))
+}
+
+/// A non-SNIA profile's target, set up: its raw folder made, the target prepared (purged,
+/// served), its facts put into `manifest` as "COLUMN: KEY". Returns the column and the folder.
+fn prepare_target(
+    args: &LabRunArgs,
+    (index, spec): (usize, &TargetSpec),
+    dir: &Path,
+    profile: Profile,
+    manifest: &mut BTreeMap<String, String>,
+) -> Result<(String, PathBuf, Prepared)> {
+    let column = spec.column();
+    let raw_dir = dir.join(spec.folder(index));
+    std::fs::create_dir_all(&raw_dir)?;
+    eprintln!("[{}] {column}: purge and prepare", profile.name());
+    let prepared = prepare(args, spec, &raw_dir, profile.name())?;
+    for (key, value) in &prepared.facts {
+        manifest.insert(format!("{column}: {key}"), value.clone());
+    }
+    Ok((column, raw_dir, prepared))
 }
 
 /// A target's work is over: stop its server; on any error (the work's or the stop's), write

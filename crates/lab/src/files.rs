@@ -390,8 +390,8 @@ impl MetaRun {
     /// From the group's fio result: fio counts each file operation as a read.
     pub fn from_job(op: MetaOp, jobs: u32, job: &JobResult) -> MetaRun {
         let r = &job.read;
-        // fio's own iops rounds runtime to whole milliseconds; recompute it from the count
-        // over the wall runtime (thread time / jobs) at no less than one millisecond.
+        // fio's own iops divides by a whole-millisecond runtime, coarse for short runs: take
+        // the count over the direction's runtime, at no less than one millisecond.
         let wall_ms = (r.runtime_ms.max(1)) as f64;
         MetaRun {
             op,

@@ -17,7 +17,7 @@
 //! with too little room is skipped and listed, not run smaller than its minimum.
 
 use super::{
-    LabRunArgs, ROUND_OVERRUN, TargetSpec, close_target, prepare, run_fio, run_header,
+    LabRunArgs, ROUND_OVERRUN, TargetSpec, close_target, prepare_target, run_fio, run_header,
     workload_label, write_outputs,
 };
 use anyhow::{Context, Result, bail};
@@ -341,23 +341,12 @@ pub(super) fn run_files(
         manifest,
         targets: vec![],
     };
-    for (index, spec) in specs.iter().enumerate() {
-        let column = spec.column();
-        let raw_dir = dir.join(spec.folder(index));
-        std::fs::create_dir_all(&raw_dir)?;
-        eprintln!("[{}] {column}: purge, prepare and make the filesystem", profile.name());
-        let prepared = prepare(args, spec, &raw_dir, profile.name())?;
-        for (key, value) in &prepared.facts {
-            report.manifest.insert(format!("{column}: {key}"), value.clone());
-        }
-        // fio runs in a filesystem here, never through its nbd engine: say how it is reached.
-        let description = prepared.description.replace(
-            "through NBD (fio's nbd engine, Unix socket)",
-            "served over NBD (Unix socket)",
-        );
+    for target in specs.iter().enumerate() {
+        let (column, raw_dir, prepared) =
+            prepare_target(args, target, &dir, profile, &mut report.manifest)?;
         let mut target = FilesTarget {
             name: column.clone(),
-            description,
+            description: prepared.description.clone(),
             filesystem: String::new(),
             frames: vec![],
             metadata: vec![],
