@@ -17,7 +17,7 @@ use flashraid_iobuf::{BufPool, IoBuf};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Request ids: session in the top bits, then ticket, then piece.
 pub(crate) const SESSION_SHIFT: u32 = 44;
@@ -27,6 +27,9 @@ const PIECES_MAX: u64 = 1 << TICKET_SHIFT;
 pub const SESSION_REQUESTS_MAX: usize = 1 << 16;
 /// Pieces (shard requests) one session has in flight at most; also bounds its outbox.
 pub const SESSION_PIECES_MAX: usize = 1 << 16;
+
+/// How long `poll(wait)` polls for replies, yielding its core, before it blocks.
+const SPIN_BEFORE_BLOCK: Duration = Duration::from_micros(50);
 
 /// A reactor as seen from a session.
 #[derive(Clone, Debug)]
@@ -417,10 +420,21 @@ impl Session {
         if let Some(reply) = self.stashed.take() {
             finished += self.on_reply(reply, handler);
         }
+        let mut spin_since: Option<Instant> = None;
         loop {
             let reply = match self.replies.try_recv() {
                 Ok(reply) => Some(reply),
                 Err(_) if !wait || finished > 0 || self.is_idle() => return finished,
+                // Replies to requests in flight come within microseconds on fast members:
+                // poll a little (yielding the core) before blocking, which costs a futex
+                // wait here and a wake-up in the reactor per reply (the threaded path spent
+                // over half its CPU in them).
+                Err(_) if spin_since.get_or_insert_with(Instant::now).elapsed()
+                    < SPIN_BEFORE_BLOCK =>
+                {
+                    std::thread::yield_now();
+                    continue;
+                }
                 Err(_) => {
                     // Messages still in the outbox: come back soon to send them.
                     let patience = if self.outbox.is_empty() {
