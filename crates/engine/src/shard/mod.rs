@@ -51,6 +51,8 @@ const OP_REQUESTS_MAX: usize = 16;
 /// Scratch buffers one operation can hold: one per chunk, plus the recomputed parity rows of
 /// a resync.
 const OP_SCRATCH_MAX: usize = MEMBERS_MAX + PARITY_CHUNKS_MAX;
+// `Op::scratch_held` is a u128 mask of these slots.
+const _: () = assert!(OP_SCRATCH_MAX <= 128);
 /// Reconstruction plans kept (patterns of up to three erasures); the cache is emptied when
 /// full rather than grown.
 const PLAN_CACHE_MAX: usize = 1024;
@@ -282,6 +284,8 @@ struct Op {
     /// The error a part gets for data it could not read.
     lost_error: RequestError,
     scratch: [Option<IoBuf>; OP_SCRATCH_MAX],
+    /// Which `scratch` slots hold a buffer (bit = slot).
+    scratch_held: u128,
     scratch_base: [usize; OP_SCRATCH_MAX],
     /// Members this operation skipped or lost that are not durably failed yet.
     needs_failed: u64,
@@ -309,6 +313,17 @@ struct Op {
     rebuild_verify: bool,
 }
 
+/// The slot indexes set in a `scratch_held` mask, lowest first.
+fn held_slots(mut mask: u128) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let index = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            index
+        })
+    })
+}
+
 impl Op {
     /// An operation with nothing in it, for a new box (`Shard::new_op` fills it in).
     fn blank() -> Op {
@@ -328,6 +343,7 @@ impl Op {
             rebuild_range: None,
             lost_error: RequestError::Unreadable,
             scratch: std::array::from_fn(|_| None),
+            scratch_held: 0,
             scratch_base: [0; OP_SCRATCH_MAX],
             needs_failed: 0,
             durability: Durability::Cached,
@@ -882,7 +898,8 @@ impl Shard {
             rebuild_targets,
             rebuild_range,
             lost_error,
-            scratch,
+            scratch: _, // empty where `scratch_held` says so (asserted below)
+            scratch_held,
             scratch_base: _, // read only where `scratch` holds a buffer, set when it is taken
             needs_failed,
             durability,
@@ -898,7 +915,7 @@ impl Shard {
             rebuild_generation: op_generation,
             rebuild_verify,
         } = &mut *boxed;
-        assert!(scratch.iter().all(Option::is_none), "a spare op still holds scratch");
+        assert_eq!(*scratch_held, 0, "a spare op still holds scratch");
         let g = &self.geometry;
         let members = g.member_count();
         chunk_member.fill(u16::MAX);
@@ -1038,37 +1055,39 @@ impl Shard {
 
     /// Take scratch buffers for `(scratch index, bytes)` pairs, all or nothing.
     fn take_scratch(&mut self, op_slot: usize, needs: &[(usize, u32)]) -> bool {
-        let mut taken: [Option<IoBuf>; OP_SCRATCH_MAX] = std::array::from_fn(|_| None);
+        // Straight into the op's slots (all or nothing: what this call took goes back if the
+        // pool runs dry), and `scratch_held` says which slots hold a buffer, so neither this
+        // nor `release_scratch` walks all OP_SCRATCH_MAX slots of every operation.
+        let op = self.ops[op_slot].as_mut().expect("live op");
+        let pool = &mut self.pool;
+        let mut taken_now: u128 = 0;
         for &(index, bytes) in needs {
-            match self.pool.take(usize_of(bytes)) {
-                Some(buf) => taken[index] = Some(buf),
+            assert!(op.scratch[index].is_none(), "scratch slot {index} taken twice");
+            match pool.take(usize_of(bytes)) {
+                Some(mut buf) => {
+                    op.scratch_base[index] = buf.as_mut_ptr() as usize;
+                    op.scratch[index] = Some(buf);
+                    taken_now |= 1 << index;
+                }
                 None => {
-                    for buf in taken.into_iter().flatten() {
-                        self.pool.give(buf);
+                    for index in held_slots(taken_now) {
+                        pool.give(op.scratch[index].take().expect("taken just now"));
                     }
                     return false;
                 }
             }
         }
-        let op = self.ops[op_slot].as_mut().expect("live op");
-        for (index, buf) in taken.into_iter().enumerate() {
-            if let Some(mut buf) = buf {
-                assert!(op.scratch[index].is_none(), "scratch slot {index} taken twice");
-                op.scratch_base[index] = buf.as_mut_ptr() as usize;
-                op.scratch[index] = Some(buf);
-            }
-        }
+        op.scratch_held |= taken_now;
         true
     }
 
     fn release_scratch(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_mut().expect("live op");
         assert_eq!(op.pending, 0, "scratch released with IO in flight");
-        // Field by field, so the buffers go back without a temporary list (this runs for
-        // every operation that used scratch).
         let pool = &mut self.pool;
-        for buf in op.scratch.iter_mut().filter_map(Option::take) {
-            pool.give(buf);
+        for index in held_slots(std::mem::take(&mut op.scratch_held)) {
+            // A slot may be empty for a moment only inside one step (scrub swaps buffers).
+            pool.give(op.scratch[index].take().expect("a held scratch slot has its buffer"));
         }
     }
 
