@@ -112,6 +112,7 @@ echo "-- vm-images: 32 VMs of mixed random IO, each its own NBD connection; fair
     --out "$work/run3" >"$work/run3.out" 2>"$work/run3.err" \
     || { tail -30 "$work/run3.err"; fail "bench run vm-images"; }
 grep -q "Jain fairness" "$work/run3/vm-images/report.md" || fail "vm-images: no fairness"
+grep -q "IOPS over time, all VMs" "$work/run3/vm-images/report.html" || fail "vm-images: no timeline"
 /usr/bin/python3 - "$work/run3/vm-images/vm-run.json" <<'EOF'
 import json, sys
 run = json.load(open(sys.argv[1]))
@@ -120,7 +121,13 @@ for t in run["targets"]:
     for rep in t["repetitions"]:
         assert len(rep) == 32, (t["name"], len(rep))
         assert all(j["read"]["ios"] > 0 and j["write"]["ios"] > 0 for j in rep), t["name"]
-print("   vm-images: 32 VMs did reads and writes on both targets")
+    # One IOPS timeline per repetition, from fio's 1-s logs of every VM.
+    assert len(t["timelines"]) == len(t["repetitions"]), t["name"]
+    for line in t["timelines"]:
+        assert line["bin_ms"] == 1000 and len(line["total_iops"]) >= 10, (t["name"], line)
+        assert sum(line["total_iops"]) > 0, (t["name"], line)
+        assert all(s <= a for s, a in zip(line["slowest_vm_iops"], line["total_iops"])), t["name"]
+print("   vm-images: 32 VMs did reads and writes on both targets; IOPS over time drawn")
 EOF
 "$bin" bench compare "$work/run3" "$work/run3/vm-images" --out "$work/cmp3" >/dev/null \
     || fail "compare vm-images runs"

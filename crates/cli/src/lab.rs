@@ -44,7 +44,9 @@ use flashraid_lab::report::{
     render_markdown,
 };
 use flashraid_lab::steady::StopDecision;
-use flashraid_lab::vm::{VmReport, VmTarget, render_vm_html, render_vm_markdown};
+use flashraid_lab::vm::{
+    VmReport, VmTarget, VmTimeline, parse_iops_log, render_vm_html, render_vm_markdown, vm_timeline,
+};
 use flashraid_layout::Level;
 use flashraid_runtime::{CreateSpec, create};
 use std::collections::BTreeMap;
@@ -955,13 +957,20 @@ fn run_vm(
             name: column.clone(),
             description: prepared.description.clone(),
             repetitions: vec![],
+            timelines: vec![],
         };
         let result = (|| -> Result<()> {
             let wipc = render_wipc(wipc_test, &prepared.target)?;
             eprintln!("[vm-images] {column}: preconditioning");
             run_fio(&args.fio, &raw_dir, "wipc", &wipc, None)?;
             for rep in 1..=shape.repetitions {
-                let job = render_vm_images(&shape, &prepared.target, args.seed + u64::from(rep))?;
+                let log_prefix = format!("vm-{rep}");
+                let job = render_vm_images(
+                    &shape,
+                    &prepared.target,
+                    args.seed + u64::from(rep),
+                    &log_prefix,
+                )?;
                 if rep == 1 {
                     report.manifest.insert(format!("{column}: vm job (seed varies)"), job.clone());
                 }
@@ -977,6 +986,7 @@ fn run_vm(
                 let parsed = parse_fio_output(&text)
                     .with_context(|| format!("fio output {}/vm-{rep}.json", raw_dir.display()))?;
                 target.push_repetition(parsed.jobs, shape.vms)?;
+                target.timelines.push(read_vm_timeline(&raw_dir, &log_prefix, &shape)?);
                 if let Some(s) = target.summary() {
                     eprintln!(
                         "    {:.0} IOPS, Jain {:.3}, worst VM p99.9 {:.0} us",
@@ -991,6 +1001,19 @@ fn run_vm(
     }
     write_vm_report(&dir, &report)?;
     Ok((dir, render_vm_markdown(&report)))
+}
+
+/// A vm-images repetition's IOPS over time, from the per-VM IOPS logs fio wrote in `raw_dir`.
+fn read_vm_timeline(raw_dir: &Path, log_prefix: &str, shape: &VmImagesShape) -> Result<VmTimeline> {
+    let logs = (1..=shape.vms)
+        .map(|vm| {
+            let path = raw_dir.join(format!("{log_prefix}_iops.{vm}.log"));
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("fio's IOPS log {}", path.display()))?;
+            parse_iops_log(&text).with_context(|| format!("fio's IOPS log {}", path.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(vm_timeline(&logs, u64::from(shape.log_average_ms))?)
 }
 
 /// A non-SNIA profile's target, set up: its raw folder made, the target prepared (purged,

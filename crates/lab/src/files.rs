@@ -16,7 +16,7 @@
 //! IO it times, which frametest would count. No P5a large-file ladder, no P5c fill-rate sweep,
 //! no PostMark (P6a). Earlier runs compare through `merge`.
 
-use crate::chart::{self, BarChart, LineChart, Series};
+use crate::chart::{self, BarChart, LineChart};
 use crate::fio::JobResult;
 use crate::profile::{
     ConformanceLabel, FileEngine, FrameFormat, Mode, PERCENTILE_LIST, SmallFilesShape,
@@ -625,37 +625,21 @@ pub fn render_files_markdown(report: &FilesReport) -> String {
 
 /// MB/s over time of one (format, streams, phase), one line per target.
 fn timeline_chart(report: &FilesReport, key: &(String, u32, FramePhase)) -> LineChart {
-    let series: Vec<Series> = report
+    let lines = report
         .targets
         .iter()
         .enumerate()
         .filter_map(|(index, t)| {
             let run = t.frames.iter().find(|r| &frames_key(r) == key)?;
             let bin_s = run.timeline_bin_ms as f64 / 1000.0;
-            let points = run
-                .timeline_mb_per_s
-                .iter()
-                .enumerate()
-                .map(|(i, v)| ((i as f64 + 0.5) * bin_s, *v))
-                .collect();
-            Some(Series { name: t.name.clone(), colour_index: index, points })
+            Some((t.name.clone(), index, bin_s, run.timeline_mb_per_s.as_slice()))
         })
         .collect();
-    let end_s =
-        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(0.0f64, f64::max).max(0.1);
-    let step = chart::nice_step(end_s / 6.0);
-    let x_ticks = (0..=((end_s / step).ceil() as usize))
-        .map(|i| (i as f64 * step, chart::short_number(i as f64 * step)))
-        .collect();
-    LineChart {
-        title: format!("{} x{} {}: MB/s over time", key.0, key.1, key.2.name()),
-        x_label: "seconds".into(),
-        y_label: "MB/s".into(),
-        x_ticks,
-        log_y: false,
-        series,
-        guides: vec![],
-    }
+    chart::binned_timeline_chart(
+        format!("{} x{} {}: MB/s over time", key.0, key.1, key.2.name()),
+        "MB/s",
+        lines,
+    )
 }
 
 /// One bar per key (in the first target's order) per target.

@@ -159,6 +159,7 @@ mod tests {
                     name: n.to_string(),
                     description: String::new(),
                     repetitions: vec![],
+                    timelines: vec![],
                 })
                 .collect(),
         }

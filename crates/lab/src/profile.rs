@@ -975,11 +975,14 @@ pub fn workload_shape(profile: Profile, mode: Mode) -> Option<WorkloadShape> {
     Some(shape)
 }
 
-/// Render P4's fio job file: one job per VM, each on its own slice, reported per VM.
+/// Render P4's fio job file: one job per VM, each on its own slice, reported per VM. fio
+/// writes its per-VM IOPS and latency logs as `LOG_PREFIX_iops.N.log` (N = VM, from 1) and
+/// so on, averaged over `log_average_ms`.
 pub fn render_vm_images(
     shape: &VmImagesShape,
     target: &Target,
     randseed: u64,
+    log_prefix: &str,
 ) -> Result<String, ProfileError> {
     let region = target.size_bytes();
     let slice = region / u64::from(shape.vms.max(1)) / (4 * KIB) * (4 * KIB);
@@ -1007,8 +1010,11 @@ pub fn render_vm_images(
     // Per-VM results are the point of this profile (fairness), so no group reporting.
     out.push_str("group_reporting=0\nrefill_buffers=1\n");
     let _ = writeln!(out, "randseed={randseed}\npercentile_list={PERCENTILE_LIST}");
-    let _ =
-        writeln!(out, "write_iops_log=vm\nwrite_lat_log=vm\nlog_avg_msec={}", shape.log_average_ms);
+    let _ = writeln!(
+        out,
+        "write_iops_log={log_prefix}\nwrite_lat_log={log_prefix}\nlog_avg_msec={}",
+        shape.log_average_ms
+    );
     out.push_str("\n[vm]\n");
     Ok(out)
 }
@@ -1309,8 +1315,9 @@ loops=2
             panic!("vm-images shape");
         };
         assert_eq!(shape.block_size_split.iter().map(|(_, pct)| u32::from(*pct)).sum::<u32>(), 100);
-        let text =
-            render_vm_images(&shape, &Target::file(vec!["/dev/fr0".into()], GIB), 3).unwrap();
+        let text = render_vm_images(&shape, &Target::file(vec!["/dev/fr0".into()], GIB), 3, "vm-2")
+            .unwrap();
+        assert!(text.contains("write_iops_log=vm-2\nwrite_lat_log=vm-2\nlog_avg_msec=1000\n"));
         assert!(text.contains("bssplit=4k/45:8k/20:16k/10:64k/15:128k/10\n"), "{text}");
         assert!(text.contains("numjobs=32\nsize=33554432\noffset_increment=33554432\n"), "{text}");
         assert!(text.contains("runtime=20\nramp_time=3\n") && text.ends_with("\n[vm]\n"));

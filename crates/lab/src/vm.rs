@@ -2,15 +2,20 @@
 //! aggregate throughput, per-VM fairness and the worst VM's tail latency (benchmark-method.md
 //! §7.3 P4).
 //!
-//! Owns: [`VmReport`] (serde; what the runner stores), Jain's fairness index, and the
-//! Markdown and HTML renderings with a comparison across targets.
+//! Owns: [`VmReport`] (serde; what the runner stores), Jain's fairness index, the IOPS
+//! timeline of each repetition from fio's 1-s averaged IOPS logs ([`parse_iops_log`],
+//! [`vm_timeline`]), and the Markdown and HTML renderings with a comparison across targets.
 //!
 //! Invariants: every repetition holds one fio job per VM (fio's `group_reporting=0`), all of
 //! the same job name; figures are means over repetitions, except the worst-VM tail, which is
 //! the worst over all of them.
 //!
-//! Limits: no 1-s timelines (fio's logs are kept in the raw folder but not drawn), no noisy-
-//! neighbour or fsync variants yet.
+//! A timeline covers the intervals every VM logged (a VM that logged nothing in an interval
+//! within that range counts 0 IOPS there: it stalled); at most [`VM_TIMELINE_BINS_MAX`] bins
+//! (wider bins beyond).
+//!
+//! Limits: no noisy-neighbour or fsync variants yet; latency over time is logged by fio but
+//! not drawn.
 
 use crate::chart::{self, BarChart};
 use crate::fio::JobResult;
@@ -41,6 +46,98 @@ pub struct VmTarget {
     pub name: String,
     pub description: String,
     pub repetitions: Vec<Vec<JobResult>>,
+    /// Per repetition, IOPS over time (reports written before timelines have none).
+    #[serde(default)]
+    pub timelines: Vec<VmTimeline>,
+}
+
+/// Bins a timeline holds at most; a longer run gets wider bins.
+pub const VM_TIMELINE_BINS_MAX: usize = 600;
+
+/// One repetition's IOPS over time, all VMs together and the slowest VM, per bin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmTimeline {
+    pub bin_ms: u64,
+    /// Per bin from the log's start: the IOPS of every VM together (reads + writes).
+    pub total_iops: Vec<f64>,
+    /// Per bin: the IOPS of the VM with the fewest in that bin.
+    pub slowest_vm_iops: Vec<f64>,
+}
+
+/// One line of fio's averaged IOPS log: `time_ms, iops, direction, block size, offset`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IopsSample {
+    pub time_ms: u64,
+    pub iops: f64,
+    /// 0 read, 1 write, 2 trim.
+    pub direction: u8,
+}
+
+/// Parse one fio IOPS log (`write_iops_log` with `log_avg_msec`).
+pub fn parse_iops_log(text: &str) -> Result<Vec<IopsSample>, VmError> {
+    let mut samples = vec![];
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |problem: &str| VmError::BadLogLine { line: index + 1, problem: problem.into() };
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() < 3 {
+            return Err(bad("fewer than 3 fields"));
+        }
+        let time_ms = fields[0].parse::<u64>().map_err(|_| bad("time is not a number"))?;
+        let iops = fields[1].parse::<f64>().map_err(|_| bad("IOPS is not a number"))?;
+        let direction = fields[2].parse::<u8>().map_err(|_| bad("direction is not a number"))?;
+        if !iops.is_finite() || iops < 0.0 || direction > 2 {
+            return Err(bad("IOPS or direction out of range"));
+        }
+        samples.push(IopsSample { time_ms, iops, direction });
+    }
+    Ok(samples)
+}
+
+/// Build a repetition's timeline from every VM's IOPS log (one entry per VM; `interval_ms`:
+/// the logs' `log_avg_msec`). A sample at time t covers the interval ending at t.
+pub fn vm_timeline(logs: &[Vec<IopsSample>], interval_ms: u64) -> Result<VmTimeline, VmError> {
+    let interval_ms = interval_ms.max(1);
+    if logs.is_empty() {
+        return Err(VmError::NoLogs);
+    }
+    // Interval index of a sample (fio's stamps drift by a few ms around multiples).
+    let interval = |t: u64| ((t + interval_ms / 2) / interval_ms).saturating_sub(1) as usize;
+    let mut covered = usize::MAX;
+    for (vm, log) in logs.iter().enumerate() {
+        let last = log.iter().map(|s| interval(s.time_ms)).max().ok_or(VmError::EmptyLog { vm })?;
+        covered = covered.min(last + 1);
+    }
+    let mut per_bin = 1usize;
+    while covered.div_ceil(per_bin) > VM_TIMELINE_BINS_MAX {
+        per_bin *= 2;
+    }
+    let bins = covered.div_ceil(per_bin);
+    let mut total = vec![0.0; bins];
+    let mut slowest = vec![f64::INFINITY; bins];
+    let mut vm_bins = vec![0.0; bins];
+    for log in logs {
+        vm_bins.iter_mut().for_each(|v| *v = 0.0);
+        for sample in log {
+            let index = interval(sample.time_ms);
+            if index < covered {
+                // Each interval's IOPS are a rate over that interval: a bin of several
+                // intervals holds their mean.
+                vm_bins[index / per_bin] += sample.iops / per_bin as f64;
+            }
+        }
+        for (bin, value) in vm_bins.iter().enumerate() {
+            total[bin] += value;
+            slowest[bin] = slowest[bin].min(*value);
+        }
+    }
+    Ok(VmTimeline {
+        bin_ms: interval_ms * per_bin as u64,
+        total_iops: total,
+        slowest_vm_iops: slowest,
+    })
 }
 
 /// Why a repetition's results are refused.
@@ -52,6 +149,12 @@ pub enum VmError {
     JobFailed { index: usize, error_code: i64 },
     #[error("VM job {index} did no IO")]
     NoIo { index: usize },
+    #[error("IOPS log line {line}: {problem}")]
+    BadLogLine { line: usize, problem: String },
+    #[error("no IOPS logs for the repetition")]
+    NoLogs,
+    #[error("the IOPS log of VM {vm} is empty")]
+    EmptyLog { vm: usize },
 }
 
 impl VmTarget {
@@ -208,6 +311,74 @@ fn per_vm_chart(report: &VmReport) -> BarChart {
     }
 }
 
+/// Per target, its first repetition's timeline: IOPS per bin, all VMs and the slowest VM.
+fn timeline_table(report: &VmReport) -> Option<Table> {
+    let rows: Vec<Vec<String>> = report
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let line = t.timelines.first()?;
+            let mut sorted = line.total_iops.clone();
+            sorted.sort_by(f64::total_cmp);
+            let median = sorted.get(sorted.len() / 2).copied();
+            let lowest_vm = line.slowest_vm_iops.iter().copied().reduce(f64::min);
+            Some(vec![
+                t.name.clone(),
+                format!("{} x {} ms", line.total_iops.len(), line.bin_ms),
+                fixed(sorted.first().copied(), 0),
+                fixed(median, 0),
+                fixed(sorted.last().copied(), 0),
+                fixed(lowest_vm, 0),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    Some(Table {
+        title: "IOPS over time (first repetition, fio's averaged IOPS logs)".to_string(),
+        header: [
+            "Target",
+            "bins",
+            "all VMs: lowest bin",
+            "median bin",
+            "highest bin",
+            "slowest VM's lowest bin",
+        ]
+        .iter()
+        .map(|h| h.to_string())
+        .collect(),
+        rows,
+    })
+}
+
+/// IOPS over time of the first repetition: one chart for all VMs, one for the slowest.
+fn timeline_charts(report: &VmReport) -> Vec<chart::LineChart> {
+    let lines = |pick: fn(&VmTimeline) -> &[f64]| {
+        report
+            .targets
+            .iter()
+            .enumerate()
+            .filter_map(|(index, t)| {
+                let line = t.timelines.first()?;
+                Some((t.name.clone(), index, line.bin_ms as f64 / 1000.0, pick(line)))
+            })
+            .collect::<Vec<_>>()
+    };
+    let all = lines(|l| &l.total_iops);
+    if all.is_empty() {
+        return vec![];
+    }
+    vec![
+        chart::binned_timeline_chart("IOPS over time, all VMs".into(), "IOPS", all),
+        chart::binned_timeline_chart(
+            "IOPS over time, the slowest VM in each bin".into(),
+            "IOPS",
+            lines(|l| &l.slowest_vm_iops),
+        ),
+    ]
+}
+
 fn title(report: &VmReport) -> String {
     format!("flashraid lab: vm-images ({} mode), run {}", report.mode, report.run_id)
 }
@@ -217,6 +388,9 @@ pub fn render_vm_markdown(report: &VmReport) -> String {
     let mut out = format!("# {}\n\n", title(report));
     md_label(&mut out, &report.conformance);
     out.push_str(&md_table(&summary_table(report)));
+    if let Some(table) = timeline_table(report) {
+        out.push_str(&md_table(&table));
+    }
     for target in &report.targets {
         let _ = writeln!(out, "{}: {}\n", target.name, target.description);
         if let Some(table) = per_vm_table(target) {
@@ -233,6 +407,12 @@ pub fn render_vm_html(report: &VmReport) -> String {
     html_label(&mut out, &report.conformance);
     out.push_str(&html_table(&summary_table(report)));
     out.push_str(&chart::bar_chart_svg(&per_vm_chart(report)));
+    if let Some(table) = timeline_table(report) {
+        out.push_str(&html_table(&table));
+    }
+    for line_chart in timeline_charts(report) {
+        out.push_str(&chart::line_chart_svg(&line_chart));
+    }
     for target in &report.targets {
         if let Some(table) = per_vm_table(target) {
             out.push_str(&html_table(&table));
@@ -253,5 +433,106 @@ mod tests {
         assert!((jain_index(&[8.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
         assert!((jain_index(&[1.0, 3.0]) - 0.8).abs() < 1e-12);
         assert_eq!(jain_index(&[]), 0.0);
+    }
+
+    fn log(lines: &[(u64, f64, u8)]) -> Vec<IopsSample> {
+        lines
+            .iter()
+            .map(|&(time_ms, iops, direction)| IopsSample { time_ms, iops, direction })
+            .collect()
+    }
+
+    #[test]
+    fn iops_logs_parse_and_bad_lines_are_named() {
+        let text = "1000, 418659, 0, 0, 0\n1000, 179292, 1, 0, 0\n\n2003, 446283, 0, 0, 0\n";
+        assert_eq!(
+            parse_iops_log(text).unwrap(),
+            log(&[(1000, 418659.0, 0), (1000, 179292.0, 1), (2003, 446283.0, 0)])
+        );
+        let err = parse_iops_log("1000, 5, 0, 0, 0\n2000, x, 0, 0, 0\n").unwrap_err();
+        assert_eq!(err, VmError::BadLogLine { line: 2, problem: "IOPS is not a number".into() });
+        assert!(parse_iops_log("1000, 5\n").is_err());
+        assert!(parse_iops_log("1000, 5, 7, 0, 0\n").is_err(), "no such direction");
+        assert!(parse_iops_log("1000, -5, 0, 0, 0\n").is_err());
+    }
+
+    #[test]
+    fn a_timeline_sums_directions_and_vms_and_finds_the_slowest_vm() {
+        // VM 0 runs three intervals (reads and writes); VM 1 stalls in the second and logs
+        // one interval fewer, so the timeline covers the two intervals both logged.
+        let vm0 = log(&[
+            (1000, 70.0, 0),
+            (1000, 30.0, 1),
+            (2001, 60.0, 0),
+            (2001, 20.0, 1),
+            (3000, 9.0, 0),
+        ]);
+        let vm1 = log(&[(999, 50.0, 0), (2000, 0.0, 0)]);
+        let line = vm_timeline(&[vm0, vm1.clone()], 1000).unwrap();
+        assert_eq!(line.bin_ms, 1000);
+        assert_eq!(line.total_iops, [150.0, 80.0]);
+        assert_eq!(line.slowest_vm_iops, [50.0, 0.0]);
+        // A VM with no sample in an interval inside the range did no IO there.
+        let gap = log(&[(1000, 10.0, 0), (3000, 10.0, 0)]);
+        let line =
+            vm_timeline(&[gap, log(&[(1000, 5.0, 0), (2000, 5.0, 0), (3000, 5.0, 0)])], 1000)
+                .unwrap();
+        assert_eq!(line.total_iops, [15.0, 5.0, 15.0]);
+        assert_eq!(line.slowest_vm_iops, [5.0, 0.0, 5.0]);
+        assert_eq!(vm_timeline(&[], 1000).unwrap_err(), VmError::NoLogs);
+        assert_eq!(vm_timeline(&[vm1, vec![]], 1000).unwrap_err(), VmError::EmptyLog { vm: 1 });
+    }
+
+    #[test]
+    fn a_long_timeline_gets_wider_bins_holding_the_mean_rate() {
+        let intervals = VM_TIMELINE_BINS_MAX as u64 * 2 + 1;
+        let vm = log(&(1..=intervals).map(|i| (i * 1000, i as f64, 0)).collect::<Vec<_>>());
+        let line = vm_timeline(&[vm], 1000).unwrap();
+        assert_eq!(line.bin_ms, 4000);
+        assert!(line.total_iops.len() <= VM_TIMELINE_BINS_MAX);
+        assert_eq!(line.total_iops.len() as u64, intervals.div_ceil(4));
+        assert_eq!(line.total_iops[0], (1.0 + 2.0 + 3.0 + 4.0) / 4.0);
+    }
+
+    #[test]
+    fn the_report_draws_the_timelines_of_targets_that_have_them() {
+        let shape =
+            match crate::profile::workload_shape(crate::profile::Profile::VmImages, Mode::Quick) {
+                Some(crate::profile::WorkloadShape::VmImages(shape)) => shape,
+                _ => panic!("vm-images shape"),
+            };
+        let target = |name: &str, timelines: Vec<VmTimeline>| VmTarget {
+            name: name.into(),
+            description: String::new(),
+            repetitions: vec![],
+            timelines,
+        };
+        let line = VmTimeline {
+            bin_ms: 1000,
+            total_iops: vec![10.0, 30.0, 20.0],
+            slowest_vm_iops: vec![1.0, 0.0, 2.0],
+        };
+        let mut report = VmReport {
+            run_id: "r".into(),
+            mode: Mode::Quick,
+            conformance: ConformanceLabel::QuickSmoke { deviations: vec![] },
+            shape,
+            manifest: BTreeMap::new(),
+            targets: vec![target("members", vec![line]), target("old", vec![])],
+        };
+        let md = render_vm_markdown(&report);
+        assert!(md.contains("| members | 3 x 1000 ms | 10 | 20 | 30 | 0 |"), "{md}");
+        assert!(!md.contains("| old | "), "a target without a timeline has no row");
+        let html = render_vm_html(&report);
+        assert!(html.contains("IOPS over time, all VMs") && html.contains("the slowest VM"));
+        // Reports written before timelines existed still read and render.
+        report.targets.truncate(1);
+        report.targets[0].timelines.clear();
+        let mut json: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        json["targets"][0].as_object_mut().unwrap().remove("timelines");
+        let old: VmReport = serde_json::from_value(json).unwrap();
+        assert!(old.targets[0].timelines.is_empty());
+        assert!(!render_vm_html(&old).contains("IOPS over time"));
     }
 }
