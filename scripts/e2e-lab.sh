@@ -150,6 +150,13 @@ assert all(len(phases[p]) >= 1 for p in ["healthy", "degraded", "rebuilding", "r
     {p: len(r) for p, r in phases.items()}
 print(f"   degraded-rebuild: data intact at both levels; {len(phases['rebuilding'])} runs while rebuilding")
 EOF
+# The run beside itself (as a run folder and as its report file): one row per run per level.
+"$bin" bench compare "$work/run4" "$work/run4/degraded-rebuild/degraded-run.json" --out "$work/cmp4" \
+    >/dev/null || fail "compare degraded-rebuild runs"
+[ "$(grep -c '^| run4-degraded-rebuild: flashraid | .* | intact |$' "$work/cmp4/compare.md")" -eq 4 ] \
+    || fail "degraded-rebuild compare rows"
+grep -q "No foreground load" "$work/cmp4/compare-degraded-rebuild-1.html" \
+    || fail "degraded-rebuild compare page"
 
 echo "-- video-frames and small-files: a filesystem made on each target, frames and small files"
 if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ] || ! losetup --find >/dev/null 2>&1; then

@@ -31,6 +31,10 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
+use flashraid_lab::degraded::{
+    DegradedReport, compare_degraded, group_degraded, render_degraded_compare_html,
+    render_degraded_compare_markdown,
+};
 use flashraid_lab::files::{FilesReport, FilesShape, render_files_html, render_files_markdown};
 use flashraid_lab::fio::{JobResult, parse_fio_client_output, parse_fio_output};
 use flashraid_lab::merge::{compare_runs, group_by_workload};
@@ -163,9 +167,10 @@ pub enum EngineChoice {
 #[derive(Args, Debug)]
 pub struct LabCompareArgs {
     /// Report folders of `flashraid bench run` (a run folder, or its profile folders), or
-    /// their report files (run.json, vm-run.json, files-run.json); runs of the same profile
-    /// (and, for the workload profiles, the same shape) go side by side, the first the
-    /// baseline of every ratio. degraded-rebuild runs do not compare yet.
+    /// their report files (run.json, vm-run.json, files-run.json, degraded-run.json); runs of
+    /// the same profile (and, for the workload profiles, the same shape) go side by side, the
+    /// first the baseline of every ratio (degraded-rebuild: each run against its own healthy
+    /// phase, level by level).
     #[arg(required = true, num_args = 2..)]
     reports: Vec<PathBuf>,
     /// Also write compare.md and compare.html here.
@@ -1124,8 +1129,8 @@ fn run_degraded(
     machine: &BTreeMap<String, String>,
 ) -> Result<(PathBuf, String)> {
     use flashraid_lab::degraded::{
-        DegradedReport, LevelResult, PhaseLoad, phase_figures, render_degraded_html,
-        render_degraded_markdown, render_phase_load, render_verify,
+        LevelResult, PhaseLoad, phase_figures, render_degraded_html, render_degraded_markdown,
+        render_phase_load, render_verify,
     };
     let Some(WorkloadShape::DegradedRebuild(shape)) =
         workload_shape(Profile::DegradedRebuild, args.mode)
@@ -1590,9 +1595,11 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
     let mut vm = vec![];
     let mut frames = vec![];
     let mut small = vec![];
+    let mut degraded = vec![];
     for report in loaded {
         match report {
             Loaded::Snia(r) => snia.push(r),
+            Loaded::Degraded(r) => degraded.push(r),
             Loaded::Vm(r) => vm.push(r),
             Loaded::Files(r) => match r.shape {
                 FilesShape::VideoFrames(_) => frames.push(r),
@@ -1643,6 +1650,19 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
             html.push((format!("{profile}-{}", g + 1), render_files_html(&merged)));
         }
     }
+    // degraded-rebuild runs compare within a shape (mode and load levels), level by level.
+    for (g, group) in group_degraded(degraded).into_iter().enumerate() {
+        if group.len() < 2 {
+            lonely(Profile::DegradedRebuild, g + 1);
+            continue;
+        }
+        let comparison = compare_degraded(&group)?;
+        markdown.push_str(&render_degraded_compare_markdown(&comparison));
+        html.push((
+            format!("{}-{}", Profile::DegradedRebuild, g + 1),
+            render_degraded_compare_html(&comparison),
+        ));
+    }
     if markdown.is_empty() {
         bail!("no profile has two reports to compare");
     }
@@ -1667,6 +1687,7 @@ enum Loaded {
     Snia(RunReport),
     Vm(VmReport),
     Files(FilesReport),
+    Degraded(DegradedReport),
 }
 
 /// The report files a profile folder may hold.
@@ -1680,8 +1701,7 @@ fn load_report(path: &Path) -> Result<Option<Loaded>> {
         "vm-run.json" => Loaded::Vm(serde_json::from_str(&text).with_context(not_a_report)?),
         "files-run.json" => Loaded::Files(serde_json::from_str(&text).with_context(not_a_report)?),
         "degraded-run.json" => {
-            eprintln!("{}: degraded-rebuild runs do not compare yet; left out", path.display());
-            return Ok(None);
+            Loaded::Degraded(serde_json::from_str(&text).with_context(not_a_report)?)
         }
         _ => Loaded::Snia(RunReport::from_json(&text).with_context(not_a_report)?),
     }))

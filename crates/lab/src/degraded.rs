@@ -5,7 +5,8 @@
 //!
 //! Owns: the load's fio job (a 70/30 4 KiB random mix on the second half of the target, the
 //! first half holding the verified data), the verify jobs, [`DegradedReport`] and its
-//! renderings. Pure: the runner fails the member, adds the spare, watches the rebuild and
+//! renderings, and the comparison of several runs ([`compare_degraded`]: per load level, one
+//! row per run). Pure: the runner fails the member, adds the spare, watches the rebuild and
 //! hands back fio's results.
 //!
 //! Limits: one array and one failure per load level; the load is measured in fixed-length
@@ -13,6 +14,7 @@
 //! continuous run with 1-s logs; no charts yet.
 
 use crate::fio::JobResult;
+use crate::merge::{MergeError, merged_header};
 use crate::profile::{ConformanceLabel, Mode, Target};
 use crate::report::{
     Table, fixed, html_label, html_manifest, html_open, html_table, md_label, md_manifest, md_table,
@@ -200,4 +202,273 @@ pub fn render_degraded_html(report: &DegradedReport) -> String {
     html_manifest(&mut out, &report.manifest);
     out.push_str("</body></html>\n");
     out
+}
+
+/// Several degraded-rebuild runs side by side (`bench compare`): per load level, one row
+/// per run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DegradedComparison {
+    pub run_id: String,
+    pub conformance: ConformanceLabel,
+    pub manifest: BTreeMap<String, String>,
+    pub runs: Vec<DegradedReport>,
+}
+
+/// The load levels of a run, in order: runs compare only with the same levels and mode.
+fn levels_of(report: &DegradedReport) -> Vec<u8> {
+    report.levels.iter().map(|l| l.load_percent).collect()
+}
+
+fn same_shape(a: &DegradedReport, b: &DegradedReport) -> bool {
+    a.mode == b.mode && levels_of(a) == levels_of(b)
+}
+
+/// Runs grouped by shape (mode and load levels), in first-seen order.
+pub fn group_degraded(runs: Vec<DegradedReport>) -> Vec<Vec<DegradedReport>> {
+    let mut groups: Vec<Vec<DegradedReport>> = vec![];
+    for run in runs {
+        match groups.iter_mut().find(|g| same_shape(&g[0], &run)) {
+            Some(group) => group.push(run),
+            None => groups.push(vec![run]),
+        }
+    }
+    groups
+}
+
+/// Put runs of one shape side by side.
+pub fn compare_degraded(runs: &[DegradedReport]) -> Result<DegradedComparison, MergeError> {
+    let [first, rest @ ..] = runs else { return Err(MergeError::TooFew(0)) };
+    if rest.is_empty() {
+        return Err(MergeError::TooFew(1));
+    }
+    if let Some(other) = rest.iter().find(|r| !same_shape(first, r)) {
+        return Err(MergeError::ShapeDiffers {
+            first: first.run_id.clone(),
+            other: other.run_id.clone(),
+        });
+    }
+    let (run_id, conformance, manifest) = merged_header(
+        &runs.iter().map(|r| (r.run_id.as_str(), &r.conformance, &r.manifest)).collect::<Vec<_>>(),
+    );
+    Ok(DegradedComparison { run_id, conformance, manifest, runs: runs.to_vec() })
+}
+
+/// One load level across the runs: a row per run with every phase's IOPS as a share of that
+/// run's healthy phase, the p99 while rebuilding against healthy, and the rebuild.
+fn compare_table(comparison: &DegradedComparison, level_index: usize) -> Table {
+    let mut load_percent = 0;
+    let rows = comparison
+        .runs
+        .iter()
+        .filter_map(|run| {
+            let level = run.levels.get(level_index)?;
+            load_percent = level.load_percent;
+            let figures = |phase: &str| {
+                level.phases.iter().find(|(p, _)| p == phase).and_then(|(_, r)| phase_figures(r))
+            };
+            let healthy = figures("healthy");
+            let share = |phase: &str| match (figures(phase), healthy) {
+                (Some(f), Some(h)) if h.0 > 0.0 => format!("{:.0} ({:.2})", f.0, f.0 / h.0),
+                (Some(f), _) => format!("{:.0}", f.0),
+                (None, _) => "n/a".to_string(),
+            };
+            let p99_vs_healthy = match (figures("rebuilding"), healthy) {
+                (Some(f), Some(h)) if h.1 > 0.0 => format!("{:.2}x", f.1 / h.1),
+                _ => "n/a".to_string(),
+            };
+            Some(vec![
+                format!("{}: {}", run.run_id, run.target),
+                fixed(healthy.map(|h| h.0), 0),
+                share("degraded"),
+                share("rebuilding"),
+                share("rebuilt"),
+                p99_vs_healthy,
+                format!("{:.1}", level.rebuild_seconds),
+                format!(
+                    "{:.0}",
+                    level.rebuild_bytes as f64
+                        / (1u64 << 20) as f64
+                        / level.rebuild_seconds.max(1e-9)
+                ),
+                if level.verified { "intact" } else { "NOT intact" }.to_string(),
+            ])
+        })
+        .collect();
+    let load = match load_percent {
+        0 => "No foreground load (the rebuild alone)".to_string(),
+        p => format!("Load {p}% of each run's healthy maximum"),
+    };
+    Table {
+        title: format!("{load}: IOPS per phase (share of the run's healthy phase)"),
+        header: [
+            "Run: target",
+            "healthy IOPS",
+            "degraded",
+            "rebuilding",
+            "rebuilt",
+            "p99 rebuilding vs healthy",
+            "rebuild s",
+            "rebuild MiB/s",
+            "data",
+        ]
+        .iter()
+        .map(|h| h.to_string())
+        .collect(),
+        rows,
+    }
+}
+
+fn compare_tables(comparison: &DegradedComparison) -> Vec<Table> {
+    let levels = comparison.runs.first().map_or(0, |r| r.levels.len());
+    (0..levels).map(|i| compare_table(comparison, i)).collect()
+}
+
+fn compare_title(comparison: &DegradedComparison) -> String {
+    format!("flashraid lab: degraded-rebuild, {}", comparison.run_id)
+}
+
+pub fn render_degraded_compare_markdown(comparison: &DegradedComparison) -> String {
+    let mut out = format!("# {}\n\n", compare_title(comparison));
+    md_label(&mut out, &comparison.conformance);
+    for table in compare_tables(comparison) {
+        out.push_str(&md_table(&table));
+    }
+    md_manifest(&mut out, &comparison.manifest);
+    out
+}
+
+pub fn render_degraded_compare_html(comparison: &DegradedComparison) -> String {
+    let mut out = html_open(&compare_title(comparison));
+    html_label(&mut out, &comparison.conformance);
+    for table in compare_tables(comparison) {
+        out.push_str(&html_table(&table));
+    }
+    html_manifest(&mut out, &comparison.manifest);
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fio::{DirectionResult, LatencySource, Percentiles};
+
+    /// A phase's fio run: `iops` in all (70% reads), p99 `p99_us` on both directions.
+    fn run(iops: f64, p99_us: f64) -> JobResult {
+        let direction = |iops: f64| DirectionResult {
+            iops,
+            bandwidth_bytes_per_s: iops * 4096.0,
+            io_bytes: (iops * 4096.0) as u64,
+            ios: iops as u64,
+            runtime_ms: 1000,
+            latency_us_mean: Some(p99_us / 4.0),
+            latency_us_max: Some(p99_us * 2.0),
+            latency_us_min: Some(1.0),
+            percentiles: Some(Percentiles {
+                source: LatencySource::Total,
+                latency_us_p50: Some(p99_us / 4.0),
+                latency_us_p90: Some(p99_us / 2.0),
+                latency_us_p99: Some(p99_us),
+                latency_us_p99_9: Some(p99_us * 1.5),
+                latency_us_p99_99: None,
+            }),
+        };
+        JobResult {
+            name: "load".into(),
+            group_id: 0,
+            error_code: 0,
+            usr_cpu_percent: 1.0,
+            sys_cpu_percent: 1.0,
+            job_runtime_ms: 1000,
+            read: direction(iops * 0.7),
+            write: direction(iops * 0.3),
+            sync: None,
+        }
+    }
+
+    fn level(load_percent: u8, healthy: f64, degraded: f64, verified: bool) -> LevelResult {
+        let phases = if load_percent == 0 {
+            PHASES.iter().map(|p| (p.to_string(), vec![])).collect()
+        } else {
+            vec![
+                ("healthy".to_string(), vec![run(healthy, 100.0)]),
+                ("degraded".to_string(), vec![run(degraded, 150.0)]),
+                ("rebuilding".to_string(), vec![run(degraded / 2.0, 300.0), run(degraded, 200.0)]),
+                ("rebuilt".to_string(), vec![run(healthy, 100.0)]),
+            ]
+        };
+        LevelResult {
+            load_percent,
+            load: PhaseLoad {
+                threads: 2,
+                queue_depth: 8,
+                runtime_s: 2,
+                rate_iops_per_thread: None,
+            },
+            phases,
+            rebuild_seconds: 2.0,
+            rebuild_bytes: 64 << 20,
+            verified,
+        }
+    }
+
+    fn report(run_id: &str, mode: Mode, levels: Vec<LevelResult>) -> DegradedReport {
+        DegradedReport {
+            run_id: run_id.into(),
+            mode,
+            conformance: ConformanceLabel::QuickSmoke { deviations: vec![] },
+            target: "flashraid".into(),
+            manifest: BTreeMap::from([("level".to_string(), "raid6".to_string())]),
+            levels,
+        }
+    }
+
+    #[test]
+    fn runs_of_one_shape_compare_level_by_level_with_shares_of_their_own_healthy_phase() {
+        let a = report(
+            "a",
+            Mode::Quick,
+            vec![level(100, 1000.0, 800.0, true), level(0, 0.0, 0.0, true)],
+        );
+        let b = report(
+            "b",
+            Mode::Quick,
+            vec![level(100, 2000.0, 1000.0, false), level(0, 0.0, 0.0, true)],
+        );
+        let comparison = compare_degraded(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(comparison.run_id, "compare of a, b");
+        assert_eq!(comparison.manifest.get("b: level").map(String::as_str), Some("raid6"));
+        let md = render_degraded_compare_markdown(&comparison);
+        // Rebuilding: the mean of its two runs (400 and 800 -> 600; 500 and 1000 -> 750), p99
+        // the worst run's (300 against 100).
+        assert!(
+            md.contains("| a: flashraid | 1000 | 800 (0.80) | 600 (0.60) | 1000 (1.00) | 3.00x | 2.0 | 32 | intact |"),
+            "{md}"
+        );
+        assert!(md.contains("| b: flashraid | 2000 | 1000 (0.50) | 750 (0.38) | 2000 (1.00) | 3.00x | 2.0 | 32 | NOT intact |"), "{md}");
+        assert!(
+            md.contains("Load 100% of each run's healthy maximum")
+                && md.contains("No foreground load")
+        );
+        assert!(
+            md.contains("| a: flashraid | n/a | n/a | n/a | n/a | n/a | 2.0 | 32 | intact |"),
+            "{md}"
+        );
+        assert!(render_degraded_compare_html(&comparison).contains("NOT intact"));
+
+        // Other load levels or another mode: another shape, which does not compare.
+        let c = report("c", Mode::Quick, vec![level(50, 1000.0, 900.0, true)]);
+        let d = report("d", Mode::Full, a.levels.clone());
+        for other in [c.clone(), d.clone()] {
+            assert!(matches!(
+                compare_degraded(&[a.clone(), other]),
+                Err(MergeError::ShapeDiffers { .. })
+            ));
+        }
+        assert_eq!(compare_degraded(&[a.clone()]).unwrap_err(), MergeError::TooFew(1));
+        let groups = group_degraded(vec![a, c, b, d]);
+        let ids: Vec<Vec<&str>> =
+            groups.iter().map(|g| g.iter().map(|r| r.run_id.as_str()).collect()).collect();
+        assert_eq!(ids, [vec!["a", "b"], vec!["c"], vec!["d"]]);
+    }
 }

@@ -7,7 +7,8 @@
 //! a full run's 3000); every target keeps its run's id in its name; the merged conformance is
 //! quick-smoke if any run was, and lists which runs were put together.
 //!
-//! Limits: degraded-rebuild runs do not compare yet (one array per run, levels not targets).
+//! degraded-rebuild runs (one array per run, load levels rather than targets) compare in
+//! `degraded`, with the header built here ([`merged_header`]).
 
 use crate::files::{FilesReport, FilesTarget};
 use crate::profile::ConformanceLabel;
@@ -54,25 +55,38 @@ pub fn compare_runs<R: Comparable>(runs: &[R]) -> Result<R, MergeError> {
             other: other.run_id().to_string(),
         });
     }
-    let ids: Vec<&str> = runs.iter().map(R::run_id).collect();
-    let note = format!("a comparison of runs {}, each labelled as it was run", ids.join(", "));
-    let conformance = match runs
-        .iter()
-        .find(|r| matches!(r.conformance(), ConformanceLabel::QuickSmoke { .. }))
-    {
-        Some(quick) => quick.conformance().clone(),
-        None => first.conformance().clone(),
-    }
-    .with_deviations(vec![note]);
-    let mut manifest = BTreeMap::new();
+    let (run_id, conformance, manifest) = merged_header(
+        &runs.iter().map(|r| (r.run_id(), r.conformance(), r.manifest())).collect::<Vec<_>>(),
+    );
     let mut targets = vec![];
     for run in runs {
-        for (key, value) in run.manifest() {
-            manifest.insert(format!("{}: {key}", run.run_id()), value.clone());
-        }
         targets.extend(run.renamed_targets(&format!("{}: ", run.run_id())));
     }
-    Ok(first.rebuild(format!("compare of {}", ids.join(", ")), conformance, manifest, targets))
+    Ok(first.rebuild(run_id, conformance, manifest, targets))
+}
+
+/// What a comparison of runs (id, label, manifest) is called, how it is labelled (quick-smoke
+/// if any run was, noting which runs were put together) and its manifest (every run's
+/// entries, as "RUN: KEY").
+pub(crate) fn merged_header(
+    runs: &[(&str, &ConformanceLabel, &BTreeMap<String, String>)],
+) -> (String, ConformanceLabel, BTreeMap<String, String>) {
+    let ids: Vec<&str> = runs.iter().map(|r| r.0).collect();
+    let note = format!("a comparison of runs {}, each labelled as it was run", ids.join(", "));
+    let first = runs.first().expect("at least one run").1;
+    let conformance =
+        match runs.iter().find(|r| matches!(r.1, ConformanceLabel::QuickSmoke { .. })) {
+            Some(quick) => quick.1.clone(),
+            None => first.clone(),
+        }
+        .with_deviations(vec![note]);
+    let mut manifest = BTreeMap::new();
+    for (id, _, entries) in runs {
+        for (key, value) in *entries {
+            manifest.insert(format!("{id}: {key}"), value.clone());
+        }
+    }
+    (format!("compare of {}", ids.join(", ")), conformance, manifest)
 }
 
 /// Runs grouped by workload (first-seen order), so each group compares on its own.
