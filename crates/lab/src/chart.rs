@@ -400,6 +400,42 @@ pub(crate) fn bar_chart_svg(chart: &BarChart) -> String {
     out
 }
 
+/// Values per time bin, one line per (name, colour index, bin width in seconds, values): a
+/// point at the middle of every bin, the x axis in seconds from the start.
+pub fn binned_timeline_chart(
+    title: String,
+    y_label: &str,
+    lines: Vec<(String, usize, f64, &[f64])>,
+) -> LineChart {
+    let series: Vec<Series> = lines
+        .into_iter()
+        .map(|(name, colour_index, bin_s, values)| Series {
+            name,
+            colour_index,
+            points: values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| ((i as f64 + 0.5) * bin_s, *v))
+                .collect(),
+        })
+        .collect();
+    let end_s =
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(0.0f64, f64::max).max(0.1);
+    let step = nice_step(end_s / 6.0);
+    let x_ticks = (0..=((end_s / step).ceil() as usize))
+        .map(|i| (i as f64 * step, short_number(i as f64 * step)))
+        .collect();
+    LineChart {
+        title,
+        x_label: "seconds".into(),
+        y_label: y_label.into(),
+        x_ticks,
+        log_y: false,
+        series,
+        guides: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,41 +476,5 @@ mod tests {
         let empty =
             BarChart { title: "x".into(), y_label: "y".into(), categories: vec![], series: vec![] };
         assert!(bar_chart_svg(&empty).contains("no data"));
-    }
-}
-
-/// Values per time bin, one line per (name, colour index, bin width in seconds, values): a
-/// point at the middle of every bin, the x axis in seconds from the start.
-pub fn binned_timeline_chart(
-    title: String,
-    y_label: &str,
-    lines: Vec<(String, usize, f64, &[f64])>,
-) -> LineChart {
-    let series: Vec<Series> = lines
-        .into_iter()
-        .map(|(name, colour_index, bin_s, values)| Series {
-            name,
-            colour_index,
-            points: values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| ((i as f64 + 0.5) * bin_s, *v))
-                .collect(),
-        })
-        .collect();
-    let end_s =
-        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(0.0f64, f64::max).max(0.1);
-    let step = nice_step(end_s / 6.0);
-    let x_ticks = (0..=((end_s / step).ceil() as usize))
-        .map(|i| (i as f64 * step, short_number(i as f64 * step)))
-        .collect();
-    LineChart {
-        title,
-        x_label: "seconds".into(),
-        y_label: y_label.into(),
-        x_ticks,
-        log_y: false,
-        series,
-        guides: vec![],
     }
 }

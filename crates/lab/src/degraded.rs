@@ -465,7 +465,7 @@ mod tests {
                 Err(MergeError::ShapeDiffers { .. })
             ));
         }
-        assert_eq!(compare_degraded(&[a.clone()]).unwrap_err(), MergeError::TooFew(1));
+        assert_eq!(compare_degraded(std::slice::from_ref(&a)).unwrap_err(), MergeError::TooFew(1));
         let groups = group_degraded(vec![a, c, b, d]);
         let ids: Vec<Vec<&str>> =
             groups.iter().map(|g| g.iter().map(|r| r.run_id.as_str()).collect()).collect();
