@@ -429,8 +429,9 @@ impl Session {
                 // poll a little (yielding the core) before blocking, which costs a futex
                 // wait here and a wake-up in the reactor per reply (the threaded path spent
                 // over half its CPU in them).
-                Err(_) if spin_since.get_or_insert_with(Instant::now).elapsed()
-                    < SPIN_BEFORE_BLOCK =>
+                Err(_)
+                    if spin_since.get_or_insert_with(Instant::now).elapsed()
+                        < SPIN_BEFORE_BLOCK =>
                 {
                     std::thread::yield_now();
                     continue;
