@@ -14,7 +14,7 @@
 //! continuous run with 1-s logs; no charts yet.
 
 use crate::fio::JobResult;
-use crate::merge::{MergeError, merged_header};
+use crate::merge::{MergeError, group_runs, merged_header};
 use crate::profile::{ConformanceLabel, Mode, Target};
 use crate::report::{
     Table, fixed, html_label, html_manifest, html_open, html_table, md_label, md_manifest, md_table,
@@ -225,14 +225,7 @@ fn same_shape(a: &DegradedReport, b: &DegradedReport) -> bool {
 
 /// Runs grouped by shape (mode and load levels), in first-seen order.
 pub fn group_degraded(runs: Vec<DegradedReport>) -> Vec<Vec<DegradedReport>> {
-    let mut groups: Vec<Vec<DegradedReport>> = vec![];
-    for run in runs {
-        match groups.iter_mut().find(|g| same_shape(&g[0], &run)) {
-            Some(group) => group.push(run),
-            None => groups.push(vec![run]),
-        }
-    }
-    groups
+    group_runs(runs, same_shape)
 }
 
 /// Put runs of one shape side by side.

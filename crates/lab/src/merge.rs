@@ -91,9 +91,14 @@ pub(crate) fn merged_header(
 
 /// Runs grouped by workload (first-seen order), so each group compares on its own.
 pub fn group_by_workload<R: Comparable>(runs: Vec<R>) -> Vec<Vec<R>> {
+    group_runs(runs, R::same_workload)
+}
+
+/// Runs grouped by `same` (each group's first run against the next), in first-seen order.
+pub(crate) fn group_runs<R>(runs: Vec<R>, same: impl Fn(&R, &R) -> bool) -> Vec<Vec<R>> {
     let mut groups: Vec<Vec<R>> = vec![];
     for run in runs {
-        match groups.iter_mut().find(|g| g[0].same_workload(&run)) {
+        match groups.iter_mut().find(|g| same(&g[0], &run)) {
             Some(group) => group.push(run),
             None => groups.push(vec![run]),
         }
