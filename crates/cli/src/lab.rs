@@ -991,7 +991,15 @@ fn run_vm(
                 let parsed = parse_fio_output(&text)
                     .with_context(|| format!("fio output {}/vm-{rep}.json", raw_dir.display()))?;
                 target.push_repetition(parsed.jobs, shape.vms)?;
-                target.timelines.push(read_vm_timeline(&raw_dir, &log_prefix, &shape)?);
+                // The timeline only adds a chart: logs that cannot be read cost the chart,
+                // not the run.
+                target.timelines.push(
+                    read_vm_timeline(&raw_dir, &log_prefix, &shape)
+                        .inspect_err(|e| {
+                            eprintln!("    no IOPS timeline for repetition {rep}: {e:#}")
+                        })
+                        .ok(),
+                );
                 if let Some(s) = target.summary() {
                     eprintln!(
                         "    {:.0} IOPS, Jain {:.3}, worst VM p99.9 {:.0} us",

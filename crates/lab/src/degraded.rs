@@ -214,7 +214,8 @@ pub struct DegradedComparison {
     pub runs: Vec<DegradedReport>,
 }
 
-/// The load levels of a run, in order: runs compare only with the same levels and mode.
+/// The load levels of a run, in order: runs compare only with the same levels and mode (a
+/// run cut short has fewer levels, so it compares only with runs cut at the same point).
 fn levels_of(report: &DegradedReport) -> Vec<u8> {
     report.levels.iter().map(|l| l.load_percent).collect()
 }

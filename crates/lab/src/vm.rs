@@ -10,9 +10,11 @@
 //! the same job name; figures are means over repetitions, except the worst-VM tail, which is
 //! the worst over all of them.
 //!
-//! A timeline covers the intervals every VM logged (a VM that logged nothing in an interval
-//! within that range counts 0 IOPS there: it stalled); at most [`VM_TIMELINE_BINS_MAX`] bins
-//! (wider bins beyond).
+//! A timeline covers the intervals every VM logged. A VM that logged nothing in an interval
+//! within that range counts 0 IOPS there: fio writes no averaged entry for a window without
+//! IO, so that is a stall (or fio's logging thread more than half an interval late, which
+//! looks the same). At most [`VM_TIMELINE_BINS_MAX`] bins (wider bins beyond). A repetition
+//! whose logs cannot be read has no timeline (`None`), and the run goes on.
 //!
 //! Limits: no noisy-neighbour or fsync variants yet; latency over time is logged by fio but
 //! not drawn.
@@ -46,9 +48,10 @@ pub struct VmTarget {
     pub name: String,
     pub description: String,
     pub repetitions: Vec<Vec<JobResult>>,
-    /// Per repetition, IOPS over time (reports written before timelines have none).
+    /// Per repetition, IOPS over time; `None` where fio's logs could not be read (reports
+    /// written before timelines have none).
     #[serde(default)]
-    pub timelines: Vec<VmTimeline>,
+    pub timelines: Vec<Option<VmTimeline>>,
 }
 
 /// Bins a timeline holds at most; a longer run gets wider bins.
@@ -104,17 +107,22 @@ pub fn vm_timeline(logs: &[Vec<IopsSample>], interval_ms: u64) -> Result<VmTimel
         return Err(VmError::NoLogs);
     }
     // Interval index of a sample (fio's stamps drift by a few ms around multiples).
-    let interval = |t: u64| ((t + interval_ms / 2) / interval_ms).saturating_sub(1) as usize;
+    let interval = |t: u64| {
+        usize::try_from((t.saturating_add(interval_ms / 2) / interval_ms).saturating_sub(1))
+            .unwrap_or(usize::MAX)
+    };
     let mut covered = usize::MAX;
     for (vm, log) in logs.iter().enumerate() {
         let last = log.iter().map(|s| interval(s.time_ms)).max().ok_or(VmError::EmptyLog { vm })?;
-        covered = covered.min(last + 1);
+        covered = covered.min(last.saturating_add(1));
     }
     let mut per_bin = 1usize;
     while covered.div_ceil(per_bin) > VM_TIMELINE_BINS_MAX {
         per_bin *= 2;
     }
     let bins = covered.div_ceil(per_bin);
+    // Intervals in each bin: `per_bin`, except perhaps the last.
+    let intervals_in = |bin: usize| per_bin.min(covered - bin * per_bin) as f64;
     let mut total = vec![0.0; bins];
     let mut slowest = vec![f64::INFINITY; bins];
     let mut vm_bins = vec![0.0; bins];
@@ -125,7 +133,7 @@ pub fn vm_timeline(logs: &[Vec<IopsSample>], interval_ms: u64) -> Result<VmTimel
             if index < covered {
                 // Each interval's IOPS are a rate over that interval: a bin of several
                 // intervals holds their mean.
-                vm_bins[index / per_bin] += sample.iops / per_bin as f64;
+                vm_bins[index / per_bin] += sample.iops / intervals_in(index / per_bin);
             }
         }
         for (bin, value) in vm_bins.iter().enumerate() {
@@ -317,7 +325,7 @@ fn timeline_table(report: &VmReport) -> Option<Table> {
         .targets
         .iter()
         .filter_map(|t| {
-            let line = t.timelines.first()?;
+            let line = t.timelines.first()?.as_ref()?;
             let mut sorted = line.total_iops.clone();
             sorted.sort_by(f64::total_cmp);
             let median = sorted.get(sorted.len() / 2).copied();
@@ -360,7 +368,7 @@ fn timeline_charts(report: &VmReport) -> Vec<chart::LineChart> {
             .iter()
             .enumerate()
             .filter_map(|(index, t)| {
-                let line = t.timelines.first()?;
+                let line = t.timelines.first()?.as_ref()?;
                 Some((t.name.clone(), index, line.bin_ms as f64 / 1000.0, pick(line)))
             })
             .collect::<Vec<_>>()
@@ -492,6 +500,11 @@ mod tests {
         assert!(line.total_iops.len() <= VM_TIMELINE_BINS_MAX);
         assert_eq!(line.total_iops.len() as u64, intervals.div_ceil(4));
         assert_eq!(line.total_iops[0], (1.0 + 2.0 + 3.0 + 4.0) / 4.0);
+        // The last bin holds the one interval left over, at its own rate (not a quarter).
+        assert_eq!(*line.total_iops.last().unwrap(), intervals as f64);
+        // A timestamp at the end of time is an interval far past the others, not a panic.
+        let late = log(&[(1000, 1.0, 0), (u64::MAX, 1.0, 0)]);
+        assert_eq!(vm_timeline(&[late, log(&[(1000, 2.0, 0)])], 1000).unwrap().total_iops, [3.0]);
     }
 
     #[test]
@@ -501,7 +514,7 @@ mod tests {
                 Some(crate::profile::WorkloadShape::VmImages(shape)) => shape,
                 _ => panic!("vm-images shape"),
             };
-        let target = |name: &str, timelines: Vec<VmTimeline>| VmTarget {
+        let target = |name: &str, timelines: Vec<Option<VmTimeline>>| VmTarget {
             name: name.into(),
             description: String::new(),
             repetitions: vec![],
@@ -518,11 +531,16 @@ mod tests {
             conformance: ConformanceLabel::QuickSmoke { deviations: vec![] },
             shape,
             manifest: BTreeMap::new(),
-            targets: vec![target("members", vec![line]), target("old", vec![])],
+            targets: vec![
+                target("members", vec![Some(line)]),
+                target("old", vec![]),
+                target("no-logs", vec![None]),
+            ],
         };
         let md = render_vm_markdown(&report);
         assert!(md.contains("| members | 3 x 1000 ms | 10 | 20 | 30 | 0 |"), "{md}");
         assert!(!md.contains("| old | "), "a target without a timeline has no row");
+        assert!(!md.contains("| no-logs | 1 x"), "nor one whose logs could not be read");
         let html = render_vm_html(&report);
         assert!(html.contains("IOPS over time, all VMs") && html.contains("the slowest VM"));
         // Reports written before timelines existed still read and render.

@@ -433,6 +433,10 @@ impl Session {
                     if spin_since.get_or_insert_with(Instant::now).elapsed()
                         < SPIN_BEFORE_BLOCK =>
                 {
+                    if !self.outbox.is_empty() {
+                        // A full inbox may have room now.
+                        self.kick();
+                    }
                     std::thread::yield_now();
                     continue;
                 }
@@ -454,6 +458,8 @@ impl Session {
                 }
             };
             if let Some(reply) = reply {
+                // A reply that finished no request still counts as the wait paying off.
+                spin_since = None;
                 finished += self.on_reply(reply, handler);
             }
         }

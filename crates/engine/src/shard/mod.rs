@@ -1305,7 +1305,9 @@ impl Shard {
                 self.counters.resync_repairs += 1;
             }
         }
-        // Its box goes back before the next operation starts, which may take it warm.
+        // Its box goes back before the next operation starts, which may take it warm. Boxes
+        // live in op slots or here, so there are never more than slots (no growth).
+        assert!(self.spare_ops.len() < self.ops.len(), "more op boxes than op slots");
         self.spare_ops.push(op);
         let entry = self.stripes.get_mut(stripe).expect("stripe of a live op");
         entry.op = None;
