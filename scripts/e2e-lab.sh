@@ -113,6 +113,7 @@ echo "-- vm-images: 32 VMs of mixed random IO, each its own NBD connection; fair
     || { tail -30 "$work/run3.err"; fail "bench run vm-images"; }
 grep -q "Jain fairness" "$work/run3/vm-images/report.md" || fail "vm-images: no fairness"
 grep -q "IOPS over time, all VMs" "$work/run3/vm-images/report.html" || fail "vm-images: no timeline"
+grep -q "Mean latency over time" "$work/run3/vm-images/report.html" || fail "vm-images: no latency timeline"
 /usr/bin/python3 - "$work/run3/vm-images/vm-run.json" <<'EOF'
 import json, sys
 run = json.load(open(sys.argv[1]))
@@ -128,6 +129,8 @@ for t in run["targets"]:
         assert line["bin_ms"] == 1000 and len(line["total_iops"]) >= 10, (t["name"], line)
         assert sum(line["total_iops"]) > 0, (t["name"], line)
         assert max(line["slowest_vm_iops"]) > 0, (t["name"], "every VM stalled in every second")
+        lat = line["worst_vm_latency_us"]
+        assert len(lat) == len(line["total_iops"]) and max(lat) > 0, (t["name"], "no latency over time")
 print("   vm-images: 32 VMs did reads and writes on both targets; IOPS over time drawn")
 EOF
 "$bin" bench compare "$work/run3" "$work/run3/vm-images" --out "$work/cmp3" >/dev/null \

@@ -49,7 +49,8 @@ use flashraid_lab::report::{
 };
 use flashraid_lab::steady::StopDecision;
 use flashraid_lab::vm::{
-    VmReport, VmTarget, VmTimeline, parse_iops_log, render_vm_html, render_vm_markdown, vm_timeline,
+    VmReport, VmTarget, VmTimeline, add_latency, parse_fio_log, render_vm_html, render_vm_markdown,
+    vm_timeline,
 };
 use flashraid_layout::Level;
 use flashraid_runtime::{CreateSpec, create};
@@ -1016,17 +1017,23 @@ fn run_vm(
     Ok((dir, render_vm_markdown(&report)))
 }
 
-/// A vm-images repetition's IOPS over time, from the per-VM IOPS logs fio wrote in `raw_dir`.
+/// A vm-images repetition's IOPS and latency over time, from the per-VM logs fio wrote in
+/// `raw_dir` (`PREFIX_iops.N.log`, `PREFIX_lat.N.log`).
 fn read_vm_timeline(raw_dir: &Path, log_prefix: &str, shape: &VmImagesShape) -> Result<VmTimeline> {
-    let logs = (1..=shape.vms)
-        .map(|vm| {
-            let path = raw_dir.join(format!("{log_prefix}_iops.{vm}.log"));
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("fio's IOPS log {}", path.display()))?;
-            parse_iops_log(&text).with_context(|| format!("fio's IOPS log {}", path.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(vm_timeline(&logs, u64::from(shape.log_average_ms))?)
+    let read_logs = |kind: &str| {
+        (1..=shape.vms)
+            .map(|vm| {
+                let path = raw_dir.join(format!("{log_prefix}_{kind}.{vm}.log"));
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("fio's log {}", path.display()))?;
+                parse_fio_log(&text).with_context(|| format!("fio's log {}", path.display()))
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    let interval_ms = u64::from(shape.log_average_ms);
+    let mut timeline = vm_timeline(&read_logs("iops")?, interval_ms)?;
+    add_latency(&mut timeline, &read_logs("lat")?, interval_ms);
+    Ok(timeline)
 }
 
 /// A non-SNIA profile's target, set up: its raw folder made, the target prepared (purged,

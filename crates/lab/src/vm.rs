@@ -2,9 +2,10 @@
 //! aggregate throughput, per-VM fairness and the worst VM's tail latency (benchmark-method.md
 //! §7.3 P4).
 //!
-//! Owns: [`VmReport`] (serde; what the runner stores), Jain's fairness index, the IOPS
-//! timeline of each repetition from fio's 1-s averaged IOPS logs ([`parse_iops_log`],
-//! [`vm_timeline`]), and the Markdown and HTML renderings with a comparison across targets.
+//! Owns: [`VmReport`] (serde; what the runner stores), Jain's fairness index, the IOPS and
+//! latency timeline of each repetition from fio's 1-s averaged logs ([`parse_fio_log`],
+//! [`vm_timeline`], [`add_latency`]), and the Markdown and HTML renderings with a
+//! comparison across targets.
 //!
 //! Invariants: every repetition holds one fio job per VM (fio's `group_reporting=0`), all of
 //! the same job name; figures are means over repetitions, except the worst-VM tail, which is
@@ -16,8 +17,10 @@
 //! looks the same). At most [`VM_TIMELINE_BINS_MAX`] bins (wider bins beyond). A repetition
 //! whose logs cannot be read has no timeline (`None`), and the run goes on.
 //!
-//! Limits: no noisy-neighbour or fsync variants yet; latency over time is logged by fio but
-//! not drawn.
+//! Latency over time is the worst VM's mean per bin ([`add_latency`]: fio's averaged
+//! latency logs hold means, so no percentiles over time).
+//!
+//! Limits: no noisy-neighbour or fsync variants yet.
 
 use crate::chart::{self, BarChart};
 use crate::fio::JobResult;
@@ -65,19 +68,24 @@ pub struct VmTimeline {
     pub total_iops: Vec<f64>,
     /// Per bin: the IOPS of the VM with the fewest in that bin.
     pub slowest_vm_iops: Vec<f64>,
+    /// Per bin: the highest mean latency (us) any VM logged in it, the worse of read and
+    /// write (empty when the latency logs were not read).
+    #[serde(default)]
+    pub worst_vm_latency_us: Vec<f64>,
 }
 
-/// One line of fio's averaged IOPS log: `time_ms, iops, direction, block size, offset`.
+/// One line of fio's averaged IOPS or latency log: `time_ms, value, direction, block size,
+/// offset` (value: IOPS, or mean latency in ns).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct IopsSample {
+pub struct LogSample {
     pub time_ms: u64,
-    pub iops: f64,
+    pub value: f64,
     /// 0 read, 1 write, 2 trim.
     pub direction: u8,
 }
 
-/// Parse one fio IOPS log (`write_iops_log` with `log_avg_msec`).
-pub fn parse_iops_log(text: &str) -> Result<Vec<IopsSample>, VmError> {
+/// Parse one fio IOPS or latency log (`write_iops_log` / `write_lat_log` with `log_avg_msec`).
+pub fn parse_fio_log(text: &str) -> Result<Vec<LogSample>, VmError> {
     let mut samples = vec![];
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -89,28 +97,31 @@ pub fn parse_iops_log(text: &str) -> Result<Vec<IopsSample>, VmError> {
             return Err(bad("fewer than 3 fields"));
         }
         let time_ms = fields[0].parse::<u64>().map_err(|_| bad("time is not a number"))?;
-        let iops = fields[1].parse::<f64>().map_err(|_| bad("IOPS is not a number"))?;
+        let value = fields[1].parse::<f64>().map_err(|_| bad("the value is not a number"))?;
         let direction = fields[2].parse::<u8>().map_err(|_| bad("direction is not a number"))?;
-        if !iops.is_finite() || iops < 0.0 || direction > 2 {
-            return Err(bad("IOPS or direction out of range"));
+        if !value.is_finite() || value < 0.0 || direction > 2 {
+            return Err(bad("value or direction out of range"));
         }
-        samples.push(IopsSample { time_ms, iops, direction });
+        samples.push(LogSample { time_ms, value, direction });
     }
     Ok(samples)
 }
 
+/// Interval index of a sample at `time_ms` (a sample covers the interval ending at its
+/// time; fio's stamps drift by a few ms around multiples of the interval).
+fn interval_of(time_ms: u64, interval_ms: u64) -> usize {
+    usize::try_from((time_ms.saturating_add(interval_ms / 2) / interval_ms).saturating_sub(1))
+        .unwrap_or(usize::MAX)
+}
+
 /// Build a repetition's timeline from every VM's IOPS log (one entry per VM; `interval_ms`:
 /// the logs' `log_avg_msec`). A sample at time t covers the interval ending at t.
-pub fn vm_timeline(logs: &[Vec<IopsSample>], interval_ms: u64) -> Result<VmTimeline, VmError> {
+pub fn vm_timeline(logs: &[Vec<LogSample>], interval_ms: u64) -> Result<VmTimeline, VmError> {
     let interval_ms = interval_ms.max(1);
     if logs.is_empty() {
         return Err(VmError::NoLogs);
     }
-    // Interval index of a sample (fio's stamps drift by a few ms around multiples).
-    let interval = |t: u64| {
-        usize::try_from((t.saturating_add(interval_ms / 2) / interval_ms).saturating_sub(1))
-            .unwrap_or(usize::MAX)
-    };
+    let interval = |t: u64| interval_of(t, interval_ms);
     let mut covered = usize::MAX;
     for (vm, log) in logs.iter().enumerate() {
         let last = log.iter().map(|s| interval(s.time_ms)).max().ok_or(VmError::EmptyLog { vm })?;
@@ -133,7 +144,7 @@ pub fn vm_timeline(logs: &[Vec<IopsSample>], interval_ms: u64) -> Result<VmTimel
             if index < covered {
                 // Each interval's IOPS are a rate over that interval: a bin of several
                 // intervals holds their mean.
-                vm_bins[index / per_bin] += sample.iops / intervals_in(index / per_bin);
+                vm_bins[index / per_bin] += sample.value / intervals_in(index / per_bin);
             }
         }
         for (bin, value) in vm_bins.iter().enumerate() {
@@ -145,7 +156,24 @@ pub fn vm_timeline(logs: &[Vec<IopsSample>], interval_ms: u64) -> Result<VmTimel
         bin_ms: interval_ms * per_bin as u64,
         total_iops: total,
         slowest_vm_iops: slowest,
+        worst_vm_latency_us: vec![],
     })
+}
+
+/// Add the worst VM's mean latency per bin from every VM's latency log (`write_lat_log`,
+/// same interval): per bin, the highest per-interval mean of any VM in either direction. A
+/// bin with no sample from any VM holds 0.
+pub fn add_latency(timeline: &mut VmTimeline, logs: &[Vec<LogSample>], interval_ms: u64) {
+    let interval_ms = interval_ms.max(1);
+    let per_bin = usize::try_from(timeline.bin_ms / interval_ms).unwrap_or(1).max(1);
+    let mut worst = vec![0.0f64; timeline.total_iops.len()];
+    for sample in logs.iter().flatten() {
+        let bin = interval_of(sample.time_ms, interval_ms) / per_bin;
+        if let Some(slot) = worst.get_mut(bin) {
+            *slot = slot.max(sample.value / 1000.0);
+        }
+    }
+    timeline.worst_vm_latency_us = worst;
 }
 
 /// Why a repetition's results are refused.
@@ -157,7 +185,7 @@ pub enum VmError {
     JobFailed { index: usize, error_code: i64 },
     #[error("VM job {index} did no IO")]
     NoIo { index: usize },
-    #[error("IOPS log line {line}: {problem}")]
+    #[error("fio log line {line}: {problem}")]
     BadLogLine { line: usize, problem: String },
     #[error("no IOPS logs for the repetition")]
     NoLogs,
@@ -330,6 +358,7 @@ fn timeline_table(report: &VmReport) -> Option<Table> {
             sorted.sort_by(f64::total_cmp);
             let median = sorted.get(sorted.len() / 2).copied();
             let lowest_vm = line.slowest_vm_iops.iter().copied().reduce(f64::min);
+            let worst_latency = line.worst_vm_latency_us.iter().copied().reduce(f64::max);
             Some(vec![
                 t.name.clone(),
                 format!("{} x {} ms", line.total_iops.len(), line.bin_ms),
@@ -337,6 +366,7 @@ fn timeline_table(report: &VmReport) -> Option<Table> {
                 fixed(median, 0),
                 fixed(sorted.last().copied(), 0),
                 fixed(lowest_vm, 0),
+                fixed(worst_latency, 0),
             ])
         })
         .collect();
@@ -344,7 +374,7 @@ fn timeline_table(report: &VmReport) -> Option<Table> {
         return None;
     }
     Some(Table {
-        title: "IOPS over time (first repetition, fio's averaged IOPS logs)".to_string(),
+        title: "IOPS and latency over time (first repetition, fio's averaged logs)".to_string(),
         header: [
             "Target",
             "bins",
@@ -352,6 +382,7 @@ fn timeline_table(report: &VmReport) -> Option<Table> {
             "median bin",
             "highest bin",
             "slowest VM's lowest bin",
+            "worst VM's highest mean latency us",
         ]
         .iter()
         .map(|h| h.to_string())
@@ -383,6 +414,11 @@ fn timeline_charts(report: &VmReport) -> Vec<chart::LineChart> {
             "IOPS over time, the slowest VM in each bin".into(),
             "IOPS",
             lines(|l| &l.slowest_vm_iops),
+        ),
+        chart::binned_timeline_chart(
+            "Mean latency over time, the worst VM in each bin".into(),
+            "us",
+            lines(|l| &l.worst_vm_latency_us),
         ),
     ]
 }
@@ -443,10 +479,10 @@ mod tests {
         assert_eq!(jain_index(&[]), 0.0);
     }
 
-    fn log(lines: &[(u64, f64, u8)]) -> Vec<IopsSample> {
+    fn log(lines: &[(u64, f64, u8)]) -> Vec<LogSample> {
         lines
             .iter()
-            .map(|&(time_ms, iops, direction)| IopsSample { time_ms, iops, direction })
+            .map(|&(time_ms, value, direction)| LogSample { time_ms, value, direction })
             .collect()
     }
 
@@ -454,14 +490,17 @@ mod tests {
     fn iops_logs_parse_and_bad_lines_are_named() {
         let text = "1000, 418659, 0, 0, 0\n1000, 179292, 1, 0, 0\n\n2003, 446283, 0, 0, 0\n";
         assert_eq!(
-            parse_iops_log(text).unwrap(),
+            parse_fio_log(text).unwrap(),
             log(&[(1000, 418659.0, 0), (1000, 179292.0, 1), (2003, 446283.0, 0)])
         );
-        let err = parse_iops_log("1000, 5, 0, 0, 0\n2000, x, 0, 0, 0\n").unwrap_err();
-        assert_eq!(err, VmError::BadLogLine { line: 2, problem: "IOPS is not a number".into() });
-        assert!(parse_iops_log("1000, 5\n").is_err());
-        assert!(parse_iops_log("1000, 5, 7, 0, 0\n").is_err(), "no such direction");
-        assert!(parse_iops_log("1000, -5, 0, 0, 0\n").is_err());
+        let err = parse_fio_log("1000, 5, 0, 0, 0\n2000, x, 0, 0, 0\n").unwrap_err();
+        assert_eq!(
+            err,
+            VmError::BadLogLine { line: 2, problem: "the value is not a number".into() }
+        );
+        assert!(parse_fio_log("1000, 5\n").is_err());
+        assert!(parse_fio_log("1000, 5, 7, 0, 0\n").is_err(), "no such direction");
+        assert!(parse_fio_log("1000, -5, 0, 0, 0\n").is_err());
     }
 
     #[test]
@@ -508,6 +547,30 @@ mod tests {
     }
 
     #[test]
+    fn the_worst_vm_latency_per_bin_is_the_highest_mean_in_either_direction() {
+        let iops = log(&[(1000, 1.0, 0), (2000, 1.0, 0), (3000, 1.0, 0)]);
+        let mut line = vm_timeline(&[iops.clone(), iops], 1000).unwrap();
+        let vm0 = log(&[(1000, 5000.0, 0), (1007, 9000.0, 1), (2001, 4000.0, 0)]);
+        let vm1 = log(&[(999, 7000.0, 0), (2000, 3000.0, 1), (9000, 1e9, 0)]);
+        add_latency(&mut line, &[vm0, vm1], 1000);
+        // ns to us; bin 3 had no sample; the sample past the timeline is left out.
+        assert_eq!(line.worst_vm_latency_us, [9.0, 4.0, 0.0]);
+        // Wide bins take the worst interval inside them.
+        let mut wide = VmTimeline {
+            bin_ms: 2000,
+            total_iops: vec![1.0, 1.0],
+            slowest_vm_iops: vec![1.0, 1.0],
+            worst_vm_latency_us: vec![],
+        };
+        add_latency(
+            &mut wide,
+            &[log(&[(1000, 1000.0, 0), (2000, 8000.0, 0), (3000, 2000.0, 1)])],
+            1000,
+        );
+        assert_eq!(wide.worst_vm_latency_us, [8.0, 2.0]);
+    }
+
+    #[test]
     fn the_report_draws_the_timelines_of_targets_that_have_them() {
         let shape =
             match crate::profile::workload_shape(crate::profile::Profile::VmImages, Mode::Quick) {
@@ -524,6 +587,7 @@ mod tests {
             bin_ms: 1000,
             total_iops: vec![10.0, 30.0, 20.0],
             slowest_vm_iops: vec![1.0, 0.0, 2.0],
+            worst_vm_latency_us: vec![100.0, 900.0, 300.0],
         };
         let mut report = VmReport {
             run_id: "r".into(),
@@ -538,11 +602,12 @@ mod tests {
             ],
         };
         let md = render_vm_markdown(&report);
-        assert!(md.contains("| members | 3 x 1000 ms | 10 | 20 | 30 | 0 |"), "{md}");
+        assert!(md.contains("| members | 3 x 1000 ms | 10 | 20 | 30 | 0 | 900 |"), "{md}");
         assert!(!md.contains("| old | "), "a target without a timeline has no row");
         assert!(!md.contains("| no-logs | 1 x"), "nor one whose logs could not be read");
         let html = render_vm_html(&report);
         assert!(html.contains("IOPS over time, all VMs") && html.contains("the slowest VM"));
+        assert!(html.contains("Mean latency over time, the worst VM"));
         // Reports written before timelines existed still read and render.
         report.targets.truncate(1);
         report.targets[0].timelines.clear();
