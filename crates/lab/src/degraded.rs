@@ -250,13 +250,13 @@ pub fn compare_degraded(runs: &[DegradedReport]) -> Result<DegradedComparison, M
 /// One load level across the runs: a row per run with every phase's IOPS as a share of that
 /// run's healthy phase, the p99 while rebuilding against healthy, and the rebuild.
 fn compare_table(comparison: &DegradedComparison, level_index: usize) -> Table {
-    let mut load_percent = 0;
+    // Runs of one comparison have the same levels (compare_degraded checks).
+    let load_percent = comparison.runs[0].levels[level_index].load_percent;
     let rows = comparison
         .runs
         .iter()
         .filter_map(|run| {
             let level = run.levels.get(level_index)?;
-            load_percent = level.load_percent;
             let figures = |phase: &str| {
                 level.phases.iter().find(|(p, _)| p == phase).and_then(|(_, r)| phase_figures(r))
             };

@@ -166,13 +166,8 @@ pub struct IoSample {
 /// line; fio 3.x logs latency in nanoseconds).
 pub fn parse_lat_log(text: &str) -> Result<Vec<IoSample>, FilesError> {
     let mut samples = vec![];
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad =
-            |problem: &str| FilesError::BadLogLine { line: index + 1, problem: problem.into() };
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    for (line, fields) in crate::fio::log_lines(text) {
+        let bad = |problem: &str| FilesError::BadLogLine { line, problem: problem.into() };
         if fields.len() < 4 {
             return Err(bad("fewer than 4 fields"));
         }

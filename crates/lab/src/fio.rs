@@ -163,6 +163,15 @@ pub enum FioError {
     BadJob { job: String, problem: String },
 }
 
+/// The lines of one of fio's per-IO or averaged logs (`time_ms, value, direction, block size,
+/// offset[, prio]`): each non-blank line, numbered from 1, split into its trimmed fields.
+pub fn log_lines(text: &str) -> impl Iterator<Item = (usize, Vec<&str>)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(index, line)| (index + 1, line.split(',').map(str::trim).collect()))
+}
+
 /// Parse fio's JSON output. See the module comment for what is tolerated.
 pub fn parse_fio_output(text: &str) -> Result<FioOutput, FioError> {
     let start = json_start(text).ok_or(FioError::NoJson)?;

@@ -87,12 +87,8 @@ pub struct LogSample {
 /// Parse one fio IOPS or latency log (`write_iops_log` / `write_lat_log` with `log_avg_msec`).
 pub fn parse_fio_log(text: &str) -> Result<Vec<LogSample>, VmError> {
     let mut samples = vec![];
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |problem: &str| VmError::BadLogLine { line: index + 1, problem: problem.into() };
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    for (line, fields) in crate::fio::log_lines(text) {
+        let bad = |problem: &str| VmError::BadLogLine { line, problem: problem.into() };
         if fields.len() < 3 {
             return Err(bad("fewer than 3 fields"));
         }
