@@ -208,9 +208,18 @@ fn print_superblock(copy: usize, sb: &Superblock) {
         human(sb.bitmap_region_bytes),
         sb.bitmap_shards
     );
+    match sb.missed_map_since_event {
+        0 => println!("    missed-write map: not kept (a returning member is rebuilt in full)"),
+        e => println!("    missed-write map: kept since event {e}"),
+    }
     if sb.rebuild_role != flashraid_format::superblock::ROLE_NONE {
+        let partial = if sb.members[usize::from(sb.rebuild_role)].partial_rebuild {
+            " (partial: a re-added member, only the regions it missed)"
+        } else {
+            ""
+        };
         println!(
-            "    rebuilding slot {}: stripes below {} are rebuilt",
+            "    rebuilding slot {}{partial}: stripes below {} are rebuilt",
             sb.rebuild_role, sb.rebuild_cursor_stripes
         );
     }
@@ -226,7 +235,8 @@ fn print_superblock(copy: usize, sb: &Superblock) {
     );
     for (i, m) in sb.members.iter().chain(&sb.spares).enumerate() {
         let failed = if m.state == MemberState::Failed {
-            format!(" at event {}", m.failed_at_event)
+            let sync = if m.in_sync_when_failed { " (in sync: can be re-added)" } else { "" };
+            format!(" at event {}{sync}", m.failed_at_event)
         } else {
             String::new()
         };
@@ -258,6 +268,8 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
                 .then_some(sb.rebuild_role),
             "rebuild_cursor_stripes": (sb.rebuild_role != flashraid_format::superblock::ROLE_NONE)
                 .then_some(sb.rebuild_cursor_stripes),
+            "missed_map_since_event": (sb.missed_map_since_event != 0)
+                .then_some(sb.missed_map_since_event),
             "tunables": {
                 "rebuild_rate_mib_per_s": sb.tunables.rebuild_rate_mib_per_s,
                 "scrub_rate_mib_per_s": sb.tunables.scrub_rate_mib_per_s,
@@ -269,6 +281,8 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
                 "uuid": m.uuid.to_string(),
                 "state": state_name(m.state),
                 "failed_at_event": m.failed_at_event,
+                "in_sync_when_failed": m.in_sync_when_failed,
+                "partial_rebuild": m.partial_rebuild,
                 "errors_corrected": m.errors_corrected,
             })).collect::<Vec<_>>(),
         }),

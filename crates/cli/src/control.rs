@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_runtime::{Array, ArrayStatus};
+use flashraid_runtime::{Array, ArrayStatus, ReAdd};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -81,10 +81,10 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
     let mut line = String::new();
     BufReader::new((&stream).take(COMMAND_BYTES_MAX)).read_line(&mut line)?;
     let words: Vec<&str> = line.split_whitespace().collect();
-    // `spare-add force|keep PATH`: the path is the rest of the line (it may hold spaces);
-    // `replace ROLE force|keep PATH` likewise.
+    // `spare-add force|keep readd|full PATH`: the path is the rest of the line (it may hold
+    // spaces); `replace ROLE force|keep PATH` likewise.
     let trimmed = line.trim_end_matches(['\r', '\n']);
-    let spare_path = trimmed.splitn(3, ' ').nth(2).map(PathBuf::from);
+    let spare_path = trimmed.splitn(4, ' ').nth(3).map(PathBuf::from);
     let replace_path = trimmed.splitn(4, ' ').nth(3).map(PathBuf::from);
     let reply = match words.as_slice() {
         ["replace", role, how @ ("force" | "keep"), ..] => {
@@ -96,12 +96,18 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
                 _ => json!({ "error": "replace needs a member role and an absolute path" }),
             }
         }
-        ["spare-add", how @ ("force" | "keep"), ..] => match spare_path {
-            Some(path) if path.is_absolute() => {
-                answer(context.array.add_spare(&path, overwrite(how)), json!({ "ok": true }))
+        ["spare-add", how @ ("force" | "keep"), rebuild @ ("readd" | "full"), ..] => {
+            match spare_path {
+                Some(path) if path.is_absolute() => {
+                    let re_add = if *rebuild == "full" { ReAdd::Never } else { ReAdd::IfPossible };
+                    answer(
+                        context.array.add_spare_with(&path, overwrite(how), re_add),
+                        json!({ "ok": true }),
+                    )
+                }
+                _ => json!({ "error": "spare-add needs an absolute path" }),
             }
-            _ => json!({ "error": "spare-add needs an absolute path" }),
-        },
+        }
         ["status"] => match context.array.status() {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),
@@ -134,7 +140,7 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, scrub check|repair|stop, \
-                 spare-add force|keep PATH or replace ROLE force|keep PATH",
+                 spare-add force|keep readd|full PATH or replace ROLE force|keep PATH",
                 line.trim()
             )
         }),
@@ -209,6 +215,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "eta_s": r.eta_s,
             "rate_limit_bytes_per_s": r.rate_limit_bytes_per_s,
             "stalled_at_stripe": r.stalled_at_stripe,
+            "partial": r.partial,
         })),
         "members": s.members.iter().map(|m| json!({
             "role": m.role,
@@ -394,8 +401,10 @@ fn rebuild_line(r: &Value) -> Option<String> {
         Some(s) => format!("  STALLED at stripe {s}: too many members unreadable"),
         None => String::new(),
     };
+    let partial =
+        if r["partial"].as_bool() == Some(true) { " (re-add: only what it missed)" } else { "" };
     Some(format!(
-        "rebuild: member {} onto {}  [{bar}] {percent:.1}%  {}/s{limit}  {eta}{stalled}",
+        "rebuild{partial}: member {} onto {}  [{bar}] {percent:.1}%  {}/s{limit}  {eta}{stalled}",
         r["role"],
         r["path"].as_str().unwrap_or("?"),
         crate::array_cmds::human(rate),
@@ -485,6 +494,11 @@ pub struct SpareArgs {
     /// Overwrite a device that holds a filesystem, a partition table or another array.
     #[arg(long)]
     force: bool,
+    /// A member of this array that failed and came back is normally re-added to its role
+    /// with only the regions written while it was away rebuilt; this makes it a plain spare
+    /// instead (a takeover then rebuilds it in full).
+    #[arg(long)]
+    full_rebuild: bool,
     /// `add`: the only action (a spare leaves by taking a role, or with its array).
     #[arg(value_parser = ["add"])]
     action: String,
@@ -498,10 +512,30 @@ pub fn run_spare(args: SpareArgs) -> Result<()> {
     let device = std::fs::canonicalize(&args.device)
         .with_context(|| format!("{}: cannot find it", args.device.display()))?;
     let how = if args.force { "force" } else { "keep" };
-    ask(&path, &format!("spare-add {how} {}", device.display()))?;
+    let rebuild = if args.full_rebuild { "full" } else { "readd" };
+    ask(&path, &format!("spare-add {how} {rebuild} {}", device.display()))?;
     let v = ask(&path, "status")?;
+    // What happened to this device: the newest event naming it says (a quick rebuild may
+    // have finished already, so it need not be the last event).
+    let name = device.display().to_string();
+    let re_added = v["events"].as_array().is_some_and(|events| {
+        events
+            .iter()
+            .rev()
+            .find(|e| {
+                matches!(e["kind"].as_str(), Some("member-re-added" | "spare-added"))
+                    && e["message"].as_str().is_some_and(|m| m.contains(&name))
+            })
+            .is_some_and(|e| e["kind"] == "member-re-added")
+    });
     match rebuild_line(&v["rebuild"]) {
+        Some(line) if re_added => println!(
+            "{} re-added to its role: only the regions written while it was away are \
+             rebuilt\n{line}",
+            device.display()
+        ),
         Some(line) => println!("{} added; it took over a failed member\n{line}", device.display()),
+        None if re_added => println!("{} re-added to its role", device.display()),
         None => println!("{} added as a hot spare", device.display()),
     }
     Ok(())

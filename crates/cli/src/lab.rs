@@ -1261,7 +1261,10 @@ fn run_degraded(
                 }
                 let started = Instant::now();
                 let watched = (|| -> Result<f64> {
-                    crate::control::ask(&control, &format!("spare-add keep {}", spare.display()))?;
+                    crate::control::ask(
+                        &control,
+                        &format!("spare-add keep full {}", spare.display()),
+                    )?;
                     loop {
                         let status = crate::control::ask(&control, "status")?;
                         let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());

@@ -25,7 +25,9 @@ use flashraid_engine::{BitmapSetup, Health, MemberSetup, ShardConfig, ShardSetup
 use flashraid_format::assembly::{
     Assembled, AssemblyError, AssemblyRequest, Candidate, DirtyDegraded, assemble,
 };
-use flashraid_format::bitmap::{BITMAP_BLOCK_BYTES, BitmapBlock, SHARDS_MAX};
+use flashraid_format::bitmap::{
+    BITMAP_BLOCK_BYTES, BitmapBlock, BitmapKind, MISSED_MAP_OFFSET_BYTES, SHARDS_MAX,
+};
 use flashraid_format::layout::{SUPERBLOCK_COPY0_OFFSET_BYTES, superblock_copy1_offset};
 use flashraid_format::superblock::{
     ArrayState, CURSOR_NONE, MemberState, ROLE_NONE, SUPERBLOCK_BYTES, Superblock,
@@ -178,6 +180,12 @@ pub fn create(
         if init == Init::Background { (0..region_count).collect() } else { vec![] };
     for (device, sb) in all.iter().zip(&superblocks) {
         write_bitmap_area(*device, sb, &dirty, sb.bitmap_shards)?;
+        write_map_area(*device, sb, BitmapKind::Missed, &[], sb.bitmap_shards)?;
+    }
+    // Every role in service and a blank missed-write map on every member: the map is kept
+    // from the first event on.
+    for sb in &mut superblocks {
+        sb.missed_map_since_event = sb.event;
     }
     if init == Init::Zero {
         for (device, sb) in all.iter().zip(&superblocks) {
@@ -207,14 +215,36 @@ fn write_bitmap_area(
     dirty: &[u32],
     shards: u32,
 ) -> Result<(), ControlError> {
+    write_map_area(device, sb, BitmapKind::WriteIntent, dirty, shards)
+}
+
+/// Where a map's area starts on every member.
+fn map_offset(sb: &Superblock, kind: BitmapKind) -> u64 {
+    match kind {
+        BitmapKind::WriteIntent => sb.bitmap_offset_bytes,
+        BitmapKind::Missed => MISSED_MAP_OFFSET_BYTES,
+    }
+}
+
+/// Write every shard block of one map's area: shards `0..shards` with `set` set, the rest
+/// cleared.
+fn write_map_area(
+    device: &dyn MetaDevice,
+    sb: &Superblock,
+    kind: BitmapKind,
+    set: &[u32],
+    shards: u32,
+) -> Result<(), ControlError> {
+    let dirty = set;
     let region_count =
         u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
     let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
     let shard_count = u16::try_from(shards).expect("at most 64");
     for shard in 0..SHARDS_MAX {
-        let offset = sb.bitmap_offset_bytes + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
+        let offset = map_offset(sb, kind) + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
         if shard < shards {
-            let mut block = BitmapBlock::new(
+            let mut block = BitmapBlock::new_kind(
+                kind,
                 sb.array_uuid,
                 u16::try_from(shard).expect("fits"),
                 shard_count,
@@ -236,22 +266,34 @@ fn write_bitmap_area(
 /// The union of the regions set in every shard block of every present member. A block that
 /// cannot be read or decoded makes every region dirty: a full resync costs time, never data.
 fn dirty_regions(devices: &[&dyn MetaDevice], assembled: &Assembled) -> Vec<u32> {
+    map_regions(devices, assembled, BitmapKind::WriteIntent)
+}
+
+/// The regions the missed-write map names, over every present member (the same union; a
+/// block that cannot be read, or an array that keeps no map, names every region).
+fn missed_regions(devices: &[&dyn MetaDevice], assembled: &Assembled) -> Vec<u32> {
+    map_regions(devices, assembled, BitmapKind::Missed)
+}
+
+fn map_regions(devices: &[&dyn MetaDevice], assembled: &Assembled, kind: BitmapKind) -> Vec<u32> {
     let sb = &assembled.superblock;
     let region_count =
         u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
     let mut dirty = vec![false; usize::try_from(region_count).expect("fits")];
-    let mut everything = false;
+    let mut everything = kind == BitmapKind::Missed && sb.missed_map_since_event == 0;
     let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
     for device_index in assembled.roles.iter().flatten() {
         let device = devices[*device_index];
         for shard in 0..sb.bitmap_shards {
-            let offset = sb.bitmap_offset_bytes + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
+            let offset = map_offset(sb, kind) + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
             let block = device
                 .read_at(buf.as_mut_slice(), offset)
                 .ok()
                 .and_then(|_| BitmapBlock::decode(buf.as_slice(), sb.array_uuid).ok());
             match block {
-                Some(block) if block.region_bytes == sb.bitmap_region_bytes => {
+                Some(block)
+                    if block.region_bytes == sb.bitmap_region_bytes && block.kind == kind =>
+                {
                     for r in block.set_regions() {
                         dirty[usize::try_from(r).expect("fits")] = true;
                     }
@@ -269,6 +311,9 @@ pub struct Prepared {
     pub assembled: Assembled,
     /// Regions to resync (empty when the array was shut down cleanly).
     pub dirty_regions: Vec<u32>,
+    /// Regions some role out of service may have missed (empty when every role is in
+    /// service): the missed-write map, and the dirty regions (writes in flight at a crash).
+    pub missed_regions: Vec<u32>,
 }
 
 /// Read every device, decide the assembly, and collect the dirty regions if it was not shut
@@ -304,11 +349,20 @@ pub fn prepare(
             } else {
                 sb.array_name.clone()
             },
-            roles: unavailable,
+            roles: unavailable.clone(),
         }
         .into());
     }
-    Ok(Prepared { assembled, dirty_regions })
+    let missed_regions = if unavailable.is_empty() {
+        vec![]
+    } else {
+        let mut missed = missed_regions(devices, &assembled);
+        missed.extend(&dirty_regions);
+        missed.sort_unstable();
+        missed.dedup();
+        missed
+    };
+    Ok(Prepared { assembled, dirty_regions, missed_regions })
 }
 
 /// The running array's metadata: the newest superblock and which device holds each role.
@@ -422,10 +476,20 @@ impl Metadata {
         }
         let entry = &mut self.template.members[role];
         if entry.state != MemberState::Failed {
+            // Only a member that was whole can later be re-added from the missed-write map.
+            entry.in_sync_when_failed = entry.state == MemberState::Active;
+            entry.partial_rebuild = false;
             entry.state = MemberState::Failed;
             entry.failed_at_event = self.template.event;
         }
         self.roles[role] = None;
+    }
+
+    /// Whether every role is held and active: the missed-write map can be emptied, and is
+    /// kept from this event on.
+    pub fn all_in_service(&self) -> bool {
+        self.roles.iter().all(Option::is_some)
+            && self.template.members.iter().all(|m| m.state == MemberState::Active)
     }
 
     /// Record members as failed, durably. Returns every role failed by this update (more
@@ -523,6 +587,8 @@ impl Metadata {
             return Err(ControlError::Invalid("identity collision; try again".into()));
         }
         write_bitmap_area(d, &self.template, &[], self.template.bitmap_shards)?;
+        let shards = self.template.bitmap_shards;
+        write_map_area(d, &self.template, BitmapKind::Missed, &[], shards)?;
         if device == self.sizes.len() {
             self.sizes.push(d.size_bytes());
         }
@@ -599,7 +665,9 @@ impl Metadata {
         entry.errors_corrected = 0;
         // Blank bitmap blocks: valid (so assembly can read them) and empty (the union over
         // the other members carries the dirty regions).
-        write_bitmap_area(devices[device], &self.template, &[], self.template.bitmap_shards)?;
+        let shards = self.template.bitmap_shards;
+        write_bitmap_area(devices[device], &self.template, &[], shards)?;
+        write_map_area(devices[device], &self.template, BitmapKind::Missed, &[], shards)?;
         self.template.members[r] = entry;
         self.template.rebuild_role = role.0;
         self.template.rebuild_cursor_stripes = 0;
@@ -649,12 +717,122 @@ impl Metadata {
             return Err(ControlError::Invalid("the rebuilt role has no device".into()));
         };
         devices[device].sync().map_err(io_error(devices[device]))?;
-        self.template.members[usize::from(role)].state = MemberState::Active;
+        let entry = &mut self.template.members[usize::from(role)];
+        entry.state = MemberState::Active;
+        entry.partial_rebuild = false;
         self.template.rebuild_role = ROLE_NONE;
         self.template.rebuild_cursor_stripes = CURSOR_NONE;
         self.template.event += 1;
+        if self.all_in_service() {
+            // The map may still name old regions (the engine empties it after this); a
+            // superset never loses anything.
+            self.template.missed_map_since_event = self.template.event;
+        }
         self.write_all(devices)?;
         Ok(MemberIndex(role))
+    }
+
+    /// Whether the rebuild in progress is a partial one (a re-added member).
+    pub fn rebuild_is_partial(&self) -> bool {
+        let role = self.template.rebuild_role;
+        role != ROLE_NONE && self.template.members[usize::from(role)].partial_rebuild
+    }
+
+    /// Whether device `device` (the last of `devices` or one already known) is this array's
+    /// own member of a failed role that can come back with only the regions it missed
+    /// rebuilt. Returns the role, or why not (the caller then adds it as a spare and rebuilds
+    /// it in full).
+    pub fn re_add_check(
+        &self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+    ) -> Result<MemberIndex, String> {
+        let d = devices[device];
+        let Some(own) = read_candidate(d).copies.into_iter().flatten().max_by_key(|sb| sb.event)
+        else {
+            return Err("it holds no valid superblock".into());
+        };
+        let sb = &self.template;
+        if own.array_uuid != sb.array_uuid {
+            return Err("it is not a member of this array".into());
+        }
+        let Some(role) = sb.members.iter().position(|m| m.uuid == own.this_uuid) else {
+            return Err("its member identity no longer holds a role (another device took it                         over)"
+                .into());
+        };
+        let entry = &sb.members[role];
+        if entry.state != MemberState::Failed || self.roles[role].is_some() {
+            return Err(format!("its role {role} is not failed"));
+        }
+        if !entry.in_sync_when_failed {
+            return Err(format!(
+                "role {role} was not in sync when it failed (it was being rebuilt, or the                  array is older than the missed-write map)"
+            ));
+        }
+        if sb.missed_map_since_event == 0 || sb.missed_map_since_event > entry.failed_at_event {
+            return Err("the missed-write map does not cover its absence".into());
+        }
+        if usize::from(own.this_role) != role
+            || own.members[role].state != MemberState::Active
+            || own.event < sb.missed_map_since_event
+            || own.event >= entry.failed_at_event
+        {
+            return Err(format!(
+                "its superblock (event {}) is not the one it had when it failed at event {}:                  its contents cannot be trusted",
+                own.event, entry.failed_at_event
+            ));
+        }
+        if sb.rebuild_role != ROLE_NONE {
+            return Err("another rebuild is running".into());
+        }
+        let capacity = flashraid_format::layout::member_data_capacity(d.size_bytes());
+        if capacity.is_none_or(|c| c < sb.member_data_bytes) {
+            return Err("it is smaller than a member's data area".into());
+        }
+        Ok(MemberIndex(u16::try_from(role).expect("fits")))
+    }
+
+    /// Re-add device `device` to its failed role (see `re_add_check`): it takes the role back
+    /// as `Rebuilding` with a partial rebuild from stripe 0, durably. Its bitmap areas are
+    /// written blank first (the other members' maps name everything it missed). The engine
+    /// then starts a partial rebuild (`Shard::start_rebuild` with `partial`).
+    pub fn re_add(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+    ) -> Result<MemberIndex, ControlError> {
+        assert!(device <= self.sizes.len(), "a known device or the next one");
+        let role = self.re_add_check(devices, device).map_err(ControlError::Invalid)?;
+        let d = devices[device];
+        if self.holders().iter().any(|&(h, _)| h == device)
+            || devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name())
+        {
+            return Err(ControlError::DuplicateDevice { device: d.name() });
+        }
+        let shards = self.template.bitmap_shards;
+        write_bitmap_area(d, &self.template, &[], shards)?;
+        write_map_area(d, &self.template, BitmapKind::Missed, &[], shards)?;
+        if device == self.sizes.len() {
+            self.sizes.push(d.size_bytes());
+        }
+        let r = role.get();
+        let entry = &mut self.template.members[r];
+        entry.state = MemberState::Rebuilding;
+        entry.partial_rebuild = true;
+        entry.in_sync_when_failed = false;
+        entry.failed_at_event = 0;
+        self.template.rebuild_role = role.0;
+        self.template.rebuild_cursor_stripes = 0;
+        self.template.event += 1;
+        self.roles[r] = Some(device);
+        self.write_all(devices)?;
+        if self.roles[r].is_none() {
+            return Err(ControlError::Invalid(format!(
+                "{} failed while taking back role {r}",
+                d.name()
+            )));
+        }
+        Ok(role)
     }
 
     /// Mark the array clean (every shard has flushed and cleared its bitmap).
@@ -711,9 +889,18 @@ pub fn start(
             metadata.mark_failed(role);
         }
     }
+    // Every role in service: nothing is missed, and the map is kept from this event on.
+    // Otherwise the map carries what assembly found (the map and the dirty regions).
+    let missed = if metadata.all_in_service() {
+        metadata.template.missed_map_since_event = metadata.template.event;
+        vec![]
+    } else {
+        prepared.missed_regions.clone()
+    };
     // Bitmap first (so a crash after the dirty superblock finds it), then superblocks.
     for &(device, _) in &metadata.holders() {
         write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;
+        write_map_area(devices[device], &metadata.template, BitmapKind::Missed, &missed, shards)?;
     }
     metadata.write_all(devices)?;
     let geometry = a.geometry;
@@ -745,6 +932,8 @@ pub fn start(
                 area_offset_bytes: metadata.template.bitmap_offset_bytes,
                 region_bytes: metadata.template.bitmap_region_bytes,
                 dirty_regions: prepared.dirty_regions.clone(),
+                missed_area_offset_bytes: MISSED_MAP_OFFSET_BYTES,
+                missed_regions: missed.clone(),
             },
         })
         .collect();

@@ -18,10 +18,17 @@
 //! - Batching: every bit set while an image is in flight rides on the next image, so a burst
 //!   of random writes costs one bitmap write per image round trip, not one per write.
 //!
-//! Limits: one 4 KiB block per shard, at most `REGIONS_PER_BLOCK_MAX` regions.
+//!
+//! The missed-write map rides on the same protocol. While `recording` (this shard has some
+//! role out of service), a region whose write-intent bit is cleared gets its missed bit
+//! set, and the missed image is written before the write-intent image that carries the
+//! clear: on disk, a region written while a role was away is always named by one map or the
+//! other. A member that failed while in sync and comes back is rebuilt only in the regions
+//! so named (`missed_snapshot`). The map is emptied only when no role is out of service.
+//!
+//! Limits: one 4 KiB block per shard and per map, at most `REGIONS_PER_BLOCK_MAX` regions.
 
-use flashraid_format::Uuid;
-use flashraid_format::bitmap::BitmapBlock;
+use flashraid_format::bitmap::{BitmapBlock, BitmapKind};
 use flashraid_iobuf::IoBuf;
 
 /// One region's state.
@@ -35,6 +42,14 @@ struct Region {
     last_release_us: u64,
     /// A member flush issued after the last release has completed.
     flushed: bool,
+}
+
+/// Which block an image started by `start_image` is (the caller writes it at that map's
+/// offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ImageKind {
+    WriteIntent,
+    Missed,
 }
 
 /// What `acquire` found.
@@ -64,26 +79,27 @@ pub(crate) struct WriteIntent {
     /// When the internal flush in flight (if any) was issued.
     flush_issued_us: Option<u64>,
     buf: IoBuf,
+    /// The missed-write map in memory (its `sequence` is that of the last image started).
+    missed: BitmapBlock,
+    /// The missed map in memory differs from the last missed image started.
+    missed_changed: bool,
+    /// A missed image is in flight (never at the same time as a write-intent image).
+    missed_in_flight: bool,
+    /// Some role is out of service here: clearing a region marks it missed.
+    recording: bool,
 }
 
 impl WriteIntent {
-    /// `dirty` regions start set both in memory and on disk (the runtime wrote them before
-    /// starting the shard).
-    pub fn new(
-        array_uuid: Uuid,
-        shard: u16,
-        shard_count: u16,
-        region_bytes: u64,
-        region_count: u32,
-        dirty: &[u32],
-        clear_delay_us: u64,
-    ) -> Self {
-        let mut block =
-            BitmapBlock::new(array_uuid, shard, shard_count, region_bytes, region_count);
-        let count = usize::try_from(region_count).expect("u32 fits usize");
+    /// Start from the blocks as the runtime wrote them before starting the shard: the
+    /// write-intent block's set regions (dirty ones) are set in memory and on disk, and so
+    /// are the missed-write map's.
+    pub fn new(block: BitmapBlock, missed_block: BitmapBlock, clear_delay_us: u64) -> Self {
+        assert_eq!(block.kind, BitmapKind::WriteIntent);
+        assert_eq!(missed_block.kind, BitmapKind::Missed);
+        assert_eq!(block.region_count, missed_block.region_count);
+        let count = usize::try_from(block.region_count).expect("u32 fits usize");
         let mut regions = vec![Region::default(); count];
-        for &r in dirty {
-            block.set(r, true);
+        for r in block.set_regions() {
             regions[usize::try_from(r).expect("u32 fits usize")].on_disk = true;
         }
         let image_bits = regions.iter().map(|r| r.on_disk).collect();
@@ -98,7 +114,53 @@ impl WriteIntent {
             clear_delay_us,
             flush_issued_us: None,
             buf: IoBuf::new(flashraid_format::bitmap::BITMAP_BLOCK_BYTES),
+            missed: missed_block,
+            missed_changed: false,
+            missed_in_flight: false,
+            recording: false,
         }
+    }
+
+    /// Whether some role is out of service for this shard (set on every health change).
+    pub fn set_recording(&mut self, recording: bool) {
+        self.recording = recording;
+    }
+
+    /// A region's write-intent bit is being cleared: while recording, it is missed.
+    fn note_cleared(&mut self, region: u32) {
+        if self.recording && !self.missed.is_set(region) {
+            self.missed.set(region, true);
+            self.missed_changed = true;
+        }
+    }
+
+    /// Regions a member that comes back now may have missed: the missed map, and every
+    /// region with its write-intent bit set (writes in flight, or finished and not yet
+    /// cleared into the map).
+    pub fn missed_snapshot(&self) -> Vec<bool> {
+        (0..self.block.region_count)
+            .map(|r| self.missed.is_set(r) || self.block.is_set(r))
+            .collect()
+    }
+
+    /// Regions set in the missed map (for status).
+    pub fn missed_regions(&self) -> usize {
+        self.missed.set_regions().count()
+    }
+
+    /// Every role is in service again: nothing is missed any more. Refused (false) while
+    /// recording, so a failure this shard already saw keeps its map.
+    pub fn clear_missed(&mut self) -> bool {
+        if self.recording {
+            return false;
+        }
+        if self.missed.set_regions().next().is_some() {
+            for r in 0..self.missed.region_count {
+                self.missed.set(r, false);
+            }
+            self.missed_changed = true;
+        }
+        true
     }
 
     fn region(&mut self, region: u32) -> &mut Region {
@@ -188,14 +250,28 @@ impl WriteIntent {
             {
                 self.block.set(index, false);
                 self.changed = true;
+                self.note_cleared(index);
             }
         }
     }
 
-    /// If an image should be written now, encode it and return its bytes (the caller writes
-    /// them to every available member and calls `image_written` when all are done).
-    pub fn start_image(&mut self) -> Option<&mut IoBuf> {
-        if self.in_flight || !self.changed {
+    /// If an image should be written now, encode it and return its kind and bytes (the
+    /// caller writes them to every available member, at that map's block, and calls
+    /// `image_written` when all are done). A changed missed map goes first: the write-intent
+    /// image that clears a region must not land before the map naming it.
+    pub fn start_image(&mut self) -> Option<(ImageKind, &mut IoBuf)> {
+        if self.in_flight || self.missed_in_flight {
+            return None;
+        }
+        if self.missed_changed {
+            self.missed.sequence += 1;
+            self.missed_in_flight = true;
+            self.missed_changed = false;
+            let encoded = self.missed.encode();
+            self.buf.as_mut_slice().copy_from_slice(&encoded);
+            return Some((ImageKind::Missed, &mut self.buf));
+        }
+        if !self.changed {
             return None;
         }
         self.started += 1;
@@ -207,11 +283,15 @@ impl WriteIntent {
         }
         let encoded = self.block.encode();
         self.buf.as_mut_slice().copy_from_slice(&encoded);
-        Some(&mut self.buf)
+        Some((ImageKind::WriteIntent, &mut self.buf))
     }
 
     /// The image started last is durable on every available member.
     pub fn image_written(&mut self) {
+        if self.missed_in_flight {
+            self.missed_in_flight = false;
+            return;
+        }
         assert!(self.in_flight, "image completion without an image in flight");
         self.in_flight = false;
         self.durable = self.started;
@@ -222,11 +302,11 @@ impl WriteIntent {
 
     /// Memory differs from the last image started: another image is due.
     pub fn has_changes(&self) -> bool {
-        self.changed
+        self.changed || self.missed_changed
     }
 
     pub fn image_in_flight(&self) -> bool {
-        self.in_flight
+        self.in_flight || self.missed_in_flight
     }
 
     /// Regions set in memory (for status and shutdown checks).
@@ -236,8 +316,8 @@ impl WriteIntent {
 
     /// Whether every bit is clear in memory and on disk and nothing is pending.
     pub fn is_clear(&self) -> bool {
-        !self.in_flight
-            && !self.changed
+        !self.image_in_flight()
+            && !self.has_changes()
             && self.block.set_regions().next().is_none()
             && self.regions.iter().all(|r| !r.on_disk)
     }
@@ -251,6 +331,7 @@ impl WriteIntent {
             if self.block.is_set(index) && r.writes_active == 0 && r.flushed && !keep(index) {
                 self.block.set(index, false);
                 self.changed = true;
+                self.note_cleared(index);
             }
         }
     }
@@ -259,9 +340,21 @@ impl WriteIntent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashraid_format::Uuid;
+
+    /// A shard's maps over `regions` regions, `dirty` set in the write-intent block.
+    fn blocks(regions: u32, dirty: &[u32], clear_delay_us: u64) -> WriteIntent {
+        let uuid = Uuid([1; 16]);
+        let mut block = BitmapBlock::new(uuid, 0, 1, 1 << 20, regions);
+        for &r in dirty {
+            block.set(r, true);
+        }
+        let missed = BitmapBlock::new_kind(BitmapKind::Missed, uuid, 0, 1, 1 << 20, regions);
+        WriteIntent::new(block, missed, clear_delay_us)
+    }
 
     fn intent() -> WriteIntent {
-        WriteIntent::new(Uuid([1; 16]), 0, 1, 1 << 20, 100, &[], 1000)
+        blocks(100, &[], 1000)
     }
 
     /// Region 3 written once, its image durable, flushed, idle, and cleared in memory.
@@ -396,10 +489,57 @@ mod tests {
 
     #[test]
     fn resyncing_regions_are_kept() {
-        let mut b = WriteIntent::new(Uuid([1; 16]), 0, 1, 1 << 20, 10, &[2, 4], 0);
+        let mut b = blocks(10, &[2, 4], 0);
         b.flush_issued(0);
         b.flush_completed(0);
         b.clear_idle(10, &|r| r == 4);
         assert_eq!(b.set_regions(), 1);
+    }
+
+    /// While a role is out of service, a cleared region becomes missed, and the missed image
+    /// is written before the write-intent image that clears it.
+    #[test]
+    fn a_region_cleared_while_recording_is_missed_first() {
+        let mut b = intent();
+        b.set_recording(true);
+        b.acquire(3);
+        assert_eq!(b.start_image().map(|(k, _)| k), Some(ImageKind::WriteIntent));
+        b.image_written();
+        b.release(3, 100);
+        b.flush_issued(2000);
+        b.flush_completed(2000);
+        b.clear_idle(2000, &|_| false);
+        assert_eq!(b.set_regions(), 0);
+        assert_eq!(b.missed_regions(), 1);
+        // The missed image goes first; the clearing image only after it landed.
+        assert_eq!(b.start_image().map(|(k, _)| k), Some(ImageKind::Missed));
+        assert!(b.start_image().is_none(), "one image at a time");
+        b.image_written();
+        assert_eq!(b.start_image().map(|(k, _)| k), Some(ImageKind::WriteIntent));
+        b.image_written();
+        assert!(b.is_clear());
+        assert_eq!(b.missed_snapshot().iter().filter(|&&m| m).count(), 1);
+        // Kept while recording; emptied once every role is back.
+        assert!(!b.clear_missed());
+        b.set_recording(false);
+        assert!(b.clear_missed());
+        assert_eq!(b.missed_regions(), 0);
+        assert_eq!(b.start_image().map(|(k, _)| k), Some(ImageKind::Missed));
+    }
+
+    #[test]
+    fn nothing_is_missed_while_every_role_is_in_service() {
+        let mut b = region_3_written_flushed_and_cleared();
+        assert_eq!(b.missed_regions(), 0);
+        assert_eq!(b.start_image().map(|(k, _)| k), Some(ImageKind::WriteIntent));
+    }
+
+    #[test]
+    fn the_snapshot_includes_regions_still_being_written() {
+        let mut b = intent();
+        b.set_recording(true);
+        b.acquire(7);
+        let snapshot = b.missed_snapshot();
+        assert!(snapshot[7] && snapshot.iter().filter(|&&m| m).count() == 1);
     }
 }

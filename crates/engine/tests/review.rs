@@ -37,6 +37,8 @@ fn shard(level: Level, n: usize, failed: &[usize], dirty: &[u32]) -> Shard {
             area_offset_bytes: BITMAP_OFFSET,
             region_bytes: 4 * CHUNK,
             dirty_regions: dirty.to_vec(),
+            missed_area_offset_bytes: BITMAP_OFFSET + (256 << 10),
+            missed_regions: vec![],
         },
     })
     .unwrap()
@@ -263,7 +265,7 @@ fn io_queued_for_a_failed_member_never_reaches_its_replacement() {
     // takes its role (the runtime cancels, then remaps, then starts the rebuild).
     s.apply_failed(&[member]);
     s.cancel_queued_io(member);
-    s.start_rebuild(member, StripeIndex(0), false);
+    s.start_rebuild(member, StripeIndex(0), false, false);
     let mut read_from_the_replacement = false;
     for _ in 0..1000 {
         let batch = ios(&mut s);

@@ -23,8 +23,16 @@
 //! 64  4032 bits, least significant bit first: bit r = byte r/8, bit r%8
 //! ```
 //!
+//! The missed-write map uses the same block format with the magic "FRMISSED", in its own area
+//! right after the bitmap area (block `s` again belongs to shard `s`). Bit `r` set means
+//! "shard s wrote region r while some role was out of service": a member that failed while
+//! in sync and comes back needs only those regions rebuilt. Its bits are set when a
+//! write-intent bit is cleared while a role is out of service, and reach the disk before the
+//! cleared write-intent bit does, so every region a returning member may have missed is
+//! named by one map or the other.
+//!
 //! Fault model: a torn block fails its checksum; the reader then treats every region as dirty
-//! (a full resync costs time, never data).
+//! (a full resync costs time, never data), or as missed (a full rebuild).
 
 use crate::superblock::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 use crate::{FormatError, Uuid};
@@ -42,6 +50,29 @@ pub const REGIONS_PER_BLOCK_MAX: usize = (BITMAP_BLOCK_BYTES - HEADER_BYTES) * 8
 /// Smallest region: finer tracking would cost bitmap writes for little resync saved.
 pub const REGION_BYTES_MIN: u64 = 1 << 20;
 const MAGIC: [u8; 8] = *b"FRBITMAP";
+const MISSED_MAGIC: [u8; 8] = *b"FRMISSED";
+/// Offset of the missed-write map area (right after the bitmap area; same size).
+pub const MISSED_MAP_OFFSET_BYTES: u64 = crate::layout::BITMAP_OFFSET_BYTES + BITMAP_AREA_BYTES;
+const _: () =
+    assert!(MISSED_MAP_OFFSET_BYTES + BITMAP_AREA_BYTES <= crate::layout::DATA_OFFSET_BYTES);
+
+/// Which map a block belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BitmapKind {
+    /// The write-intent bitmap: regions that may have writes in flight.
+    WriteIntent,
+    /// The missed-write map: regions written while some role was out of service.
+    Missed,
+}
+
+impl BitmapKind {
+    fn magic(self) -> [u8; 8] {
+        match self {
+            BitmapKind::WriteIntent => MAGIC,
+            BitmapKind::Missed => MISSED_MAGIC,
+        }
+    }
+}
 const VERSION: u32 = 1;
 const CRC_OFFSET: usize = 60;
 
@@ -58,6 +89,7 @@ pub fn default_region_bytes(member_data_bytes: u64, chunk_bytes: u32) -> u64 {
 /// One shard's bitmap block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BitmapBlock {
+    pub kind: BitmapKind,
     pub array_uuid: Uuid,
     pub shard: u16,
     pub shard_count: u16,
@@ -68,8 +100,27 @@ pub struct BitmapBlock {
 }
 
 impl BitmapBlock {
-    /// An all-clear block.
+    /// An all-clear write-intent block.
     pub fn new(
+        array_uuid: Uuid,
+        shard: u16,
+        shard_count: u16,
+        region_bytes: u64,
+        region_count: u32,
+    ) -> Self {
+        Self::new_kind(
+            BitmapKind::WriteIntent,
+            array_uuid,
+            shard,
+            shard_count,
+            region_bytes,
+            region_count,
+        )
+    }
+
+    /// An all-clear block of either map.
+    pub fn new_kind(
+        kind: BitmapKind,
         array_uuid: Uuid,
         shard: u16,
         shard_count: u16,
@@ -79,6 +130,7 @@ impl BitmapBlock {
         assert!(usize::try_from(region_count).is_ok_and(|c| c <= REGIONS_PER_BLOCK_MAX));
         assert!(u32::from(shard) < u32::from(shard_count) && u32::from(shard_count) <= SHARDS_MAX);
         Self {
+            kind,
             array_uuid,
             shard,
             shard_count,
@@ -112,7 +164,7 @@ impl BitmapBlock {
 
     pub fn encode(&self) -> [u8; BITMAP_BLOCK_BYTES] {
         let mut b = [0u8; BITMAP_BLOCK_BYTES];
-        b[0..8].copy_from_slice(&MAGIC);
+        b[0..8].copy_from_slice(&self.kind.magic());
         put_u32(&mut b, 8, VERSION);
         put_u16(&mut b, 12, self.shard);
         put_u16(&mut b, 14, self.shard_count);
@@ -132,9 +184,13 @@ impl BitmapBlock {
             return Err(FormatError::Truncated { len_bytes: bytes.len() });
         }
         let b = &bytes[..BITMAP_BLOCK_BYTES];
-        if b[0..8] != MAGIC {
+        let kind = if b[0..8] == MAGIC {
+            BitmapKind::WriteIntent
+        } else if b[0..8] == MISSED_MAGIC {
+            BitmapKind::Missed
+        } else {
             return Err(FormatError::NoMagic);
-        }
+        };
         let stored = get_u32(b, CRC_OFFSET);
         let computed = checksum(b);
         if stored != computed {
@@ -145,6 +201,7 @@ impl BitmapBlock {
             return Err(FormatError::UnsupportedVersion { version });
         }
         let block = Self {
+            kind,
             array_uuid: Uuid(b[36..52].try_into().expect("16 bytes")),
             shard: get_u16(b, 12),
             shard_count: get_u16(b, 14),
@@ -199,6 +256,16 @@ mod tests {
         torn[100] ^= 1;
         assert!(matches!(BitmapBlock::decode(&torn, uuid), Err(FormatError::Checksum { .. })));
         assert!(BitmapBlock::decode(&bytes, Uuid([8; 16])).is_err());
+        let mut missed = BitmapBlock::new_kind(BitmapKind::Missed, uuid, 0, 1, 1 << 20, 10);
+        missed.set(3, true);
+        let back = BitmapBlock::decode(&missed.encode(), uuid).unwrap();
+        assert_eq!(back.kind, BitmapKind::Missed);
+        assert_eq!(back, missed);
+    }
+
+    #[test]
+    fn the_missed_map_area_lies_between_the_bitmap_and_the_data() {
+        assert_eq!(MISSED_MAP_OFFSET_BYTES, 320 << 10);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! offset 0            superblock copy 0 (4 KiB)
 //! 4 KiB .. 64 KiB     reserved, zero
 //! 64 KiB              write-intent bitmap: SHARDS_MAX blocks of 4 KiB, one per shard section
-//! 320 KiB .. 1 MiB    reserved, zero
+//! 320 KiB             missed-write map: SHARDS_MAX blocks of 4 KiB, one per shard section
+//! 576 KiB .. 1 MiB    reserved, zero
 //! 1 MiB               data area: member_data_bytes (whole chunks)
 //! ...                 unused tail
 //! end - 4 KiB         superblock copy 1 (the last whole 4 KiB block of the member)

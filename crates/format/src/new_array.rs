@@ -91,12 +91,7 @@ pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArray
     let region_bytes = new
         .bitmap_region_bytes
         .unwrap_or_else(|| default_region_bytes(needed, geometry.chunk_bytes()));
-    let active = |uuid: &Uuid, state| MemberEntry {
-        uuid: *uuid,
-        state,
-        errors_corrected: 0,
-        failed_at_event: 0,
-    };
+    let active = |uuid: &Uuid, state| MemberEntry { uuid: *uuid, state, ..MemberEntry::EMPTY };
     let members: Vec<MemberEntry> =
         new.member_uuids.iter().map(|u| active(u, MemberState::Active)).collect();
     let spares: Vec<MemberEntry> =
@@ -129,6 +124,8 @@ pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArray
             members: members.clone(),
             spares: spares.clone(),
             tunables: new.tunables,
+            // `create` sets it once it has written the blank map.
+            missed_map_since_event: 0,
         };
         sb.validate().map_err(|_| NewArrayError::Other("bitmap region too small or misaligned"))?;
         superblocks.push(sb);

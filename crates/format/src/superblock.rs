@@ -93,6 +93,13 @@ pub struct MemberEntry {
     pub errors_corrected: u32,
     /// The event at which the member failed (0 when it has not).
     pub failed_at_event: u64,
+    /// Failed while it was fully in sync (active, not being rebuilt): its chunks are the
+    /// array's as of its failure, so a re-add needs only what the missed-write map names.
+    /// Only on a failed entry.
+    pub in_sync_when_failed: bool,
+    /// Being rebuilt from the missed-write map (a re-added member): above the rebuild cursor
+    /// it is current except in the regions the map names. Only on a rebuilding entry.
+    pub partial_rebuild: bool,
 }
 
 impl MemberEntry {
@@ -101,8 +108,16 @@ impl MemberEntry {
         state: MemberState::Empty,
         errors_corrected: 0,
         failed_at_event: 0,
+        in_sync_when_failed: false,
+        partial_rebuild: false,
     };
 }
+
+/// Member-entry flag bits (byte 17 of an entry).
+const ENTRY_IN_SYNC_WHEN_FAILED: u8 = 1;
+const ENTRY_PARTIAL_REBUILD: u8 = 2;
+/// Where `missed_map_since_event` lives (the first bytes after the member table).
+const MISSED_SINCE_OFFSET: usize = MEMBER_TABLE_OFFSET + MEMBERS_MAX * MEMBER_ENTRY_BYTES;
 
 /// Tunables stored with the array (set at create or changed live; `None`: not set, the
 /// server's option or default applies).
@@ -195,6 +210,11 @@ pub struct Superblock {
     /// Hot spares (state [`MemberState::Spare`]), stored in the table slots after the roles.
     pub spares: Vec<MemberEntry>,
     pub tunables: Tunables,
+    /// The missed-write map (on every member, after the bitmap area) names every region
+    /// written while some role was out of service since this event; 0: no map is kept (an
+    /// array from before the map, or one whose map was lost), so nothing can be re-added
+    /// without a full rebuild.
+    pub missed_map_since_event: u64,
 }
 
 impl Superblock {
@@ -301,6 +321,17 @@ impl Superblock {
         if self.rebuild_role != ROLE_NONE && self.rebuild_role >= self.member_count {
             return bad("rebuild role outside the member table");
         }
+        for entry in all {
+            if entry.in_sync_when_failed && entry.state != MemberState::Failed {
+                return bad("an entry not failed is marked in sync when failed");
+            }
+            if entry.partial_rebuild && entry.state != MemberState::Rebuilding {
+                return bad("an entry not being rebuilt is marked for a partial rebuild");
+            }
+        }
+        if self.missed_map_since_event > self.event {
+            return bad("missed-write map newer than the superblock");
+        }
         Ok(())
     }
 
@@ -346,7 +377,10 @@ impl Superblock {
             b[at + 16] = entry.state.code();
             put_u32(&mut b, at + 20, entry.errors_corrected);
             put_u64(&mut b, at + 24, entry.failed_at_event);
+            b[at + 17] = (u8::from(entry.in_sync_when_failed) * ENTRY_IN_SYNC_WHEN_FAILED)
+                | (u8::from(entry.partial_rebuild) * ENTRY_PARTIAL_REBUILD);
         }
+        put_u64(&mut b, MISSED_SINCE_OFFSET, self.missed_map_since_event);
         let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
         put_u32(&mut b, CRC_OFFSET, crc);
         b
@@ -405,11 +439,17 @@ impl Superblock {
             let at = MEMBER_TABLE_OFFSET + i * MEMBER_ENTRY_BYTES;
             let state = MemberState::from_code(b[at + 16])
                 .ok_or(FormatError::Invalid { what: "member state" })?;
+            let flags = b[at + 17];
+            if flags & !(ENTRY_IN_SYNC_WHEN_FAILED | ENTRY_PARTIAL_REBUILD) != 0 {
+                return Err(FormatError::Invalid { what: "member entry flags" });
+            }
             let entry = MemberEntry {
                 uuid: Uuid(b[at..at + 16].try_into().expect("16 bytes")),
                 state,
                 errors_corrected: get_u32(b, at + 20),
                 failed_at_event: get_u64(b, at + 24),
+                in_sync_when_failed: flags & ENTRY_IN_SYNC_WHEN_FAILED != 0,
+                partial_rebuild: flags & ENTRY_PARTIAL_REBUILD != 0,
             };
             if i < usize::from(member_count) {
                 members.push(entry);
@@ -444,6 +484,7 @@ impl Superblock {
             tunables: Tunables::decode(b),
             members,
             spares,
+            missed_map_since_event: get_u64(b, MISSED_SINCE_OFFSET),
         };
         sb.validate()?;
         if get_u64(b, 144) != sb.geometry().array_bytes() {

@@ -173,6 +173,9 @@ pub struct RebuildProgress {
     pub rate_limit_bytes_per_s: u64,
     /// Where it stopped, if a stripe could not be reconstructed.
     pub stalled_at_stripe: Option<u64>,
+    /// A re-added member: only the regions it missed are rebuilt, the others are passed over
+    /// (and count as done, in the percentage and the rate).
+    pub partial: bool,
 }
 
 impl RebuildProgress {
@@ -195,6 +198,17 @@ pub struct ScrubProgress {
     pub seconds: f64,
 }
 
+/// Whether a device added as a spare that is this array's own failed member may take its
+/// role back with a partial rebuild.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReAdd {
+    /// Re-add it when the metadata allows (failed while in sync, the missed-write map covers
+    /// its absence); otherwise it becomes a spare.
+    IfPossible,
+    /// Always a spare: a takeover rebuilds it in full.
+    Never,
+}
+
 /// A device to add as a hot spare.
 pub(crate) enum NewSpare {
     Path(PathBuf),
@@ -213,7 +227,7 @@ pub(crate) enum ToController {
         reply: Sender<Result<(), ArrayError>>,
     },
     /// A device to add as a hot spare, and whether it may be overwritten.
-    AddSpare(NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
+    AddSpare(NewSpare, Overwrite, ReAdd, Sender<Result<(), ArrayError>>),
     /// Replace a member: the device is added as a spare, the member failed, and that spare
     /// (not another) takes the role.
     Replace(usize, NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
@@ -738,9 +752,22 @@ impl Array {
 
     /// Add a hot spare while running (like `mdadm --add`): `path` is checked (no data of
     /// someone else's unless `overwrite`, large enough), listed in every superblock, and
-    /// opened by every reactor. A failed role takes it over at once.
+    /// opened by every reactor. A failed role takes it over at once. A member of this array
+    /// that failed while in sync and comes back takes its own role back instead, and only
+    /// the regions written while it was away are rebuilt (like `mdadm --re-add`; see
+    /// `add_spare_with` to rebuild it in full).
     pub fn add_spare(&self, path: &Path, overwrite: Overwrite) -> Result<(), ArrayError> {
-        self.add_new_spare(NewSpare::Path(path.to_path_buf()), overwrite)
+        self.add_spare_with(path, overwrite, ReAdd::IfPossible)
+    }
+
+    /// `add_spare`, saying whether a returning member may be re-added to its role.
+    pub fn add_spare_with(
+        &self,
+        path: &Path,
+        overwrite: Overwrite,
+        re_add: ReAdd,
+    ) -> Result<(), ArrayError> {
+        self.add_new_spare(NewSpare::Path(path.to_path_buf()), overwrite, re_add)
     }
 
     /// Replace member `role` with a new device: added as a hot spare, then the member is
@@ -774,11 +801,25 @@ impl Array {
 
     /// `add_spare` for an array on in-memory members.
     pub fn add_spare_in_memory(&self, member: Arc<MemMember>) -> Result<(), ArrayError> {
-        self.add_new_spare(NewSpare::Memory(member), Overwrite::Refuse)
+        self.add_new_spare(NewSpare::Memory(member), Overwrite::Refuse, ReAdd::IfPossible)
     }
 
-    fn add_new_spare(&self, spare: NewSpare, overwrite: Overwrite) -> Result<(), ArrayError> {
-        self.ask_controller(|tx| ToController::AddSpare(spare, overwrite, tx))
+    /// `add_spare_with` for an array on in-memory members.
+    pub fn add_spare_in_memory_with(
+        &self,
+        member: Arc<MemMember>,
+        re_add: ReAdd,
+    ) -> Result<(), ArrayError> {
+        self.add_new_spare(NewSpare::Memory(member), Overwrite::Refuse, re_add)
+    }
+
+    fn add_new_spare(
+        &self,
+        spare: NewSpare,
+        overwrite: Overwrite,
+        re_add: ReAdd,
+    ) -> Result<(), ArrayError> {
+        self.ask_controller(|tx| ToController::AddSpare(spare, overwrite, re_add, tx))
     }
 
     /// Start a scrub of the whole array (`repair`: rewrite what disagrees); one already
@@ -1009,8 +1050,8 @@ impl Controller {
                 Some(ToController::Replace(role, spare, overwrite, reply)) => {
                     let _ = reply.send(self.replace(role, spare, overwrite));
                 }
-                Some(ToController::AddSpare(spare, overwrite, reply)) => {
-                    let result = self.add_spare(spare, overwrite);
+                Some(ToController::AddSpare(spare, overwrite, re_add, reply)) => {
+                    let result = self.add_spare(spare, overwrite, re_add);
                     if let Err(e) = &result {
                         self.events.record(
                             &self.metadata,
@@ -1155,7 +1196,12 @@ impl Controller {
         result.map(|_| ()).map_err(ArrayError::from)
     }
 
-    fn add_spare(&mut self, spare: NewSpare, overwrite: Overwrite) -> Result<(), ArrayError> {
+    fn add_spare(
+        &mut self,
+        spare: NewSpare,
+        overwrite: Overwrite,
+        re_add: ReAdd,
+    ) -> Result<(), ArrayError> {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
         let name = match &spare {
@@ -1165,6 +1211,9 @@ impl Controller {
         if let Some(index) = self.devices.iter().position(|d| d.name() == name) {
             if self.registered[index].is_none() {
                 return Err(ArrayError::Other(format!("{name} cannot be used (not registered)")));
+            }
+            if self.try_re_add(index, re_add) {
+                return Ok(());
             }
             let refs: Vec<&dyn MetaDevice> =
                 self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1220,6 +1269,9 @@ impl Controller {
         self.devices.push(device);
         self.registered.push(Some(slot));
         let index = self.devices.len() - 1;
+        if self.try_re_add(index, re_add) {
+            return Ok(());
+        }
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let uuid = random_uuid()?;
@@ -1256,7 +1308,7 @@ impl Controller {
                  would take their role, not member {role}'s)"
             )));
         }
-        self.add_spare(spare, overwrite)?;
+        self.add_spare(spare, overwrite, ReAdd::Never)?;
         self.preferred_spare = self.devices.len().checked_sub(1);
         let member = MemberIndex(u16::try_from(role).expect("fits"));
         let message = format!("member {role} is being replaced (failed by the operator)");
@@ -1358,6 +1410,58 @@ impl Controller {
         })
     }
 
+    /// Device `index` (registered) as its own failed role come back, if `re_add` allows and
+    /// the metadata says it can: it takes the role back and a partial rebuild starts. False
+    /// when it is not re-added (the caller adds it as a spare); the event log says why when
+    /// it is a former member that could not be.
+    fn try_re_add(&mut self, index: usize, re_add: ReAdd) -> bool {
+        if re_add == ReAdd::Never {
+            return false;
+        }
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let name = self.devices[index].name();
+        let role = match self.metadata.re_add_check(&refs, index) {
+            Ok(role) => role,
+            Err(why) => {
+                if !why.contains("not a member of this array") && !why.contains("no valid") {
+                    self.events.record(
+                        &self.metadata,
+                        "re-add-refused",
+                        &format!("{name} is not re-added ({why}): it becomes a spare"),
+                    );
+                }
+                return false;
+            }
+        };
+        let taken = self.metadata.re_add(&refs, index);
+        self.apply_metadata_failures();
+        match taken {
+            Ok(_) => {
+                let zeroes_after_discard = self.devices[index].zeroes_after_discard();
+                self.events.record(
+                    &self.metadata,
+                    "member-re-added",
+                    &format!(
+                        "{name} takes member {} back; only the regions written while it was \
+                         away are rebuilt",
+                        role.get()
+                    ),
+                );
+                self.begin_rebuild(role, index, StripeIndex(0), zeroes_after_discard, true);
+                true
+            }
+            Err(e) => {
+                self.events.record(
+                    &self.metadata,
+                    "re-add-failed",
+                    &format!("{name} could not take member {} back: {e}", role.get()),
+                );
+                false
+            }
+        }
+    }
+
     /// At start: resume a rebuild the superblocks record, or give a failed role a spare.
     fn resume_or_start_rebuild(&mut self) {
         // Tunables were stored at open, after the shards were set up.
@@ -1370,7 +1474,8 @@ impl Controller {
                 "rebuild-resumed",
                 &format!("resuming the rebuild of member {} at stripe {}", role.get(), from.0),
             );
-            self.begin_rebuild(role, device, from, zeroes_after_discard);
+            let partial = self.metadata.rebuild_is_partial();
+            self.begin_rebuild(role, device, from, zeroes_after_discard, partial);
         } else {
             self.take_spare_if_wanted();
         }
@@ -1421,7 +1526,7 @@ impl Controller {
                         role.get()
                     ),
                 );
-                self.begin_rebuild(role, device, StripeIndex(0), zeroes_after_discard);
+                self.begin_rebuild(role, device, StripeIndex(0), zeroes_after_discard, false);
             }
             Err(e) => self.events.record(
                 &self.metadata,
@@ -1437,6 +1542,7 @@ impl Controller {
         device: usize,
         from: StripeIndex,
         zeroes_after_discard: bool,
+        partial: bool,
     ) {
         let registered = self.registered[device].expect("role and spare devices are registered");
         self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
@@ -1445,6 +1551,7 @@ impl Controller {
             device: registered,
             from,
             zeroes_after_discard,
+            partial,
         });
         let now = std::time::Instant::now();
         self.rebuild = Some(RunningRebuild {
@@ -1484,6 +1591,11 @@ impl Controller {
             match finished {
                 Ok(_) if self.metadata.role_device(role.get()).is_some() => {
                     self.broadcast(|| Control::FinishRebuild(role));
+                    if self.metadata.all_in_service() {
+                        // Nothing is missed any more (shards that saw a newer failure keep
+                        // their map).
+                        self.broadcast(|| Control::ClearMissed);
+                    }
                     self.events.record(
                         &self.metadata,
                         "rebuild-finished",
@@ -1619,6 +1731,7 @@ impl Controller {
             eta_s: (rate > 0).then(|| left / rate),
             rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
             stalled_at_stripe: r.stalled_at,
+            partial: self.metadata.rebuild_is_partial(),
         })
     }
 

@@ -29,7 +29,7 @@ mod session;
 
 pub use array::{
     Array, ArrayStatus, CreateSpec, CreatedArray, EVENTS_KEPT, EventRecord, MemberStatus,
-    OpenOptions, RebuildProgress, ScrubProgress, Stopped, create, create_in_memory,
+    OpenOptions, ReAdd, RebuildProgress, ScrubProgress, Stopped, create, create_in_memory,
     create_in_memory_with_spares, inspect,
 };
 pub use device::MemberDevice;

@@ -105,9 +105,13 @@ pub(crate) enum Control {
         device: usize,
         from: StripeIndex,
         zeroes_after_discard: bool,
+        /// The role's own member came back: only what it missed is rebuilt.
+        partial: bool,
     },
     /// The rebuild of `role` is recorded finished: the member is active again.
     FinishRebuild(MemberIndex),
+    /// Every role is recorded in service: the missed-write map can be emptied.
+    ClearMissed,
     /// This shard's share of the rebuild rate, bytes per second (0: unlimited).
     SetRebuildRate(u64),
     /// This shard's share of the busy-time rebuild rate (0: no separate limit).
@@ -371,7 +375,13 @@ impl Reactor {
                             }
                         }
                         Control::Stop => return Next::Exit,
-                        Control::StartRebuild { role, device, from, zeroes_after_discard } => {
+                        Control::StartRebuild {
+                            role,
+                            device,
+                            from,
+                            zeroes_after_discard,
+                            partial,
+                        } => {
                             // IO for the failed device that never reached the driver fails:
                             // after the remap it would reach the new one.
                             if let Some(io) = state.held_io.take_if(|io| io.member == role) {
@@ -387,9 +397,10 @@ impl Reactor {
                                 }
                                 Backend::Memory(d) => d.assign_role(role.get(), device),
                             }
-                            self.shard.start_rebuild(role, from, zeroes_after_discard);
+                            self.shard.start_rebuild(role, from, zeroes_after_discard, partial);
                         }
                         Control::FinishRebuild(role) => self.shard.finish_rebuild(role),
+                        Control::ClearMissed => self.shard.clear_missed(),
                         Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
                         Control::SetRebuildBusyRate(rate) => self.shard.set_rebuild_busy_rate(rate),
                         Control::StartScrub { repair, rate_bytes_per_s } => {

@@ -174,8 +174,9 @@ impl SimArray {
         if let Some((role, from)) = resumed {
             let zeroes =
                 metadata.role_device(role.get()).is_some_and(|d| devices[d].zeroes_after_discard());
+            let partial = metadata.rebuild_is_partial();
             for shard in &mut shards {
-                shard.start_rebuild(role, from, zeroes);
+                shard.start_rebuild(role, from, zeroes, partial);
             }
         }
         // Shard drivers see role slots as member indices: map each role to its device.
@@ -494,8 +495,12 @@ impl SimArray {
             let devices = dyn_devices(&self.devices);
             match self.metadata.finish_rebuild(&devices) {
                 Ok(role) => {
+                    let clear = self.metadata.all_in_service();
                     for shard in &mut self.shards {
                         shard.finish_rebuild(role);
+                        if clear {
+                            shard.clear_missed();
+                        }
                     }
                 }
                 Err(_) => self.metadata_lost = true,
@@ -522,6 +527,12 @@ impl SimArray {
         let member = self.devices[device].clone();
         let zeroes = member.zeroes_after_discard();
         // IO for the failed device that never reached a driver must not reach the new one.
+        self.begin_rebuild(role, member, zeroes, false);
+    }
+
+    /// Map `role` to `member` in every driver (IO queued for the old device fails first) and
+    /// start its rebuild on every shard.
+    fn begin_rebuild(&mut self, role: MemberIndex, member: SimMember, zeroes: bool, partial: bool) {
         for s in 0..self.shards.len() {
             let (stale, kept): (Vec<MemberIo>, Vec<MemberIo>) =
                 self.unsent[s].drain(..).partition(|io| io.member == role);
@@ -538,7 +549,7 @@ impl SimArray {
             driver.set_member(role.get(), member.clone());
         }
         for shard in &mut self.shards {
-            shard.start_rebuild(role, StripeIndex(0), zeroes);
+            shard.start_rebuild(role, StripeIndex(0), zeroes, partial);
         }
         self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
         self.rebuild_done_below = vec![0; self.shards.len()];
@@ -612,6 +623,42 @@ impl SimArray {
             self.rebuild_done_below.clear();
             self.rebuild_shards_done = 0;
         }
+    }
+
+    /// A member device that left (failed by `fail_member`) comes back and is re-added to its
+    /// role if the metadata allows (`Metadata::re_add`): only what it missed is rebuilt.
+    /// Returns why not otherwise (the device is left out).
+    pub fn re_add(&mut self, device: usize) -> Result<MemberIndex, String> {
+        self.devices[device].state().gone = false;
+        let devices = dyn_devices(&self.devices);
+        let role = match self.metadata.re_add(&devices, device) {
+            Ok(role) => role,
+            Err(e) => {
+                self.devices[device].state().gone = true;
+                return Err(e.to_string());
+            }
+        };
+        let member = self.devices[device].clone();
+        let zeroes = member.zeroes_after_discard();
+        self.begin_rebuild(role, member, zeroes, true);
+        Ok(role)
+    }
+
+    /// A device that was left out (for example a member pulled before a reassembly) is
+    /// plugged in again; returns its index for `re_add`.
+    pub fn add_device(&mut self, device: SimMember) -> usize {
+        self.devices.push(device);
+        self.devices.len() - 1
+    }
+
+    /// Regions set in the missed-write map, summed over shards.
+    pub fn missed_regions_set(&self) -> usize {
+        self.shards.iter().map(Shard::missed_regions_set).sum()
+    }
+
+    /// Rebuild progress of every shard (for tests that look at what a rebuild did).
+    pub fn rebuild_statuses(&self) -> Vec<Option<flashraid_engine::RebuildStatus>> {
+        self.shards.iter().map(Shard::rebuild_status).collect()
     }
 
     /// The operator fails a member (like `flashraid fail`).

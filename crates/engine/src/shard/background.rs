@@ -191,8 +191,12 @@ impl Shard {
             }
             return;
         }
-        let offset = self.bitmap_offset_bytes;
-        let Some(buf) = self.bitmap.start_image() else { return };
+        let (intent_offset, missed_offset) = (self.bitmap_offset_bytes, self.missed_offset_bytes);
+        let Some((kind, buf)) = self.bitmap.start_image() else { return };
+        let offset = match kind {
+            crate::bitmap::ImageKind::WriteIntent => intent_offset,
+            crate::bitmap::ImageKind::Missed => missed_offset,
+        };
         let len = u32::try_from(buf.capacity_bytes()).expect("4 KiB");
         let ptr = buf.as_mut_ptr().cast_const();
         self.bitmap_pending = u32::try_from(members.len()).expect("fits");
@@ -414,12 +418,12 @@ impl Shard {
         }
     }
 
-    fn region_of(&self, stripe: StripeIndex) -> u32 {
+    pub(super) fn region_of(&self, stripe: StripeIndex) -> u32 {
         let bytes = stripe.0 * u64::from(self.geometry.chunk_bytes());
         u32::try_from(bytes / self.bitmap_region_bytes()).expect("regions fit u32")
     }
 
-    fn stripes_per_region(&self) -> u64 {
+    pub(super) fn stripes_per_region(&self) -> u64 {
         (self.bitmap_region_bytes() / u64::from(self.geometry.chunk_bytes())).max(1)
     }
 

@@ -38,6 +38,7 @@ use crate::request::{
 };
 use crate::table::StripeTable;
 use flashraid_format::Uuid;
+use flashraid_format::bitmap::{BitmapBlock, BitmapKind};
 use flashraid_iobuf::{BufPool, IoBuf};
 use flashraid_layout::{
     ArrayOffset, BLOCK_BYTES, Geometry, Level, MEMBERS_MAX, MemberIndex, PARITY_CHUNKS_MAX,
@@ -98,6 +99,10 @@ pub struct BitmapSetup {
     /// Regions an unclean shutdown left dirty: marked on disk already, resynced in the
     /// background.
     pub dirty_regions: Vec<u32>,
+    /// Absolute offset of the missed-write map area on every member.
+    pub missed_area_offset_bytes: u64,
+    /// Regions the missed-write map names (written by the runtime before the shard starts).
+    pub missed_regions: Vec<u32>,
 }
 
 /// Everything a shard needs to start.
@@ -414,6 +419,8 @@ pub struct Shard {
     config: ShardConfig,
     data_offset_bytes: u64,
     bitmap_offset_bytes: u64,
+    /// This shard's block of the missed-write map.
+    missed_offset_bytes: u64,
     members: Vec<MemberSetup>,
     read_errors: Vec<u32>,
     requests: Vec<Option<Request>>,
@@ -519,16 +526,37 @@ impl Shard {
         let region_count = g.member_data_bytes().div_ceil(setup.bitmap.region_bytes);
         let region_count =
             u32::try_from(region_count).map_err(|_| EngineError::Setup("regions"))?;
-        if setup.bitmap.dirty_regions.iter().any(|&r| r >= region_count) {
-            return Err(EngineError::Setup("dirty region outside the bitmap"));
+        if setup
+            .bitmap
+            .dirty_regions
+            .iter()
+            .chain(&setup.bitmap.missed_regions)
+            .any(|&r| r >= region_count)
+        {
+            return Err(EngineError::Setup("dirty or missed region outside the bitmap"));
         }
+        let shard_u16 =
+            u16::try_from(setup.shard_index).map_err(|_| EngineError::Setup("shard index"))?;
+        let count_u16 =
+            u16::try_from(setup.shard_count).map_err(|_| EngineError::Setup("shard count"))?;
+        let block_of = |kind, set: &[u32]| {
+            let b = &setup.bitmap;
+            let mut block = BitmapBlock::new_kind(
+                kind,
+                b.array_uuid,
+                shard_u16,
+                count_u16,
+                b.region_bytes,
+                region_count,
+            );
+            for &r in set {
+                block.set(r, true);
+            }
+            block
+        };
         let bitmap = WriteIntent::new(
-            setup.bitmap.array_uuid,
-            u16::try_from(setup.shard_index).map_err(|_| EngineError::Setup("shard index"))?,
-            u16::try_from(setup.shard_count).map_err(|_| EngineError::Setup("shard count"))?,
-            setup.bitmap.region_bytes,
-            region_count,
-            &setup.bitmap.dirty_regions,
+            block_of(BitmapKind::WriteIntent, &setup.bitmap.dirty_regions),
+            block_of(BitmapKind::Missed, &setup.bitmap.missed_regions),
             setup.config.bitmap_clear_delay_us,
         );
         let requests_max = setup.config.requests_max;
@@ -551,6 +579,9 @@ impl Shard {
             config: setup.config,
             data_offset_bytes: setup.data_offset_bytes,
             bitmap_offset_bytes: setup.bitmap.area_offset_bytes
+                + u64::from(setup.shard_index)
+                    * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
+            missed_offset_bytes: setup.bitmap.missed_area_offset_bytes
                 + u64::from(setup.shard_index)
                     * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
             members: setup.members,
@@ -604,6 +635,7 @@ impl Shard {
             counters: ShardCounters::default(),
         };
         shard.resync_next_stripe = shard.first_stripe_of_resync_region();
+        shard.health_changed();
         Ok(shard)
     }
 
@@ -675,6 +707,19 @@ impl Shard {
     /// Regions set in the bitmap (status).
     pub fn bitmap_regions_set(&self) -> usize {
         self.bitmap.set_regions()
+    }
+
+    /// Regions set in the missed-write map (status).
+    pub fn missed_regions_set(&self) -> usize {
+        self.bitmap.missed_regions()
+    }
+
+    /// Every role is recorded in service again: empty the missed-write map (ignored if this
+    /// shard has a role out of service: a failure it saw first keeps the map).
+    pub fn clear_missed(&mut self) {
+        if self.bitmap.clear_missed() {
+            self.kick_bitmap();
+        }
     }
 
     pub fn poll_io(&mut self) -> Option<MemberIo> {
@@ -990,6 +1035,13 @@ impl Shard {
         }
     }
 
+    /// A member's health changed: the missed-write map records while any role is out of
+    /// service.
+    fn health_changed(&mut self) {
+        let recording = self.members.iter().any(|m| m.health != Health::Active);
+        self.bitmap.set_recording(recording);
+    }
+
     /// Whether more members are unavailable than every stripe survives.
     pub fn array_failed(&self) -> bool {
         // On every write's path: a fixed array, no allocation.
@@ -1007,6 +1059,7 @@ impl Shard {
                 self.rebuild = None;
             }
             self.members[m].health = Health::Failing;
+            self.health_changed();
             self.events.push_back(ShardEvent::MemberFailed { member: MemberIndex(member), reason });
         }
     }
@@ -1019,6 +1072,7 @@ impl Shard {
                 self.rebuild = None;
             }
         }
+        self.health_changed();
         let waiting = std::mem::take(&mut self.waiting_metadata);
         for op_slot in waiting {
             self.advance(op_slot);

@@ -22,6 +22,12 @@
 //! flight when idle and `rebuild_busy_stripes_max` while foreground requests are in flight,
 //! so that a busy array's requests do not queue behind a burst of rebuild work.
 //!
+//! A partial rebuild (a member that failed while in sync and came back) reconstructs only
+//! the stripes of the regions its start-time snapshot of the missed-write map names; in every
+//! other region the member is current, so it is read and written there like any other from
+//! the start. The snapshot never shrinks while the rebuild runs, and after a restart the map
+//! on disk (a superset) takes its place.
+//!
 //! Limits: one member rebuilt at a time per array. A stripe that cannot be reconstructed
 //! (more members unreadable than the level survives) stalls the rebuild there; the stripes
 //! from it on stay missing on the replacement, and status says so.
@@ -66,6 +72,9 @@ pub(super) struct RebuildState {
     pace: Pace,
     /// The busy-time limit, taken from as well while the array is busy.
     busy_pace: Pace,
+    /// A partial rebuild: per region, whether the member may have missed writes there (only
+    /// those regions are rebuilt; the member is current in the others).
+    missed: Option<Vec<bool>>,
 }
 
 impl RebuildState {
@@ -90,12 +99,15 @@ impl Shard {
     /// Start (or resume) rebuilding `member` onto the device that now holds its role: every
     /// stripe from `from` on is reconstructed; those below it are trusted as they are (a
     /// durable cursor recorded them). The member serves the stripes below `from` at once.
-    /// `zeroes_after_discard` describes the replacement device.
+    /// `zeroes_after_discard` describes the replacement device. `partial`: the device is the
+    /// role's own member come back, current except where the missed-write map says writes
+    /// went on without it; only those regions are rebuilt.
     pub fn start_rebuild(
         &mut self,
         member: MemberIndex,
         from: StripeIndex,
         zeroes_after_discard: bool,
+        partial: bool,
     ) {
         let m = member.get();
         assert!(self.geometry.tolerance() > 0, "a level without redundancy cannot rebuild");
@@ -122,8 +134,24 @@ impl Shard {
             last_report: first,
             pace: Pace::new(self.rebuild_rate_bytes_per_s, self.now_us),
             busy_pace: Pace::new(self.rebuild_busy_rate_bytes_per_s, self.now_us),
+            missed: partial.then(|| self.partial_rebuild_regions()),
         });
+        self.health_changed();
         self.schedule_rebuild();
+    }
+
+    /// The regions a partial rebuild reconstructs: those the missed-write map and the
+    /// write-intent bitmap name, and those of every stripe with an operation running. An
+    /// operation planned while the member was out (a write that left it out, reading the
+    /// parity rows it could) must find it out of service until it finishes: the member turning
+    /// usable under it would have it write a row it never read (found by the re-add
+    /// simulation, seed 506).
+    fn partial_rebuild_regions(&self) -> Vec<bool> {
+        let mut regions = self.bitmap.missed_snapshot();
+        for op in self.ops.iter().flatten() {
+            regions[usize::try_from(self.region_of(op.stripe)).expect("fits")] = true;
+        }
+        regions
     }
 
     /// The rebuilt member is recorded in service durably: it is an ordinary member again.
@@ -140,6 +168,7 @@ impl Shard {
         );
         self.members[m].health = super::Health::Active;
         self.rebuild = None;
+        self.health_changed();
     }
 
     /// Change this shard's share of the rebuild rate (bytes per second; 0: no limit).
@@ -209,6 +238,11 @@ impl Shard {
         if stripe.0 < r.low_water {
             return true;
         }
+        if let Some(missed) = &r.missed
+            && !missed[usize::try_from(self.region_of(stripe)).expect("fits")]
+        {
+            return true;
+        }
         let ahead = (stripe.0 - r.low_water) / u64::from(self.shard_count);
         ahead < REBUILD_WINDOW_STRIPES && r.done_ahead & (1 << ahead) != 0
     }
@@ -252,6 +286,9 @@ impl Shard {
                 break;
             }
             let stripe = StripeIndex(r.next);
+            if self.skip_current_stripe(stripe) {
+                continue;
+            }
             let r = self.rebuild.as_mut().expect("checked");
             if (recently_busy && !r.busy_pace.can_take(chunk)) || !r.pace.take(chunk) {
                 break;
@@ -270,6 +307,38 @@ impl Shard {
             self.start_rebuild_op(stripe);
         }
         self.announce_rebuild();
+    }
+
+    /// A partial rebuild passes over `stripe` (next to start) if its region holds nothing
+    /// missed: with nothing in flight below it, straight to the next region's first owned
+    /// stripe; otherwise it is marked done in the window. True when it passed over.
+    fn skip_current_stripe(&mut self, stripe: StripeIndex) -> bool {
+        let region = self.region_of(stripe);
+        let per_region = self.stripes_per_region();
+        let stripes = self.geometry.stripes();
+        let step = u64::from(self.shard_count);
+        let next_region_stripe = (u64::from(region) + 1) * per_region;
+        let next_owned = self.own_stripe_from(next_region_stripe.min(stripes));
+        let Some(r) = self.rebuild.as_mut() else { return false };
+        let Some(missed) = &r.missed else { return false };
+        if missed[usize::try_from(region).expect("fits")] {
+            return false;
+        }
+        if r.next == r.low_water {
+            // Nothing started below: the window is empty (`done_ahead` is 0).
+            debug_assert_eq!(r.done_ahead, 0);
+            r.low_water = next_owned.max(r.next + step).min(stripes.max(r.next));
+            r.next = r.low_water;
+        } else {
+            let ahead = (stripe.0 - r.low_water) / step;
+            r.done_ahead |= 1 << ahead;
+            r.next += step;
+            while r.done_ahead & 1 != 0 {
+                r.done_ahead >>= 1;
+                r.low_water += step;
+            }
+        }
+        true
     }
 
     /// If the rebuild waits for `stripe` (whose operation just finished), start it there.
