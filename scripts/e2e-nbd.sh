@@ -11,7 +11,8 @@
 # fail over the control socket: a member failed under fio verify is replaced by the hot spare
 # and rebuilt (rate set live, progress shown) with every byte verified; scrub finds, locates
 # and repairs bytes changed behind its back on a member; a spare added while serving takes
-# over a failed member, replace swaps a member for a new file; a failure with no spare
+# over a failed member, replace copies a member to a new file (only what was written during
+# the copy is rebuilt); a member failed and given back is re-added; a failure with no spare
 # leaves it degraded, and killed mid-write then it needs --force.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
@@ -409,6 +410,9 @@ truncate -s 160M "$WORK/spare2" "$WORK/spare3"
     || fail "replace did not start"
 "$F" rebuild --control "$WORK/control" --wait >/dev/null
 "$F" status --control "$WORK/control" | contains "4  active .*/spare3" || fail "spare3 not member 4"
+"$F" status --control "$WORK/control" | tee "$WORK/status.txt" \
+    | contains "takes over member 4; rebuilding only the regions written while it was copied" \
+    || { cat "$WORK/status.txt"; fail "replace did not copy the old member"; }
 nbdsh -u "$URI" -c '
 assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost"
 print("data intact after spare add and replace")

@@ -216,6 +216,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "rate_limit_bytes_per_s": r.rate_limit_bytes_per_s,
             "stalled_at_stripe": r.stalled_at_stripe,
             "partial": r.partial,
+            "copying": r.copying,
         })),
         "members": s.members.iter().map(|m| json!({
             "role": m.role,
@@ -401,8 +402,13 @@ fn rebuild_line(r: &Value) -> Option<String> {
         Some(s) => format!("  STALLED at stripe {s}: too many members unreadable"),
         None => String::new(),
     };
-    let partial =
-        if r["partial"].as_bool() == Some(true) { " (re-add: only what it missed)" } else { "" };
+    let partial = if r["copying"].as_bool() == Some(true) {
+        " (replace: copying the old member; the array keeps its redundancy)"
+    } else if r["partial"].as_bool() == Some(true) {
+        " (partial: only the regions it missed)"
+    } else {
+        ""
+    };
     Some(format!(
         "rebuild{partial}: member {} onto {}  [{bar}] {percent:.1}%  {}/s{limit}  {eta}{stalled}",
         r["role"],

@@ -276,14 +276,26 @@ fn missed_regions(devices: &[&dyn MetaDevice], assembled: &Assembled) -> Vec<u32
 }
 
 fn map_regions(devices: &[&dyn MetaDevice], assembled: &Assembled, kind: BitmapKind) -> Vec<u32> {
-    let sb = &assembled.superblock;
+    let holders = assembled.roles.iter().flatten().copied();
+    union_of_maps(devices, holders, &assembled.superblock, kind)
+}
+
+/// The union of one map's set regions over the shard blocks of `holders`; a block that cannot
+/// be read or decoded (or, for the missed-write map, an array that keeps none) sets every
+/// region.
+fn union_of_maps(
+    devices: &[&dyn MetaDevice],
+    holders: impl Iterator<Item = usize>,
+    sb: &Superblock,
+    kind: BitmapKind,
+) -> Vec<u32> {
     let region_count =
         u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
     let mut dirty = vec![false; usize::try_from(region_count).expect("fits")];
     let mut everything = kind == BitmapKind::Missed && sb.missed_map_since_event == 0;
     let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
-    for device_index in assembled.roles.iter().flatten() {
-        let device = devices[*device_index];
+    for device_index in holders {
+        let device = devices[device_index];
         for shard in 0..sb.bitmap_shards {
             let offset = map_offset(sb, kind) + u64::from(shard) * BITMAP_BLOCK_BYTES as u64;
             let block = device
@@ -363,6 +375,20 @@ pub fn prepare(
         missed
     };
     Ok(Prepared { assembled, dirty_regions, missed_regions })
+}
+
+/// Why a device cannot take its role back with a partial rebuild (`Metadata::re_add_check`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReAddRefusal {
+    /// Not a member of this array at all (no superblock of it).
+    #[error("it is not a member of this array")]
+    NotAMember,
+    /// It could be re-added, but a rebuild is running (one at a time).
+    #[error("can take role {} back once the running rebuild ends", .0.get())]
+    Busy(MemberIndex),
+    /// It was this array's, but its chunks cannot be trusted as of its failure.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The running array's metadata: the newest superblock and which device holds each role.
@@ -483,6 +509,26 @@ impl Metadata {
             entry.failed_at_event = self.template.event;
         }
         self.roles[role] = None;
+    }
+
+    /// A device about to hold a role (a spare taking over, a member re-added) gets the maps
+    /// the members in service hold on disk (their union), not blank ones: should it later be
+    /// the only one of them left, its maps must still name what the others' did. (The
+    /// engine rewrites both maps to every member once the rebuild starts, which covers what
+    /// was not on disk yet.)
+    fn write_maps_for_newcomer(
+        &self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+    ) -> Result<(), ControlError> {
+        let holders: Vec<usize> = self.roles.iter().flatten().copied().collect();
+        let sb = &self.template;
+        let shards = sb.bitmap_shards;
+        for kind in [BitmapKind::WriteIntent, BitmapKind::Missed] {
+            let set = union_of_maps(devices, holders.iter().copied(), sb, kind);
+            write_map_area(devices[device], sb, kind, &set, shards)?;
+        }
+        Ok(())
     }
 
     /// Whether every role is held and active: the missed-write map can be emptied, and is
@@ -636,15 +682,20 @@ impl Metadata {
     }
 
     /// Give the failed `role` to the first hot spare: the spare's device takes the role as
-    /// `Rebuilding` from stripe 0, durably (its bitmap area written blank first, then every
+    /// `Rebuilding` from stripe 0, durably (its map areas written first with what the members in service hold, then every
     /// superblock). Returns the device index now holding the role. The engine must have
     /// applied the role's failure before (its stale chunks are never read again) and starts
     /// the rebuild after this returns.
+    ///
+    /// `partial`: the spare already holds the role's chunks (copied from the member it
+    /// replaces while the missed-write map recorded every region written meanwhile), so
+    /// only the regions the map names are rebuilt.
     pub fn take_spare(
         &mut self,
         devices: &[&dyn MetaDevice],
         role: MemberIndex,
         preferred: Option<usize>,
+        partial: bool,
     ) -> Result<usize, ControlError> {
         let r = role.get();
         if self.roles[r].is_some() || self.template.members[r].state != MemberState::Failed {
@@ -659,15 +710,16 @@ impl Metadata {
         // The spare `replace` named, else the first.
         let pick = preferred.and_then(|d| self.spares.iter().position(|&s| s == d)).unwrap_or(0);
         let device = self.spares.remove(pick);
+        // Only the device that was copied can skip what it holds.
+        let partial = partial && preferred == Some(device);
         let mut entry = self.template.spares.remove(pick);
         entry.state = MemberState::Rebuilding;
+        entry.partial_rebuild = partial;
         entry.failed_at_event = 0;
         entry.errors_corrected = 0;
-        // Blank bitmap blocks: valid (so assembly can read them) and empty (the union over
-        // the other members carries the dirty regions).
-        let shards = self.template.bitmap_shards;
-        write_bitmap_area(devices[device], &self.template, &[], shards)?;
-        write_map_area(devices[device], &self.template, BitmapKind::Missed, &[], shards)?;
+        // Valid map blocks (so assembly can read them) holding what the members in service
+        // hold: should it later be the last of them, they must still say it.
+        self.write_maps_for_newcomer(devices, device)?;
         self.template.members[r] = entry;
         self.template.rebuild_role = role.0;
         self.template.rebuild_cursor_stripes = 0;
@@ -746,72 +798,81 @@ impl Metadata {
         &self,
         devices: &[&dyn MetaDevice],
         device: usize,
-    ) -> Result<MemberIndex, String> {
+    ) -> Result<MemberIndex, ReAddRefusal> {
+        use ReAddRefusal::{NotAMember, Refused};
         let d = devices[device];
         let Some(own) = read_candidate(d).copies.into_iter().flatten().max_by_key(|sb| sb.event)
         else {
-            return Err("it holds no valid superblock".into());
+            return Err(NotAMember);
         };
         let sb = &self.template;
         if own.array_uuid != sb.array_uuid {
-            return Err("it is not a member of this array".into());
+            return Err(NotAMember);
+        }
+        if sb.geometry().tolerance() == 0 {
+            return Err(Refused("the level has no redundancy to rebuild from".into()));
         }
         let Some(role) = sb.members.iter().position(|m| m.uuid == own.this_uuid) else {
-            return Err("its member identity no longer holds a role (another device took it                         over)"
-                .into());
+            return Err(Refused(
+                "its member identity holds no role (a former spare, or its role was taken \
+                 over by another device)"
+                    .into(),
+            ));
         };
         let entry = &sb.members[role];
         if entry.state != MemberState::Failed || self.roles[role].is_some() {
-            return Err(format!("its role {role} is not failed"));
+            return Err(Refused(format!("its role {role} is not failed")));
         }
         if !entry.in_sync_when_failed {
-            return Err(format!(
-                "role {role} was not in sync when it failed (it was being rebuilt, or the                  array is older than the missed-write map)"
-            ));
+            return Err(Refused(format!(
+                "role {role} was not in sync when it failed (it was being rebuilt, or the \
+                 array is older than the missed-write map)"
+            )));
         }
         if sb.missed_map_since_event == 0 || sb.missed_map_since_event > entry.failed_at_event {
-            return Err("the missed-write map does not cover its absence".into());
+            return Err(Refused("the missed-write map does not cover its absence".into()));
         }
         if usize::from(own.this_role) != role
             || own.members[role].state != MemberState::Active
             || own.event < sb.missed_map_since_event
             || own.event >= entry.failed_at_event
         {
-            return Err(format!(
-                "its superblock (event {}) is not the one it had when it failed at event {}:                  its contents cannot be trusted",
+            return Err(Refused(format!(
+                "its superblock (event {}) is not the one it had when it failed at event {}: \
+                 its contents cannot be trusted",
                 own.event, entry.failed_at_event
-            ));
-        }
-        if sb.rebuild_role != ROLE_NONE {
-            return Err("another rebuild is running".into());
+            )));
         }
         let capacity = flashraid_format::layout::member_data_capacity(d.size_bytes());
         if capacity.is_none_or(|c| c < sb.member_data_bytes) {
-            return Err("it is smaller than a member's data area".into());
+            return Err(Refused("it is smaller than a member's data area".into()));
+        }
+        if sb.rebuild_role != ROLE_NONE {
+            return Err(ReAddRefusal::Busy(MemberIndex(u16::try_from(role).expect("fits"))));
         }
         Ok(MemberIndex(u16::try_from(role).expect("fits")))
     }
 
     /// Re-add device `device` to its failed role (see `re_add_check`): it takes the role back
-    /// as `Rebuilding` with a partial rebuild from stripe 0, durably. Its bitmap areas are
-    /// written blank first (the other members' maps name everything it missed). The engine
-    /// then starts a partial rebuild (`Shard::start_rebuild` with `partial`).
+    /// as `Rebuilding` with a partial rebuild from stripe 0, durably. Its map areas are
+    /// written first with what the members in service hold. The engine then starts a
+    /// partial rebuild (`Shard::start_rebuild` with `partial`).
     pub fn re_add(
         &mut self,
         devices: &[&dyn MetaDevice],
         device: usize,
     ) -> Result<MemberIndex, ControlError> {
         assert!(device <= self.sizes.len(), "a known device or the next one");
-        let role = self.re_add_check(devices, device).map_err(ControlError::Invalid)?;
+        let role = self
+            .re_add_check(devices, device)
+            .map_err(|why| ControlError::Invalid(why.to_string()))?;
         let d = devices[device];
         if self.holders().iter().any(|&(h, _)| h == device)
             || devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name())
         {
             return Err(ControlError::DuplicateDevice { device: d.name() });
         }
-        let shards = self.template.bitmap_shards;
-        write_bitmap_area(d, &self.template, &[], shards)?;
-        write_map_area(d, &self.template, BitmapKind::Missed, &[], shards)?;
+        self.write_maps_for_newcomer(devices, device)?;
         if device == self.sizes.len() {
             self.sizes.push(d.size_bytes());
         }

@@ -143,6 +143,13 @@ impl WriteIntent {
             .collect()
     }
 
+    /// A member joined (a rebuild starts onto it): the next images carry every bit of both
+    /// maps to it too, so it never holds less than the others.
+    pub fn rewrite_all(&mut self) {
+        self.changed = true;
+        self.missed_changed = true;
+    }
+
     /// Regions set in the missed map (for status).
     pub fn missed_regions(&self) -> usize {
         self.missed.set_regions().count()

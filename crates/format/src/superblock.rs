@@ -315,6 +315,16 @@ impl Superblock {
         if self.bitmap_offset_bytes < 4096 || bitmap_end.is_none() {
             return bad("bitmap area outside the space before the data area");
         }
+        // The missed-write map sits at a fixed place: it must overlap neither the bitmap
+        // area nor the data area.
+        let missed = crate::bitmap::MISSED_MAP_OFFSET_BYTES;
+        let missed_end = missed + crate::bitmap::BITMAP_AREA_BYTES;
+        let bitmap_end = bitmap_end.expect("checked");
+        if self.data_offset_bytes < missed_end
+            || (self.bitmap_offset_bytes < missed_end && missed < bitmap_end)
+        {
+            return bad("bitmap or data area over the missed-write map");
+        }
         if self.bitmap_shards == 0 || self.bitmap_shards > crate::bitmap::SHARDS_MAX {
             return bad("bitmap shard count out of range");
         }

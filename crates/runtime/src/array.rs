@@ -13,7 +13,7 @@ use crate::reactor::{
     AddedDevice, Backend, Control, Doorbell, Reactor, ShardJob, ShardStatus, ToReactor, member_ring,
 };
 use crate::session::{ReactorLink, Session};
-use flashraid_control::{Init, MetaDevice, Metadata, Overwrite};
+use flashraid_control::{Init, MetaDevice, Metadata, Overwrite, ReAddRefusal};
 use flashraid_engine::{Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::superblock::{Superblock, Tunables};
@@ -173,9 +173,13 @@ pub struct RebuildProgress {
     pub rate_limit_bytes_per_s: u64,
     /// Where it stopped, if a stripe could not be reconstructed.
     pub stalled_at_stripe: Option<u64>,
-    /// A re-added member: only the regions it missed are rebuilt, the others are passed over
-    /// (and count as done, in the percentage and the rate).
+    /// A re-added member, or a replacement that was copied: only the regions it missed are
+    /// rebuilt, the others are passed over (and count as done, in the percentage and the
+    /// rate).
     pub partial: bool,
+    /// A `replace` copying the old member to the new device (`path`), before its partial
+    /// rebuild: stripes here are the copy's progress in chunks.
+    pub copying: bool,
 }
 
 impl RebuildProgress {
@@ -590,6 +594,8 @@ impl Array {
         let mut controller = Controller {
             next_slot,
             preferred_spare: None,
+            takeover_partial: false,
+            copy: None,
             inbox: controller_rx,
             metadata,
             devices,
@@ -770,11 +776,14 @@ impl Array {
         self.add_new_spare(NewSpare::Path(path.to_path_buf()), overwrite, re_add)
     }
 
-    /// Replace member `role` with a new device: added as a hot spare, then the member is
-    /// failed and that spare takes its role and is rebuilt. Refused while a rebuild runs or
-    /// while a role is already failed (a spare would take that one first). Partial: the new
-    /// device is rebuilt from the other members, not copied from the old one, so the array
-    /// has one failure less of margin until the rebuild ends.
+    /// Replace member `role` with a new device while the array keeps its redundancy: the
+    /// device is added as a hot spare and the member's data area is copied to it in the
+    /// background (at the rebuild rate), with every region written meanwhile recorded in
+    /// the missed-write map; then the member is failed, the new device takes its role, and
+    /// only the recorded regions are rebuilt. Refused while a rebuild or another replace
+    /// runs, or while a role is already failed (a spare would take that one first). If a
+    /// member fails during the copy, or the old member cannot be read, the copy is given up
+    /// and the new device is an ordinary spare (rebuilt in full if it takes a role).
     pub fn replace(
         &self,
         role: usize,
@@ -900,6 +909,10 @@ struct Controller {
     next_slot: usize,
     /// The spare `replace` added: the next takeover uses it rather than the first spare.
     preferred_spare: Option<usize>,
+    /// The next takeover by `preferred_spare` is partial (its copy is done).
+    takeover_partial: bool,
+    /// A `replace` copying the old member to the new device.
+    copy: Option<RunningCopy>,
     rebuild: Option<RunningRebuild>,
     /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
     rebuild_generation: u32,
@@ -936,6 +949,27 @@ struct RunningRebuild {
     stalled_at: Option<u64>,
 }
 
+/// A `replace` copying the old member's data area to the new device, step by step on the
+/// controller thread, while the array keeps its redundancy (every shard records the regions
+/// written meanwhile in the missed-write map).
+struct RunningCopy {
+    role: MemberIndex,
+    /// Device indexes of the member being replaced and of its replacement (a listed spare).
+    old: usize,
+    new: usize,
+    /// Bytes of the data area copied, of `total_bytes`.
+    done_bytes: u64,
+    total_bytes: u64,
+    started: std::time::Instant,
+    /// When the next step may run (the rebuild rate paces the copy).
+    next_at: std::time::Instant,
+    buf: flashraid_iobuf::IoBuf,
+}
+
+/// Bytes one copy step moves: small enough that the controller answers events between
+/// steps within a few milliseconds.
+const COPY_STEP_BYTES: u64 = 1 << 20;
+
 /// How often rebuild progress is recorded in the superblocks, at most.
 const REBUILD_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -956,7 +990,18 @@ impl Controller {
     fn run(mut self) {
         let mut shutdown: Option<PendingShutdown> = None;
         loop {
-            let message = if shutdown.is_some() {
+            let copy_at = self.copy.as_ref().map(|c| c.next_at);
+            let message = if let (Some(at), None) = (copy_at, &shutdown) {
+                // Copying: look at messages between steps, waiting only for the pace.
+                let wait = at.saturating_duration_since(std::time::Instant::now());
+                let wait =
+                    self.next_scrub_at.map_or(wait, |s| wait.min(s.saturating_duration_since(at)));
+                match self.inbox.recv_timeout(wait) {
+                    Ok(m) => Some(m),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else if shutdown.is_some() {
                 match self.inbox.recv_timeout(SHUTDOWN_POLL) {
                     Ok(m) => Some(m),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -1002,6 +1047,7 @@ impl Controller {
                         "member-failed",
                         &format!("member {} failed ({reason:?})", member.get()),
                     );
+                    self.abandon_copy_for(member);
                     let _ = self.fail(&[member]);
                 }
                 Some(ToController::Event(
@@ -1088,6 +1134,7 @@ impl Controller {
                     let member = MemberIndex(u16::try_from(role).expect("fits"));
                     let message = format!("member {role} failed (by the operator)");
                     self.events.record(&self.metadata, "member-failed", &message);
+                    self.abandon_copy_for(member);
                     let _ = reply.send(self.fail(&[member]));
                 }
                 Some(ToController::Status(reply)) => {
@@ -1097,6 +1144,9 @@ impl Controller {
                     if shutdown.is_some() {
                         let _ = reply.send(Err(ArrayError::Other("already shutting down".into())));
                         continue;
+                    }
+                    if self.copy.is_some() {
+                        self.abandon_copy("the array is shutting down");
                     }
                     let mut acks = vec![];
                     for link in self.reactors.iter() {
@@ -1111,6 +1161,9 @@ impl Controller {
                     self.stop_reactors();
                     return;
                 }
+            }
+            if shutdown.is_none() {
+                self.copy_step();
             }
             if let Some(pending) = &mut shutdown {
                 let mut lost = false;
@@ -1212,7 +1265,7 @@ impl Controller {
             if self.registered[index].is_none() {
                 return Err(ArrayError::Other(format!("{name} cannot be used (not registered)")));
             }
-            if self.try_re_add(index, re_add) {
+            if self.try_re_add(index, re_add)? {
                 return Ok(());
             }
             let refs: Vec<&dyn MetaDevice> =
@@ -1269,8 +1322,15 @@ impl Controller {
         self.devices.push(device);
         self.registered.push(Some(slot));
         let index = self.devices.len() - 1;
-        if self.try_re_add(index, re_add) {
-            return Ok(());
+        match self.try_re_add(index, re_add) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => {
+                // Not counted by the metadata: forget it (its ring slot stays unused).
+                self.devices.pop();
+                self.registered.pop();
+                return Err(e);
+            }
         }
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1299,6 +1359,9 @@ impl Controller {
         if self.rebuild.is_some() {
             return Err(ArrayError::Other("a rebuild is running; replace once it is done".into()));
         }
+        if self.copy.is_some() {
+            return Err(ArrayError::Other("a replace is running; one at a time".into()));
+        }
         let missing: Vec<usize> = (0..self.metadata.superblock().members.len())
             .filter(|&r| self.metadata.role_device(r).is_none())
             .collect();
@@ -1308,14 +1371,136 @@ impl Controller {
                  would take their role, not member {role}'s)"
             )));
         }
+        let old = self.metadata.role_device(role).expect("no role is missing");
         self.add_spare(spare, overwrite, ReAdd::Never)?;
-        self.preferred_spare = self.devices.len().checked_sub(1);
-        let member = MemberIndex(u16::try_from(role).expect("fits"));
-        let message = format!("member {role} is being replaced (failed by the operator)");
+        let new = self.devices.len() - 1;
+        if !self.metadata.spare_devices().contains(&new) {
+            return Err(ArrayError::Other("the new device is not a spare of this array".into()));
+        }
+        // Every shard records what is written from now on, before the first byte is copied.
+        let mut acks = vec![];
+        for link in self.reactors.iter() {
+            let (tx, rx) = mpsc::channel();
+            let _ = link.tx.send(ToReactor::Control(Control::CopyRecording(true, tx)));
+            link.bell.ring();
+            acks.push(rx);
+        }
+        for rx in acks {
+            rx.recv().map_err(|_| ArrayError::Stopped)?;
+        }
+        let now = std::time::Instant::now();
+        self.copy = Some(RunningCopy {
+            role: MemberIndex(u16::try_from(role).expect("fits")),
+            old,
+            new,
+            done_bytes: 0,
+            total_bytes: self.metadata.superblock().member_data_bytes,
+            started: now,
+            next_at: now,
+            buf: flashraid_iobuf::IoBuf::new(usize::try_from(COPY_STEP_BYTES).expect("fits")),
+        });
+        let message = format!(
+            "member {role} is being replaced by {}: copying its data while the array keeps \
+             its redundancy",
+            self.devices[new].name()
+        );
+        self.events.record(&self.metadata, "replace-started", &message);
+        Ok(())
+    }
+
+    /// One step of a running copy, if it is due: read the old member, write the new device;
+    /// at the end, sync the new device and hand it the role (`finish_copy`).
+    fn copy_step(&mut self) {
+        let Some(c) = self.copy.as_mut() else { return };
+        let now = std::time::Instant::now();
+        if c.next_at > now {
+            return;
+        }
+        let len = COPY_STEP_BYTES.min(c.total_bytes - c.done_bytes);
+        let offset = self.metadata.superblock().data_offset_bytes + c.done_bytes;
+        let buf = &mut c.buf.as_mut_slice()[..usize::try_from(len).expect("fits")];
+        let (old, new) = (&self.devices[c.old], &self.devices[c.new]);
+        if let Err(e) = old.read_at(buf, offset) {
+            // The old member has a bad range: reconstruction will have to do.
+            let (role, new) = (c.role, c.new);
+            self.abandon_copy(&format!("reading the old member failed ({e})"));
+            let message = format!("member {} failed (it could not be copied)", role.get());
+            self.events.record(&self.metadata, "member-failed", &message);
+            self.preferred_spare = Some(new);
+            let _ = self.fail(&[role]);
+            self.preferred_spare = None;
+            return;
+        }
+        if let Err(e) = new.write_at(buf, offset) {
+            self.abandon_copy(&format!("writing the new device failed ({e})"));
+            return;
+        }
+        c.done_bytes += len;
+        if self.rebuild_rate_bytes_per_s > 0 {
+            let seconds = len as f64 / self.rebuild_rate_bytes_per_s as f64;
+            c.next_at = now + std::time::Duration::from_secs_f64(seconds);
+        }
+        if c.done_bytes >= c.total_bytes {
+            self.finish_copy();
+        }
+    }
+
+    /// The copy is complete: sync the new device, fail the old member and give the new
+    /// device its role with a partial rebuild of the regions written since the copy began.
+    fn finish_copy(&mut self) {
+        let c = self.copy.take().expect("a copy ran");
+        if let Err(e) = self.devices[c.new].sync() {
+            self.copy = Some(c);
+            self.abandon_copy(&format!("syncing the new device failed ({e})"));
+            return;
+        }
+        let message = format!(
+            "member {} is replaced (copied to {} in {:.1?}; failed by the operator)",
+            c.role.get(),
+            self.devices[c.new].name(),
+            c.started.elapsed()
+        );
         self.events.record(&self.metadata, "member-failed", &message);
-        let result = self.fail(&[member]);
+        self.preferred_spare = Some(c.new);
+        self.takeover_partial = true;
+        let _ = self.fail(&[c.role]);
         self.preferred_spare = None;
-        result
+        self.takeover_partial = false;
+        // The shards that started the partial rebuild keep recording (the role is out of
+        // service until it ends); those that did not (the takeover failed) stop.
+        self.broadcast_copy_recording(false);
+    }
+
+    /// Give up a running copy: the new device stays a hot spare.
+    fn abandon_copy(&mut self, why: &str) {
+        if let Some(c) = self.copy.take() {
+            let message = format!(
+                "the replace of member {} is given up ({why}): {} stays a hot spare",
+                c.role.get(),
+                self.devices[c.new].name()
+            );
+            self.events.record(&self.metadata, "replace-abandoned", &message);
+            self.broadcast_copy_recording(false);
+        }
+    }
+
+    /// A member failed during a copy: give the copy up. If it is the member being replaced,
+    /// its replacement is the spare that takes over (rebuilt in full).
+    fn abandon_copy_for(&mut self, failed: MemberIndex) {
+        let Some(c) = self.copy.as_ref() else { return };
+        let (role, new) = (c.role, c.new);
+        self.abandon_copy(&format!("member {} failed during the copy", failed.get()));
+        if role == failed {
+            self.preferred_spare = Some(new);
+        }
+    }
+
+    fn broadcast_copy_recording(&self, on: bool) {
+        for link in self.reactors.iter() {
+            let (tx, _rx) = mpsc::channel();
+            let _ = link.tx.send(ToReactor::Control(Control::CopyRecording(on, tx)));
+            link.bell.ring();
+        }
     }
 
     fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {
@@ -1412,26 +1597,33 @@ impl Controller {
 
     /// Device `index` (registered) as its own failed role come back, if `re_add` allows and
     /// the metadata says it can: it takes the role back and a partial rebuild starts. False
-    /// when it is not re-added (the caller adds it as a spare); the event log says why when
-    /// it is a former member that could not be.
-    fn try_re_add(&mut self, index: usize, re_add: ReAdd) -> bool {
+    /// when it is not re-added (the caller adds it as a spare; the event log says why when
+    /// it is a former member that could not be); an error when it could be but a rebuild is
+    /// running (made a spare, it would lose that for good).
+    fn try_re_add(&mut self, index: usize, re_add: ReAdd) -> Result<bool, ArrayError> {
         if re_add == ReAdd::Never {
-            return false;
+            return Ok(false);
         }
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let name = self.devices[index].name();
         let role = match self.metadata.re_add_check(&refs, index) {
             Ok(role) => role,
-            Err(why) => {
-                if !why.contains("not a member of this array") && !why.contains("no valid") {
-                    self.events.record(
-                        &self.metadata,
-                        "re-add-refused",
-                        &format!("{name} is not re-added ({why}): it becomes a spare"),
-                    );
-                }
-                return false;
+            Err(ReAddRefusal::NotAMember) => return Ok(false),
+            Err(why @ ReAddRefusal::Busy(_)) => {
+                // Not silently a spare: it would get a new identity and a full rebuild.
+                return Err(ArrayError::Other(format!(
+                    "{name} is a member of this array that {why}: add it again then, or now \
+                     with --full-rebuild to rebuild it in full"
+                )));
+            }
+            Err(ReAddRefusal::Refused(why)) => {
+                self.events.record(
+                    &self.metadata,
+                    "re-add-refused",
+                    &format!("{name} is not re-added ({why}): it becomes a spare"),
+                );
+                return Ok(false);
             }
         };
         let taken = self.metadata.re_add(&refs, index);
@@ -1449,7 +1641,7 @@ impl Controller {
                     ),
                 );
                 self.begin_rebuild(role, index, StripeIndex(0), zeroes_after_discard, true);
-                true
+                Ok(true)
             }
             Err(e) => {
                 self.events.record(
@@ -1457,7 +1649,7 @@ impl Controller {
                     "re-add-failed",
                     &format!("{name} could not take member {} back: {e}", role.get()),
                 );
-                false
+                Ok(false)
             }
         }
     }
@@ -1488,6 +1680,9 @@ impl Controller {
         if failed.is_empty() {
             return;
         }
+        for &m in &failed {
+            self.abandon_copy_for(m);
+        }
         for m in &failed {
             let message = format!("member {} failed (its superblock write failed)", m.get());
             self.events.record(&self.metadata, "member-failed", &message);
@@ -1512,21 +1707,28 @@ impl Controller {
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let preferred = self.preferred_spare.take();
-        let taken = self.metadata.take_spare(&refs, role, preferred);
+        let partial = std::mem::take(&mut self.takeover_partial);
+        let taken = self.metadata.take_spare(&refs, role, preferred, partial);
         self.apply_metadata_failures();
         match taken {
             Ok(device) => {
                 let zeroes_after_discard = self.devices[device].zeroes_after_discard();
+                let partial = self.metadata.rebuild_is_partial();
+                let what = if partial {
+                    "rebuilding only the regions written while it was copied"
+                } else {
+                    "rebuilding"
+                };
                 self.events.record(
                     &self.metadata,
                     "spare-takeover",
                     &format!(
-                        "hot spare {} takes over member {}; rebuilding",
+                        "hot spare {} takes over member {}; {what}",
                         self.devices[device].name(),
                         role.get()
                     ),
                 );
-                self.begin_rebuild(role, device, StripeIndex(0), zeroes_after_discard, false);
+                self.begin_rebuild(role, device, StripeIndex(0), zeroes_after_discard, partial);
             }
             Err(e) => self.events.record(
                 &self.metadata,
@@ -1701,6 +1903,23 @@ impl Controller {
         shards: &[ShardStatus],
         geometry: Geometry,
     ) -> Option<RebuildProgress> {
+        if let Some(c) = &self.copy {
+            let chunk = u64::from(geometry.chunk_bytes());
+            let seconds = c.started.elapsed().as_secs_f64();
+            let rate = if seconds > 0.0 { (c.done_bytes as f64 / seconds) as u64 } else { 0 };
+            return Some(RebuildProgress {
+                role: c.role.get(),
+                path: Some(self.devices[c.new].name()),
+                stripes_done: c.done_bytes / chunk,
+                stripes_total: c.total_bytes / chunk,
+                rate_bytes_per_s: rate,
+                eta_s: (rate > 0).then(|| (c.total_bytes - c.done_bytes) / rate),
+                rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
+                stalled_at_stripe: None,
+                partial: false,
+                copying: true,
+            });
+        }
         let r = self.rebuild.as_ref()?;
         let (mut done, mut total) = (0u64, 0u64);
         for s in shards.iter().filter_map(|s| s.rebuild.as_ref()) {
@@ -1732,6 +1951,7 @@ impl Controller {
             rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
             stalled_at_stripe: r.stalled_at,
             partial: self.metadata.rebuild_is_partial(),
+            copying: false,
         })
     }
 

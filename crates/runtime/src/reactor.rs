@@ -112,6 +112,9 @@ pub(crate) enum Control {
     FinishRebuild(MemberIndex),
     /// Every role is recorded in service: the missed-write map can be emptied.
     ClearMissed,
+    /// A member is being copied to its replacement: record every region written in the
+    /// missed-write map (or stop), then answer.
+    CopyRecording(bool, Sender<()>),
     /// This shard's share of the rebuild rate, bytes per second (0: unlimited).
     SetRebuildRate(u64),
     /// This shard's share of the busy-time rebuild rate (0: no separate limit).
@@ -401,6 +404,10 @@ impl Reactor {
                         }
                         Control::FinishRebuild(role) => self.shard.finish_rebuild(role),
                         Control::ClearMissed => self.shard.clear_missed(),
+                        Control::CopyRecording(on, done) => {
+                            self.shard.set_copy_recording(on);
+                            let _ = done.send(());
+                        }
                         Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
                         Control::SetRebuildBusyRate(rate) => self.shard.set_rebuild_busy_rate(rate),
                         Control::StartScrub { repair, rate_bytes_per_s } => {

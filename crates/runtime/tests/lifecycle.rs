@@ -469,3 +469,54 @@ fn a_member_that_comes_back_is_re_added_with_only_what_it_missed() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// `replace` copies the old member to the new device while the array keeps its redundancy
+/// and writes go on (the status says so and the array is never degraded meanwhile); then the
+/// new device takes the role and only the regions written during the copy are rebuilt.
+#[test]
+fn replace_copies_the_old_member_while_writes_go_on() {
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("c{i}"), 24 << 20)).collect();
+    let spec = CreateSpec::in_memory("copy", Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
+    // A paced copy (about a second) and bits that clear 50 ms after the last write, so
+    // regions written behind the copy are found through the missed-write map.
+    let mut opts = options(16 << 20);
+    opts.config.bitmap_clear_delay_us = 50_000;
+    let array = Array::open_in_memory(&members, &opts).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let mut model = fill(&mut session, size, 11);
+    wait_for(&array, "the fill's bits to clear", |s| !s.resyncing && s.bitmap_regions_set == 0);
+    let before = array.status().unwrap().counters.rebuild_stripes;
+    array.replace_in_memory(3, MemMember::new("copy-new", 24 << 20)).unwrap();
+    let mut generation = 0u64;
+    let mut copying_seen = false;
+    loop {
+        let status = array.status().unwrap();
+        let copying = status.rebuild.as_ref().is_some_and(|r| r.copying);
+        if !copying {
+            break;
+        }
+        copying_seen = true;
+        assert!(!status.degraded, "degraded during the copy: {status:#?}");
+        generation += 1;
+        let data = pattern(1000 + generation, 1 << 20);
+        session.write(2 << 20, &data).unwrap();
+        model[2 << 20..3 << 20].copy_from_slice(&data);
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    assert!(copying_seen && generation > 3, "the copy was too quick to write behind it");
+    let status = wait_for(&array, "the replacement's rebuild", |s| s.rebuild.is_none());
+    assert_eq!(status.members[3].path.as_deref(), Some("copy-new"), "{status:#?}");
+    assert!(!status.degraded);
+    let kinds: Vec<&str> = status.events.iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&"replace-started"), "{kinds:?}");
+    let rebuilt = status.counters.rebuild_stripes - before;
+    let stripes = array.geometry().stripes();
+    assert!(rebuilt < stripes / 4, "{rebuilt} of {stripes} stripes rebuilt after the copy");
+    check(&mut session, &model, "after the replace");
+    array.fail_member(0).unwrap();
+    array.fail_member(5).unwrap();
+    check(&mut session, &model, "relying on the replacement");
+}

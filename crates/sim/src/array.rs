@@ -113,7 +113,24 @@ pub struct SimArray {
     rebuild_shards_done: usize,
     /// `start_rebuild` calls made (the shards' event generations).
     rebuild_generation: u32,
+    /// A replace copying a member to its replacement (`start_replace`).
+    copy: Option<SimCopy>,
 }
+
+/// A replace by copy, as the runtime's controller runs it: a step of the copy per harness
+/// step, so IO goes on around it.
+#[derive(Clone, Copy, Debug)]
+struct SimCopy {
+    role: usize,
+    old: usize,
+    new: usize,
+    done_bytes: u64,
+}
+
+/// Bytes one copy step moves: a copy of a test member takes longer than the write-intent
+/// clearing delay, so regions written behind the copy are cleared into the missed-write map
+/// before the swap (the path that must not lose them), not only still marked dirty.
+const COPY_STEP_BYTES: u64 = 4 << 10;
 
 fn dyn_devices(devices: &[SimMember]) -> Vec<&dyn MetaDevice> {
     devices.iter().map(|d| d as &dyn MetaDevice).collect()
@@ -220,6 +237,7 @@ impl SimArray {
                 .unwrap_or_default(),
             rebuild_shards_done: 0,
             rebuild_generation: u32::from(resumed.is_some()),
+            copy: None,
         })
         .map(|mut array| {
             array.take_spare_if_wanted();
@@ -413,6 +431,55 @@ impl SimArray {
             }
         }
         self.handle_events();
+        self.copy_step();
+    }
+
+    /// Replace `role` by copying its member to `spare` (a device listed as a hot spare)
+    /// while IO goes on: every shard records the regions written meanwhile, and when the
+    /// copy is done the member is failed and the spare takes the role with a partial
+    /// rebuild of those regions (like `flashraid replace`).
+    pub fn start_replace(&mut self, role: usize, spare: usize) {
+        assert!(self.metadata.spare_devices().contains(&spare), "not a spare");
+        let old = self.metadata.role_device(role).expect("role held");
+        for shard in &mut self.shards {
+            shard.set_copy_recording(true);
+        }
+        self.copy = Some(SimCopy { role, old, new: spare, done_bytes: 0 });
+    }
+
+    /// Whether a replace is still copying.
+    pub fn is_copying(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    fn copy_step(&mut self) {
+        let Some(c) = self.copy.as_mut() else { return };
+        let sb = self.metadata.superblock();
+        let total = sb.member_data_bytes;
+        let len = COPY_STEP_BYTES.min(total - c.done_bytes);
+        let offset = sb.data_offset_bytes + c.done_bytes;
+        let mut buf = flashraid_iobuf::IoBuf::new(usize::try_from(len).expect("fits"));
+        self.devices[c.old].read_at(buf.as_mut_slice(), offset).expect("the old member reads");
+        self.devices[c.new].write_at(buf.as_slice(), offset).expect("the new device writes");
+        c.done_bytes += len;
+        if c.done_bytes < total {
+            return;
+        }
+        let c = self.copy.take().expect("running");
+        self.devices[c.new].sync().expect("the new device syncs");
+        let role = MemberIndex(u16::try_from(c.role).expect("fits"));
+        self.record_failed(&[role]);
+        let devices = dyn_devices(&self.devices);
+        let Ok(device) = self.metadata.take_spare(&devices, role, Some(c.new), true) else {
+            self.metadata_lost = true;
+            return;
+        };
+        let member = self.devices[device].clone();
+        let zeroes = member.zeroes_after_discard();
+        self.begin_rebuild(role, member, zeroes, true);
+        for shard in &mut self.shards {
+            shard.set_copy_recording(false);
+        }
     }
 
     fn move_ios(&mut self, s: usize) {
@@ -520,7 +587,7 @@ impl SimArray {
     fn take_spare_if_wanted(&mut self) {
         let Some(role) = self.metadata.spare_wanted() else { return };
         let devices = dyn_devices(&self.devices);
-        let Ok(device) = self.metadata.take_spare(&devices, role, None) else {
+        let Ok(device) = self.metadata.take_spare(&devices, role, None, false) else {
             self.metadata_lost = true;
             return;
         };
@@ -608,6 +675,12 @@ impl SimArray {
     }
 
     fn record_failed(&mut self, failed: &[MemberIndex]) {
+        if self.copy.take().is_some() {
+            // A failure during a replace's copy gives the copy up (the runtime does the same).
+            for shard in &mut self.shards {
+                shard.set_copy_recording(false);
+            }
+        }
         let devices = dyn_devices(&self.devices);
         let all = match self.metadata.fail_members(&devices, failed) {
             Ok(all) => all,

@@ -253,3 +253,64 @@ fn a_member_that_failed_during_its_rebuild_is_not_re_added() {
     assert!(refused.contains("not in sync"), "{refused}");
     check_all(&mut array, &model, "after the refusal");
 }
+
+fn plain_options(seed: u64, level: Level, members: usize) -> SimOptions {
+    let mut o = SimOptions::new(seed, level, members);
+    o.chunk_bytes = 4096;
+    o.shards = 1;
+    o.member_bytes = 8 << 20;
+    o.init = Init::Zero;
+    o.config.rebuild_rate_bytes_per_s = 0;
+    o
+}
+
+/// Review finding: a member that rejoined got blank maps, so when it was the only holder left
+/// at a restart, the map was lost and a later re-add rebuilt nothing. RAID 1 x3: X leaves,
+/// writes; Y fails and is re-added; A fails; restart with Y alone; X re-added must still get
+/// what it missed.
+#[test]
+fn the_map_survives_when_only_a_member_that_rejoined_is_left() {
+    let o = plain_options(1, Level::Raid1, 3);
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut array = SimArray::create(o.clone()).unwrap();
+    let size = array.array_bytes();
+    let mut model = vec![0u8; size as usize];
+    write_random(&mut array, &mut model, &mut rng, 50, size);
+    array.run_steps(2000);
+    let (a, x, y) = (device_of(&array, 0), device_of(&array, 1), device_of(&array, 2));
+    array.fail_member(1);
+    write_random(&mut array, &mut model, &mut rng, 40, size / 4);
+    array.run_steps(2000);
+    assert!(array.missed_regions_set() > 0);
+    array.fail_member(2);
+    array.run_until_idle();
+    array.re_add(y).unwrap();
+    array.run_until_rebuilt();
+    array.fail_member(0);
+    array.run_until_idle();
+    let mut devices = array.crash();
+    assert!(a < x && x < y);
+    let x_device = devices.remove(x);
+    devices.remove(a);
+    let mut array = SimArray::assemble(devices, o, DirtyDegraded::Refuse).unwrap();
+    assert!(array.missed_regions_set() > 0, "the map was lost at the restart");
+    let x = array.add_device(x_device);
+    array.re_add(x).unwrap();
+    array.run_until_rebuilt();
+    // Y fails: every read now comes from X.
+    array.fail_member(1 + 1);
+    array.run_until_idle();
+    check_all(&mut array, &model, "relying on the member re-added after the restart");
+}
+
+/// Review finding: re-adding a member of a RAID 0 array recorded a rebuild the engine then
+/// refused with a panic. A level with no redundancy has nothing to rebuild from.
+#[test]
+fn a_raid0_member_is_not_re_added() {
+    let mut array = SimArray::create(plain_options(3, Level::Raid0, 2)).unwrap();
+    let x = device_of(&array, 1);
+    array.fail_member(1);
+    array.run_until_idle();
+    let refused = array.re_add(x).unwrap_err();
+    assert!(refused.contains("no redundancy"), "{refused}");
+}

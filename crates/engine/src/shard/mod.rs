@@ -468,6 +468,9 @@ pub struct Shard {
     rebuild_busy_rate_bytes_per_s: u64,
     /// When the last foreground request arrived (the shard's clock).
     last_foreground_us: u64,
+    /// A member is being copied to its replacement (`set_copy_recording`): the missed-write
+    /// map records as if a role were out of service.
+    copy_recording: bool,
     ios: VecDeque<MemberIo>,
     replies: VecDeque<ShardReply>,
     events: VecDeque<ShardEvent>,
@@ -624,6 +627,7 @@ impl Shard {
                 .rebuild_busy_rate_bytes_per_s
                 .div_ceil(u64::from(setup.shard_count)),
             last_foreground_us: 0,
+            copy_recording: false,
             ios: VecDeque::with_capacity(ops_max * (n + 4)),
             replies: VecDeque::with_capacity(requests_max),
             events: VecDeque::with_capacity(4 * n + 4),
@@ -1038,8 +1042,19 @@ impl Shard {
     /// A member's health changed: the missed-write map records while any role is out of
     /// service.
     fn health_changed(&mut self) {
-        let recording = self.members.iter().any(|m| m.health != Health::Active);
+        let recording =
+            self.copy_recording || self.members.iter().any(|m| m.health != Health::Active);
         self.bitmap.set_recording(recording);
+    }
+
+    /// A member is copied to its replacement outside the engine (`replace`): from now on,
+    /// until this is turned off, every region written is recorded in the missed-write map,
+    /// so the regions that changed behind the copy can be rebuilt when the replacement
+    /// takes the role (a partial rebuild). Turn it off only after that rebuild started
+    /// (the member's health then keeps the map recording).
+    pub fn set_copy_recording(&mut self, on: bool) {
+        self.copy_recording = on;
+        self.health_changed();
     }
 
     /// Whether more members are unavailable than every stripe survives.

@@ -137,6 +137,10 @@ impl Shard {
             missed: partial.then(|| self.partial_rebuild_regions()),
         });
         self.health_changed();
+        // The new member's maps were written from the others' disks; what this shard holds
+        // only in memory reaches it with the next images.
+        self.bitmap.rewrite_all();
+        self.kick_bitmap();
         self.schedule_rebuild();
     }
 
