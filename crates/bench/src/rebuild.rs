@@ -59,6 +59,10 @@ pub struct Report {
     pub healthy_seqread: Measured,
     pub degraded_randread: Measured,
     pub degraded_seqread: Measured,
+    /// 4 KiB random reads from thread-driven load at saturation (the kind of client the
+    /// paced load is), healthy and with the member failed.
+    pub healthy_threads_randread: Option<Measured>,
+    pub degraded_threads_randread: Option<Measured>,
     /// Half the 4 KiB random read IOPS of thread-driven load at saturation.
     pub paced_iops: f64,
     pub rate_under_load: u64,
@@ -129,6 +133,9 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report, St
     array.fail_member(0).map_err(|e| e.to_string())?;
     let degraded_randread = run_array_pollers(&array, rand, jobs, qd, t, 4)?;
     let degraded_seqread = run_array_pollers(&array, seq, jobs, qd, t, 5)?;
+    // What thread-driven clients reach degraded: the paced load's headroom during the
+    // rebuild is this minus the paced rate, less what the rebuild itself takes.
+    let degraded_threads_randread = run_array(&array, rand, jobs, qd, t, 9)?;
 
     progress("rebuild under the paced load (the load runs exactly as long as the rebuild)");
     let before = rebuilt_stripes(&array)?;
@@ -182,6 +189,8 @@ pub fn run(config: &Config, mut progress: impl FnMut(&str)) -> Result<Report, St
         healthy_seqread,
         degraded_randread,
         degraded_seqread,
+        healthy_threads_randread: Some(threads_randread),
+        degraded_threads_randread: Some(degraded_threads_randread),
         paced_iops,
         rate_under_load: config.rate_under_load,
         busy_rate: config.busy_rate,
@@ -226,6 +235,14 @@ pub fn format_report(r: &Report) -> String {
         mib(r.degraded_seqread.bytes_per_second),
         r.degraded_seqread.bytes_per_second / r.healthy_seqread.bytes_per_second
     );
+    if let (Some(h), Some(d)) = (&r.healthy_threads_randread, &r.degraded_threads_randread) {
+        out += &format!(
+            "| 4k random read, IOPS, thread clients (as the paced load) | {:.0} | {:.0} | {:.2} | |\n",
+            h.iops,
+            d.iops,
+            d.iops / h.iops
+        );
+    }
     out += &format!(
         "| 4k random read at {:.0} IOPS (half of healthy), p99 us, during the rebuild ({limit}) | {:.0} | {:.0} | {:.2} | <= 2.00 |\n",
         r.paced_iops,
