@@ -520,3 +520,31 @@ fn replace_copies_the_old_member_while_writes_go_on() {
     array.fail_member(5).unwrap();
     check(&mut session, &model, "relying on the replacement");
 }
+
+/// A member that could be re-added while another rebuild runs is refused with that reason
+/// (made a spare, it would lose its identity and be rebuilt in full); `--full-rebuild`
+/// (ReAdd::Never) adds it as a spare at once.
+#[test]
+fn a_re_add_during_another_rebuild_is_refused_not_downgraded() {
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("b{i}"), 16 << 20)).collect();
+    let spares = vec![MemMember::new("busy-spare", 16 << 20)];
+    let spec = CreateSpec::in_memory("busy", Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+    let array = Array::open_in_memory(&all, &options(1)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 12);
+    // The spare takes member 1 and rebuilds at a crawl; member 2 then leaves too.
+    array.fail_member(1).unwrap();
+    wait_for(&array, "the spare's takeover", |s| s.rebuild.is_some());
+    array.fail_member(2).unwrap();
+    let e = array.add_spare_in_memory(members[2].clone()).unwrap_err();
+    assert!(e.to_string().contains("once the running rebuild ends"), "{e}");
+    array.add_spare_in_memory_with(members[2].clone(), ReAdd::Never).unwrap();
+    array.set_rebuild_rate(0).unwrap();
+    let status = wait_for(&array, "both rebuilds", |s| s.rebuild.is_none() && !s.degraded);
+    assert_eq!(status.members[2].path.as_deref(), Some("b2"), "{status:#?}");
+    check(&mut session, &model, "after both rebuilds");
+}
