@@ -153,7 +153,20 @@ phases = dict((p, runs) for p, runs in run["levels"][0]["phases"])
 assert all(len(phases[p]) >= 1 for p in ["healthy", "degraded", "rebuilding", "rebuilt"]), \
     {p: len(r) for p, r in phases.items()}
 print(f"   degraded-rebuild: data intact at both levels; {len(phases['rebuilding'])} runs while rebuilding")
+drill = run["levels"][0]["drill"]
+steps = [m["what"] for m in drill["markers"]]
+assert steps == ["member 2 failed", "spare added", "rebuilt"], steps
+times = [m["at_s"] for m in drill["markers"]]
+assert 0 < times[0] < times[1] <= times[2] < len(drill["iops"]) * drill["bin_ms"] / 1000, times
+assert sum(1 for v in drill["iops"] if v > 0) >= len(drill["iops"]) - 2, drill["iops"]
+assert run["levels"][1].get("drill") is None, "the unloaded level has no drill"
+print(f"   drill: {len(drill['iops'])} s of 1-s IOPS, steps at {times}")
 EOF
+grep -q "one continuous run through a failure and a rebuild" "$work/run4/degraded-rebuild/report.md" \
+    || fail "degraded-rebuild drill table"
+for chart in "IOPS per second through the drill" "mean latency per second through the drill"; do
+    grep -q "$chart" "$work/run4/degraded-rebuild/report.html" || fail "degraded-rebuild: no $chart"
+done
 # The run beside itself (as a run folder and as its report file): one row per run per level.
 "$bin" bench compare "$work/run4" "$work/run4/degraded-rebuild/degraded-run.json" --out "$work/cmp4" \
     >/dev/null || fail "compare degraded-rebuild runs"

@@ -562,10 +562,10 @@ pub struct ReplaceArgs {
     new: PathBuf,
 }
 
-/// `flashraid replace OLD NEW`: NEW is added as a spare, OLD is failed, NEW (not another
-/// spare) takes its role and is rebuilt.
-/// Partial: the data is reconstructed from the other members rather than copied from OLD,
-/// so the array has one failure less of margin until the rebuild ends.
+/// `flashraid replace OLD NEW`: NEW is added as a spare (or used, if it is one already),
+/// OLD's data area is copied to it while the array keeps its redundancy, then OLD is failed
+/// and NEW (not another spare) takes its role; only what was written during the copy is
+/// rebuilt. In-memory members are not copied (NEW is rebuilt from the others).
 pub fn run_replace(args: ReplaceArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
     let old = std::fs::canonicalize(&args.old)

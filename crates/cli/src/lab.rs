@@ -1207,6 +1207,7 @@ fn run_degraded(
             rebuild_seconds: 0.0,
             rebuild_bytes: 0,
             verified: false,
+            drill: None,
         };
         let result = (|| -> Result<()> {
             let target = &prepared.target;
@@ -1296,6 +1297,31 @@ fn run_degraded(
                 Ok(_) => level.verified = true,
                 Err(e) => bail!("THE DATA WRITTEN BEFORE THE FAILURE DID NOT VERIFY: {e:#}"),
             }
+            if load_percent > 0 {
+                eprintln!(
+                    "[degraded-rebuild] load {load_percent}%: the drill (one run through member \
+                     2's failure and a rebuild)"
+                );
+                let seed = seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let spare2 = member_dir(args).join("spare2");
+                let drill = Drill {
+                    fio: &args.fio,
+                    dir: &test_dir,
+                    control: &control,
+                    spare: &spare2,
+                    spare_bytes: args.member_size,
+                    hold: Duration::from_secs(u64::from(phase_s)),
+                };
+                level.drill = Some(drill.run(&load, target, seed)?);
+                level.verified = false;
+                let check = render_verify(target, true)?;
+                match run_fio(&args.fio, &test_dir, "verify-check-after-drill", &check, None) {
+                    Ok(_) => level.verified = true,
+                    Err(e) => bail!(
+                        "THE DATA WRITTEN BEFORE THE FAILURES DID NOT VERIFY AFTER THE DRILL: {e:#}"
+                    ),
+                }
+            }
             Ok(())
         })();
         let stopped = prepared.server.map_or(Ok(()), Server::stop);
@@ -1313,6 +1339,145 @@ fn run_degraded(
         return Err(e.context(format!("partial report in {}", dir.display())));
     }
     Ok((dir, markdown))
+}
+
+/// degraded-rebuild's drill on a served array: one fio run with 1-s logs while member 2
+/// fails, the array runs degraded, a new spare (`spare`) is added and rebuilt, and the array
+/// runs rebuilt; each state held for `hold` (the rebuild as long as it takes).
+struct Drill<'a> {
+    fio: &'a Path,
+    dir: &'a Path,
+    control: &'a Path,
+    spare: &'a Path,
+    spare_bytes: u64,
+    hold: Duration,
+}
+
+impl Drill<'_> {
+    fn run(
+        &self,
+        load: &flashraid_lab::degraded::PhaseLoad,
+        target: &Target,
+        seed: u64,
+    ) -> Result<flashraid_lab::degraded::Drill> {
+        use flashraid_lab::degraded::{DrillMarker, render_drill_load};
+        let job_path = self.dir.join("drill.fio");
+        let json_path = self.dir.join("drill.json");
+        let stderr_path = self.dir.join("drill.stderr");
+        std::fs::write(&job_path, render_drill_load(load, target, seed)?)?;
+        let mut command = Command::new(self.fio);
+        command
+            .arg("--output-format=json+")
+            .arg(format!("--output={}", json_path.display()))
+            .arg(&job_path);
+        flashraid_nbd::signals::unblock_in_child(&mut command);
+        let mut child = command
+            .current_dir(self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path)?)
+            .spawn()
+            .with_context(|| format!("running {}", self.fio.display()))?;
+        let mut steps: Vec<(&str, std::time::SystemTime)> = vec![];
+        let drilled = self.steps(&mut child, &mut steps);
+        // fio writes its results and logs when interrupted.
+        let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
+        let grace = Instant::now() + FIO_INTERRUPT_GRACE;
+        while Instant::now() < grace && child.try_wait()?.is_none() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        drilled?;
+        let text = std::fs::read_to_string(&json_path)
+            .with_context(|| format!("fio wrote no results to {}", json_path.display()))?;
+        let parsed = parse_fio_output(&text)?;
+        let result = parsed.jobs.first().context("fio reported no job")?;
+        if result.error_code != 0 {
+            bail!("the drill's load failed with fio error {}", result.error_code);
+        }
+        // fio's log times count from the job's start: its results' time stamp less its run
+        // time. The steps are placed on that clock.
+        let start = text.find('{').context("no JSON in fio's output")?;
+        let raw: serde_json::Value = serde_json::Deserializer::from_str(&text[start..])
+            .into_iter::<serde_json::Value>()
+            .next()
+            .context("no JSON in fio's output")??;
+        let ended_ms = raw["timestamp_ms"].as_u64().context("fio's results have no time stamp")?;
+        let started_ms = ended_ms.saturating_sub(result.runtime_ms());
+        let markers = steps
+            .into_iter()
+            .map(|(what, at)| {
+                let at_ms = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                DrillMarker {
+                    what: what.to_string(),
+                    at_s: at_ms.saturating_sub(started_ms) as f64 / 1000.0,
+                }
+            })
+            .collect();
+        let read_logs = |kind: &str| -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
+            (1..=load.threads)
+                .map(|n| {
+                    let path = self.dir.join(format!("drill_{kind}.{n}.log"));
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    Ok(flashraid_lab::vm::parse_fio_log(&text)?)
+                })
+                .collect()
+        };
+        let (iops, latency) = (read_logs("iops")?, read_logs("lat")?);
+        Ok(flashraid_lab::degraded::Drill::from_logs(&iops, &latency, 1000, markers)?)
+    }
+
+    /// The drill's steps while fio runs, each one's moment recorded.
+    fn steps(
+        &self,
+        child: &mut std::process::Child,
+        steps: &mut Vec<(&str, std::time::SystemTime)>,
+    ) -> Result<()> {
+        let mut hold = |d: Duration| -> Result<()> {
+            let until = Instant::now() + d;
+            while Instant::now() < until {
+                if let Some(status) = child.try_wait()? {
+                    bail!("fio ended early during the drill ({status})");
+                }
+                if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+                    bail!("interrupted by a signal during the drill");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        };
+        // fio takes about a second to connect.
+        hold(Duration::from_secs(1) + self.hold)?;
+        steps.push(("member 2 failed", std::time::SystemTime::now()));
+        crate::control::ask(self.control, "fail 2")?;
+        hold(self.hold)?;
+        let file =
+            std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(self.spare)?;
+        file.set_len(self.spare_bytes)?;
+        steps.push(("spare added", std::time::SystemTime::now()));
+        crate::control::ask(
+            self.control,
+            &format!("spare-add keep full {}", self.spare.display()),
+        )?;
+        let started = Instant::now();
+        loop {
+            let status = crate::control::ask(self.control, "status")?;
+            let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());
+            if !rebuilding && status.get("degraded").and_then(|v| v.as_bool()) == Some(false) {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(24 * 3600) {
+                bail!("the drill's rebuild did not finish within a day");
+            }
+            hold(Duration::from_millis(50))?;
+        }
+        steps.push(("rebuilt", std::time::SystemTime::now()));
+        hold(self.hold)
+    }
 }
 
 fn run_profile(

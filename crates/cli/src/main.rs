@@ -50,7 +50,8 @@ enum Command {
     Scrub(control::ScrubArgs),
     /// Add a hot spare to a served array: `flashraid spare add DEVICE`.
     Spare(control::SpareArgs),
-    /// Replace a member of a served array with a new device (rebuilt from the others).
+    /// Replace a member of a served array with a new device (copied from it while the array
+    /// keeps its redundancy, then only what was written meanwhile is rebuilt).
     Replace(control::ReplaceArgs),
 }
 

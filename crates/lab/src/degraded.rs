@@ -9,9 +9,14 @@
 //! row per run). Pure: the runner fails the member, adds the spare, watches the rebuild and
 //! hands back fio's results.
 //!
-//! Limits: one array and one failure per load level; the load is measured in fixed-length
-//! fio runs per phase (the rebuilding phase as many runs as the rebuild lasts), not one
-//! continuous run with 1-s logs; no charts yet.
+//! Besides the per-phase runs (percentiles per phase), each loaded level has a drill: one
+//! continuous fio run with 1-s IOPS and latency logs through a second failure, degraded
+//! running, the spare's rebuild and after, with the moment of each step marked ([`Drill`]):
+//! the timeline with its markers (charts), and the failure transients (worst second and time
+//! back within 10 % of healthy after the failure and after the spare arrives).
+//!
+//! Limits: one array and one failure per load level for the phase runs, plus the drill's;
+//! fio's averaged logs hold means, so the timeline has mean latency per second, not p99.
 
 use crate::fio::JobResult;
 use crate::merge::{MergeError, group_runs, merged_header};
@@ -65,6 +70,25 @@ pub fn render_phase_load(
     Ok(out)
 }
 
+/// fio job of a drill: the phase load with no end of its own (the runner stops fio with
+/// SIGINT once the drill is over) and 1-s IOPS and latency logs named `drill`.
+pub fn render_drill_load(
+    load: &PhaseLoad,
+    target: &Target,
+    randseed: u64,
+) -> Result<String, crate::profile::ProfileError> {
+    let mut out = render_phase_load(
+        &PhaseLoad { runtime_s: DRILL_RUNTIME_MAX_S, ..*load },
+        target,
+        randseed,
+    )?;
+    out.push_str("write_iops_log=drill\nwrite_lat_log=drill\nlog_avg_msec=1000\n");
+    Ok(out)
+}
+
+/// A drill's fio runtime: a day, so that only the runner ends it.
+pub const DRILL_RUNTIME_MAX_S: u32 = 86_400;
+
 /// fio job that writes (`verify_only` false) or checks (true) the first half with crc32c
 /// verify headers.
 pub fn render_verify(
@@ -99,7 +123,189 @@ pub struct LevelResult {
     pub rebuild_bytes: u64,
     /// The data written before the failure read back intact after the rebuild.
     pub verified: bool,
+    /// The continuous run through a second failure and rebuild (loaded levels; older
+    /// reports have none).
+    #[serde(default)]
+    pub drill: Option<Drill>,
 }
+
+/// Seconds after a marker in which its transient is measured.
+pub const TRANSIENT_WINDOW_S: f64 = 10.0;
+
+/// One continuous load run through a failure and a rebuild: fio's 1-s logs of all threads
+/// together, and when each step happened (seconds from the load's start).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drill {
+    pub bin_ms: u64,
+    /// Per bin: IOPS of every thread together (reads + writes).
+    pub iops: Vec<f64>,
+    /// Per bin: the highest mean latency (us) any thread logged, read or write (0: none).
+    pub latency_us: Vec<f64>,
+    pub markers: Vec<DrillMarker>,
+}
+
+/// A step of the drill and when it happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrillMarker {
+    /// e.g. "member 2 failed", "spare added", "rebuilt".
+    pub what: String,
+    pub at_s: f64,
+}
+
+/// What the load went through after one marker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transient {
+    pub what: String,
+    pub at_s: f64,
+    /// The lowest bin's IOPS and the highest bin's latency in [`TRANSIENT_WINDOW_S`] after
+    /// the marker (`None`: no bin there).
+    pub worst_iops: Option<f64>,
+    pub worst_latency_us: Option<f64>,
+    /// Seconds from the marker to the first bin back within 10 % of healthy IOPS (`None`:
+    /// not before the next marker or the end).
+    pub back_within_10_percent_s: Option<f64>,
+}
+
+impl Drill {
+    /// Build from every thread's IOPS and latency logs (`log_avg_msec` = `interval_ms`) and
+    /// the markers (seconds from the job's start, as fio's log times are).
+    pub fn from_logs(
+        iops_logs: &[Vec<crate::vm::LogSample>],
+        latency_logs: &[Vec<crate::vm::LogSample>],
+        interval_ms: u64,
+        markers: Vec<DrillMarker>,
+    ) -> Result<Drill, crate::vm::VmError> {
+        let mut timeline = crate::vm::vm_timeline(iops_logs, interval_ms)?;
+        crate::vm::add_latency(&mut timeline, latency_logs, interval_ms);
+        Ok(Drill {
+            bin_ms: timeline.bin_ms,
+            iops: timeline.total_iops,
+            latency_us: timeline.worst_vm_latency_us,
+            markers,
+        })
+    }
+
+    fn bin_s(&self) -> f64 {
+        self.bin_ms.max(1) as f64 / 1000.0
+    }
+
+    /// Bins lying wholly in `[from_s, to_s)`.
+    fn bins_between(&self, from_s: f64, to_s: f64) -> std::ops::Range<usize> {
+        let bin_s = self.bin_s();
+        let first = (from_s / bin_s).ceil().max(0.0) as usize;
+        let end = ((to_s / bin_s).floor().max(0.0) as usize).min(self.iops.len());
+        first.min(end)..end
+    }
+
+    /// Mean IOPS before the first marker (the healthy state); `None` without such a bin.
+    pub fn healthy_iops(&self) -> Option<f64> {
+        let first = self.markers.first().map_or(f64::INFINITY, |m| m.at_s);
+        let bins = self.bins_between(0.0, first);
+        (!bins.is_empty()).then(|| self.iops[bins.clone()].iter().sum::<f64>() / bins.len() as f64)
+    }
+
+    /// Per marker: the worst second in the window after it, and how long the load took to
+    /// get back within 10 % of healthy (looking until the next marker).
+    pub fn transients(&self) -> Vec<Transient> {
+        let healthy = self.healthy_iops();
+        let end_s = self.iops.len() as f64 * self.bin_s();
+        self.markers
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let window = self.bins_between(m.at_s, m.at_s + TRANSIENT_WINDOW_S);
+                let worst_iops = self.iops[window.clone()].iter().copied().reduce(f64::min);
+                let worst_latency_us =
+                    self.latency_us.get(window).and_then(|l| l.iter().copied().reduce(f64::max));
+                let next_s = self.markers.get(i + 1).map_or(end_s, |n| n.at_s);
+                let back_within_10_percent_s = healthy.and_then(|h| {
+                    self.bins_between(m.at_s, next_s)
+                        .find(|&b| self.iops[b] >= 0.9 * h)
+                        .map(|b| (b as f64 * self.bin_s() - m.at_s).max(0.0))
+                });
+                Transient {
+                    what: m.what.clone(),
+                    at_s: m.at_s,
+                    worst_iops,
+                    worst_latency_us,
+                    back_within_10_percent_s,
+                }
+            })
+            .collect()
+    }
+}
+
+fn transient_table(level: &LevelResult, drill: &Drill) -> Table {
+    let healthy = drill.healthy_iops();
+    let rows = drill
+        .transients()
+        .into_iter()
+        .map(|t| {
+            let of_healthy = match (t.worst_iops, healthy) {
+                (Some(w), Some(h)) if h > 0.0 => format!("{:.0}%", 100.0 * w / h),
+                _ => "n/a".into(),
+            };
+            vec![
+                t.what,
+                format!("{:.1}", t.at_s),
+                fixed(t.worst_iops, 0),
+                of_healthy,
+                fixed(t.worst_latency_us.filter(|&l| l > 0.0), 0),
+                t.back_within_10_percent_s
+                    .map_or("not in this step".into(), |s| format!("{s:.0} s")),
+            ]
+        })
+        .collect();
+    Table {
+        title: format!(
+            "Load {}%: one continuous run through a failure and a rebuild (healthy {} IOPS)",
+            level.load_percent,
+            fixed(healthy, 0)
+        ),
+        header: [
+            "Step",
+            "at s",
+            "worst 1-s IOPS (next 10 s)",
+            "of healthy",
+            "worst mean latency us (next 10 s)",
+            "back within 10% of healthy after",
+        ]
+        .iter()
+        .map(|h| h.to_string())
+        .collect(),
+        rows,
+    }
+}
+
+/// The drill's timeline charts: IOPS and mean latency per bin, each step a vertical line.
+fn drill_charts(level: &LevelResult, drill: &Drill) -> String {
+    let bin_s = drill.bin_s();
+    let mut out = String::new();
+    for (name, unit, values) in
+        [("IOPS", "IOPS", &drill.iops), ("mean latency", "us", &drill.latency_us)]
+    {
+        let mut chart = crate::chart::binned_timeline_chart(
+            format!("Load {}%: {name} per second through the drill", level.load_percent),
+            unit,
+            vec![(name.to_string(), 0, bin_s, values.as_slice())],
+        );
+        let top = values.iter().copied().fold(0.0f64, f64::max);
+        for (i, marker) in drill.markers.iter().enumerate() {
+            chart.guides.push(crate::chart::Guide {
+                kind: MARKER_KINDS[i.min(MARKER_KINDS.len() - 1)],
+                colour_index: 1 + i,
+                from: (marker.at_s, 0.0),
+                to: (marker.at_s, top),
+                dash: Some("4 3"),
+            });
+        }
+        out.push_str(&crate::chart::line_chart_svg(&chart));
+    }
+    out
+}
+
+/// Legend names of the drill's markers, in their order.
+const MARKER_KINDS: [&str; 3] = ["member failed", "spare added", "rebuilt"];
 
 /// A degraded-rebuild run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,6 +394,9 @@ pub fn render_degraded_markdown(report: &DegradedReport) -> String {
         } else {
             out.push_str(&md_table(&table));
         }
+        if let Some(drill) = &level.drill {
+            out.push_str(&md_table(&transient_table(level, drill)));
+        }
     }
     md_manifest(&mut out, &report.manifest);
     out
@@ -198,6 +407,10 @@ pub fn render_degraded_html(report: &DegradedReport) -> String {
     html_label(&mut out, &report.conformance);
     for level in &report.levels {
         out.push_str(&html_table(&level_table(level)));
+        if let Some(drill) = &level.drill {
+            out.push_str(&html_table(&transient_table(level, drill)));
+            out.push_str(&drill_charts(level, drill));
+        }
     }
     html_manifest(&mut out, &report.manifest);
     out.push_str("</body></html>\n");
@@ -403,7 +616,81 @@ mod tests {
             rebuild_seconds: 2.0,
             rebuild_bytes: 64 << 20,
             verified,
+            drill: None,
         }
+    }
+
+    fn samples(values: &[f64]) -> Vec<crate::vm::LogSample> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &value)| crate::vm::LogSample {
+                time_ms: (i as u64 + 1) * 1000,
+                value,
+                direction: 0,
+            })
+            .collect()
+    }
+
+    /// Two threads of 500 IOPS healthy; the failure at 5 s drops them to 100 and 150 (250)
+    /// two seconds, then 400 each (80 %: not back within 10 %); the spare at 10 s, back to
+    /// 480 each (96 %) two seconds later.
+    fn drill() -> Drill {
+        let a =
+            [500., 500., 500., 500., 500., 100., 100., 400., 400., 400., 300., 350., 480., 480.];
+        let b =
+            [500., 500., 500., 500., 500., 150., 150., 400., 400., 400., 300., 350., 480., 480.];
+        let latency: Vec<f64> = a.iter().map(|&v| 1_000_000_000.0 / v).collect();
+        Drill::from_logs(
+            &[samples(&a), samples(&b)],
+            &[samples(&latency)],
+            1000,
+            vec![
+                DrillMarker { what: "member 2 failed".into(), at_s: 5.0 },
+                DrillMarker { what: "spare added".into(), at_s: 10.0 },
+                DrillMarker { what: "rebuilt".into(), at_s: 13.0 },
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn drill_transients_find_the_worst_second_and_the_recovery() {
+        let d = drill();
+        assert_eq!(d.iops.len(), 14);
+        assert_eq!(d.healthy_iops(), Some(1000.0));
+        let t = d.transients();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0].worst_iops, Some(250.0));
+        // 1e9 ns / 100 IOPS = 10 ms mean latency in the worst second after the failure.
+        assert_eq!(t[0].worst_latency_us, Some(10_000.0));
+        assert_eq!(t[0].back_within_10_percent_s, None, "800 is not within 10% of 1000");
+        assert_eq!(t[1].worst_iops, Some(600.0));
+        assert_eq!(t[1].back_within_10_percent_s, Some(2.0));
+        assert_eq!(t[2].back_within_10_percent_s, Some(0.0));
+    }
+
+    #[test]
+    fn drills_render_their_steps_and_charts_and_old_reports_still_read() {
+        let mut with = level(100, 1000.0, 700.0, true);
+        with.drill = Some(drill());
+        let r = report("d1", Mode::Quick, vec![with]);
+        let md = render_degraded_markdown(&r);
+        assert!(md.contains("one continuous run through a failure"), "{md}");
+        assert!(
+            md.contains("| member 2 failed | 5.0 | 250 | 25% | 10000 | not in this step |"),
+            "{md}"
+        );
+        let html = render_degraded_html(&r);
+        assert_eq!(html.matches("<svg").count(), 2);
+        assert!(html.contains("stroke-dasharray=\"4 3\"") && html.contains("spare added"));
+        // A report from before drills: no `drill` field.
+        let mut json =
+            serde_json::to_value(report("d0", Mode::Quick, vec![level(100, 1.0, 1.0, true)]))
+                .unwrap();
+        json["levels"][0].as_object_mut().unwrap().remove("drill");
+        let back: DegradedReport = serde_json::from_value(json).unwrap();
+        assert!(back.levels[0].drill.is_none());
     }
 
     fn report(run_id: &str, mode: Mode, levels: Vec<LevelResult>) -> DegradedReport {

@@ -594,7 +594,7 @@ impl Array {
         let mut controller = Controller {
             next_slot,
             preferred_spare: None,
-            takeover_partial: false,
+            takeover_partial: None,
             copy: None,
             inbox: controller_rx,
             metadata,
@@ -781,9 +781,13 @@ impl Array {
     /// background (at the rebuild rate), with every region written meanwhile recorded in
     /// the missed-write map; then the member is failed, the new device takes its role, and
     /// only the recorded regions are rebuilt. Refused while a rebuild or another replace
-    /// runs, or while a role is already failed (a spare would take that one first). If a
-    /// member fails during the copy, or the old member cannot be read, the copy is given up
-    /// and the new device is an ordinary spare (rebuilt in full if it takes a role).
+    /// runs, while a role is already failed (a spare would take that one first), and on a
+    /// level without redundancy. If a member fails during the copy the copy is given up and
+    /// the new device is an ordinary spare (rebuilt in full if it takes a role); if the old
+    /// member cannot be read, it is failed at once and the new device rebuilt in full. A
+    /// device already listed as a spare can be named (to start a given-up copy again).
+    /// In-memory members are not copied (nothing serves overlapping reads and writes
+    /// there): the member is failed and the new device rebuilt, as before copies existed.
     pub fn replace(
         &self,
         role: usize,
@@ -909,8 +913,9 @@ struct Controller {
     next_slot: usize,
     /// The spare `replace` added: the next takeover uses it rather than the first spare.
     preferred_spare: Option<usize>,
-    /// The next takeover by `preferred_spare` is partial (its copy is done).
-    takeover_partial: bool,
+    /// The role whose copy is done: the next takeover of exactly that role by
+    /// `preferred_spare` is partial.
+    takeover_partial: Option<MemberIndex>,
     /// A `replace` copying the old member to the new device.
     copy: Option<RunningCopy>,
     rebuild: Option<RunningRebuild>,
@@ -993,9 +998,10 @@ impl Controller {
             let copy_at = self.copy.as_ref().map(|c| c.next_at);
             let message = if let (Some(at), None) = (copy_at, &shutdown) {
                 // Copying: look at messages between steps, waiting only for the pace.
-                let wait = at.saturating_duration_since(std::time::Instant::now());
+                let now = std::time::Instant::now();
+                let wait = at.saturating_duration_since(now);
                 let wait =
-                    self.next_scrub_at.map_or(wait, |s| wait.min(s.saturating_duration_since(at)));
+                    self.next_scrub_at.map_or(wait, |s| wait.min(s.saturating_duration_since(now)));
                 match self.inbox.recv_timeout(wait) {
                     Ok(m) => Some(m),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -1094,7 +1100,12 @@ impl Controller {
                     let _ = reply.send(result);
                 }
                 Some(ToController::Replace(role, spare, overwrite, reply)) => {
-                    let _ = reply.send(self.replace(role, spare, overwrite));
+                    let result = if shutdown.is_some() {
+                        Err(ArrayError::Other("the array is shutting down".into()))
+                    } else {
+                        self.replace(role, spare, overwrite)
+                    };
+                    let _ = reply.send(result);
                 }
                 Some(ToController::AddSpare(spare, overwrite, re_add, reply)) => {
                     let result = self.add_spare(spare, overwrite, re_add);
@@ -1119,6 +1130,10 @@ impl Controller {
                         self.rebuild_rate_bytes_per_s = rate;
                         self.broadcast(|| Control::SetRebuildRate(share));
                         tunables.rebuild_rate_mib_per_s = mib;
+                        // A running copy takes the new pace from its next step.
+                        if let Some(c) = self.copy.as_mut() {
+                            c.next_at = std::time::Instant::now();
+                        }
                     }
                     let refs: Vec<&dyn MetaDevice> =
                         self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1371,11 +1386,45 @@ impl Controller {
                  would take their role, not member {role}'s)"
             )));
         }
+        if self.metadata.superblock().geometry().tolerance() == 0 {
+            return Err(ArrayError::Other(format!(
+                "{} has no redundancy: failing member {role} to swap it would fail the array",
+                self.metadata.superblock().level
+            )));
+        }
         let old = self.metadata.role_device(role).expect("no role is missing");
-        self.add_spare(spare, overwrite, ReAdd::Never)?;
-        let new = self.devices.len() - 1;
-        if !self.metadata.spare_devices().contains(&new) {
-            return Err(ArrayError::Other("the new device is not a spare of this array".into()));
+        let name = match &spare {
+            NewSpare::Path(p) => p.display().to_string(),
+            NewSpare::Memory(m) => m.name().to_string(),
+        };
+        // A device already listed as a spare (a replace given up, or a restart during the
+        // copy) is used as it is; anything else is added as a spare first.
+        let listed = self.devices.iter().position(|d| d.name() == name);
+        let new = match listed.filter(|d| self.metadata.spare_devices().contains(d)) {
+            Some(index) => index,
+            None => {
+                self.add_spare(spare, overwrite, ReAdd::Never)?;
+                self.devices
+                    .iter()
+                    .position(|d| d.name() == name)
+                    .filter(|d| self.metadata.spare_devices().contains(d))
+                    .ok_or_else(|| {
+                        ArrayError::Other("the new device is not a spare of this array".into())
+                    })?
+            }
+        };
+        if matches!(self.devices[old], MemberDevice::Memory(_)) {
+            // In-memory members cannot be read while the reactors write them (no device
+            // serves overlapping accesses there): rebuild instead, as before copies.
+            let message = format!(
+                "member {role} is being replaced by {name} (in-memory members are not copied: \
+                 it is rebuilt from the others)"
+            );
+            self.events.record(&self.metadata, "member-failed", &message);
+            self.preferred_spare = Some(new);
+            let result = self.fail(&[MemberIndex(u16::try_from(role).expect("fits"))]);
+            self.preferred_spare = None;
+            return result;
         }
         // Every shard records what is written from now on, before the first byte is copied.
         let mut acks = vec![];
@@ -1386,7 +1435,11 @@ impl Controller {
             acks.push(rx);
         }
         for rx in acks {
-            rx.recv().map_err(|_| ArrayError::Stopped)?;
+            if rx.recv().is_err() {
+                // A reactor is gone: the others must not record for good.
+                self.broadcast_copy_recording(false);
+                return Err(ArrayError::Stopped);
+            }
         }
         let now = std::time::Instant::now();
         self.copy = Some(RunningCopy {
@@ -1449,6 +1502,12 @@ impl Controller {
     /// device its role with a partial rebuild of the regions written since the copy began.
     fn finish_copy(&mut self) {
         let c = self.copy.take().expect("a copy ran");
+        if !self.metadata.spare_devices().contains(&c.new) {
+            // It failed a metadata write meanwhile and was dropped from the spares.
+            self.copy = Some(c);
+            self.abandon_copy("the new device is no longer a spare of this array");
+            return;
+        }
         if let Err(e) = self.devices[c.new].sync() {
             self.copy = Some(c);
             self.abandon_copy(&format!("syncing the new device failed ({e})"));
@@ -1462,10 +1521,10 @@ impl Controller {
         );
         self.events.record(&self.metadata, "member-failed", &message);
         self.preferred_spare = Some(c.new);
-        self.takeover_partial = true;
+        self.takeover_partial = Some(c.role);
         let _ = self.fail(&[c.role]);
         self.preferred_spare = None;
-        self.takeover_partial = false;
+        self.takeover_partial = None;
         // The shards that started the partial rebuild keep recording (the role is out of
         // service until it ends); those that did not (the takeover failed) stop.
         self.broadcast_copy_recording(false);
@@ -1707,7 +1766,9 @@ impl Controller {
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let preferred = self.preferred_spare.take();
-        let partial = std::mem::take(&mut self.takeover_partial);
+        // Partial only for the role that was copied: a metadata write can fail another role
+        // in the same update, and a lower role is taken first.
+        let partial = self.takeover_partial.take() == Some(role);
         let taken = self.metadata.take_spare(&refs, role, preferred, partial);
         self.apply_metadata_failures();
         match taken {

@@ -472,24 +472,33 @@ fn a_member_that_comes_back_is_re_added_with_only_what_it_missed() {
 
 /// `replace` copies the old member to the new device while the array keeps its redundancy
 /// and writes go on (the status says so and the array is never degraded meanwhile); then the
-/// new device takes the role and only the regions written during the copy are rebuilt.
+/// new device takes the role and only the regions written during the copy are rebuilt. The
+/// writes go to regions the copy has already passed, with pauses longer than the clearing
+/// delay, so only the missed-write map (not a still-set write-intent bit) names them.
 #[test]
 fn replace_copies_the_old_member_while_writes_go_on() {
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("c{i}"), 24 << 20)).collect();
-    let spec = CreateSpec::in_memory("copy", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
-    // A paced copy (about a second) and bits that clear 50 ms after the last write, so
-    // regions written behind the copy are found through the missed-write map.
+    let dir = std::env::temp_dir().join(format!("flashraid-copy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("c{i}"))).collect();
+    let spec = CreateSpec {
+        members: paths.clone(),
+        create_files_bytes: Some(40 << 20),
+        ..CreateSpec::in_memory("copy", Level::Raid6, CHUNK_BYTES, 2)
+    };
+    create(&spec).unwrap();
+    // A paced copy (about 2.5 s) and bits that clear 50 ms after the last write.
     let mut opts = options(16 << 20);
     opts.config.bitmap_clear_delay_us = 50_000;
-    let array = Array::open_in_memory(&members, &opts).unwrap();
+    let array = Array::open(&paths, &opts).unwrap();
     let size = array.size_bytes();
     let mut session = array.session().unwrap();
     let mut model = fill(&mut session, size, 11);
     wait_for(&array, "the fill's bits to clear", |s| !s.resyncing && s.bitmap_regions_set == 0);
     let before = array.status().unwrap().counters.rebuild_stripes;
-    array.replace_in_memory(3, MemMember::new("copy-new", 24 << 20)).unwrap();
+    let new = dir.join("copy-new");
+    std::fs::File::create(&new).unwrap().set_len(40 << 20).unwrap();
+    array.replace(3, &new, flashraid_control::Overwrite::Refuse).unwrap();
     let mut generation = 0u64;
     let mut copying_seen = false;
     loop {
@@ -500,15 +509,18 @@ fn replace_copies_the_old_member_while_writes_go_on() {
         }
         copying_seen = true;
         assert!(!status.degraded, "degraded during the copy: {status:#?}");
+        // The array's first 4 MiB: the first member MiB, copied in the first few steps.
         generation += 1;
+        let at = ((generation % 4) << 20) as usize;
         let data = pattern(1000 + generation, 1 << 20);
-        session.write(2 << 20, &data).unwrap();
-        model[2 << 20..3 << 20].copy_from_slice(&data);
-        std::thread::sleep(Duration::from_millis(60));
+        session.write(at as u64, &data).unwrap();
+        session.flush().unwrap();
+        model[at..at + (1 << 20)].copy_from_slice(&data);
+        std::thread::sleep(Duration::from_millis(150));
     }
     assert!(copying_seen && generation > 3, "the copy was too quick to write behind it");
     let status = wait_for(&array, "the replacement's rebuild", |s| s.rebuild.is_none());
-    assert_eq!(status.members[3].path.as_deref(), Some("copy-new"), "{status:#?}");
+    assert_eq!(status.members[3].path.as_deref(), new.to_str(), "{status:#?}");
     assert!(!status.degraded);
     let kinds: Vec<&str> = status.events.iter().map(|e| e.kind).collect();
     assert!(kinds.contains(&"replace-started"), "{kinds:?}");
@@ -519,6 +531,9 @@ fn replace_copies_the_old_member_while_writes_go_on() {
     array.fail_member(0).unwrap();
     array.fail_member(5).unwrap();
     check(&mut session, &model, "relying on the replacement");
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A member that could be re-added while another rebuild runs is refused with that reason
