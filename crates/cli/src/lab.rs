@@ -781,6 +781,19 @@ fn nbd_size(uri: &str) -> Result<u64> {
 }
 
 /// Run one fio job file; keep the job file and fio's JSON in `dir` as `name.fio`/`name.json`.
+/// Stop a fio process: SIGINT (fio then writes its results and logs, and a fio client
+/// stops its servers' jobs), then kill it if it is still there after the grace period.
+fn stop_fio(child: &mut std::process::Child) -> Result<()> {
+    let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
+    let grace = Instant::now() + FIO_INTERRUPT_GRACE;
+    while Instant::now() < grace && child.try_wait()?.is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(())
+}
+
 fn run_fio(
     fio: &Path,
     dir: &Path,
@@ -835,13 +848,7 @@ fn run_fio_on(
         if interrupted || time_limit.is_some_and(|limit| started.elapsed() > limit) {
             // SIGINT first: a fio client passes it on to its servers, whose jobs would
             // otherwise go on loading the target.
-            let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
-            let grace = Instant::now() + FIO_INTERRUPT_GRACE;
-            while Instant::now() < grace && child.try_wait()?.is_none() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_fio(&mut child)?;
             if interrupted {
                 bail!("interrupted by a signal while fio ran {}", job_path.display());
             }
@@ -1381,13 +1388,7 @@ impl Drill<'_> {
         let mut steps: Vec<(&str, std::time::SystemTime)> = vec![];
         let drilled = self.steps(&mut child, &mut steps);
         // fio writes its results and logs when interrupted.
-        let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
-        let grace = Instant::now() + FIO_INTERRUPT_GRACE;
-        while Instant::now() < grace && child.try_wait()?.is_none() {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        stop_fio(&mut child)?;
         drilled?;
         let text = std::fs::read_to_string(&json_path)
             .with_context(|| format!("fio wrote no results to {}", json_path.display()))?;

@@ -717,9 +717,29 @@ impl Metadata {
         entry.partial_rebuild = partial;
         entry.failed_at_event = 0;
         entry.errors_corrected = 0;
-        // Valid map blocks (so assembly can read them) holding what the members in service
-        // hold: should it later be the last of them, they must still say it.
+        self.give_role(devices, role, device, entry, "taking over")?;
+        Ok(device)
+    }
+
+    /// `device` takes the failed `role` as `entry` (state Rebuilding), rebuilt from stripe 0,
+    /// durably: its map areas first (valid, so assembly can read them, and holding what the
+    /// members in service hold: should it later be the last of them, they must still say
+    /// it), then every superblock. An error if the device itself failed the write: the role
+    /// is failed again, and the engine must not start a rebuild onto it.
+    fn give_role(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        role: MemberIndex,
+        device: usize,
+        entry: flashraid_format::superblock::MemberEntry,
+        doing: &str,
+    ) -> Result<(), ControlError> {
+        assert_eq!(entry.state, MemberState::Rebuilding);
+        let r = role.get();
         self.write_maps_for_newcomer(devices, device)?;
+        if device == self.sizes.len() {
+            self.sizes.push(devices[device].size_bytes());
+        }
         self.template.members[r] = entry;
         self.template.rebuild_role = role.0;
         self.template.rebuild_cursor_stripes = 0;
@@ -727,14 +747,12 @@ impl Metadata {
         self.roles[r] = Some(device);
         self.write_all(devices)?;
         if self.roles[r].is_none() {
-            // The spare itself failed the write: the role is failed again (and the engine
-            // must not start a rebuild onto it).
             return Err(ControlError::Invalid(format!(
-                "{} failed while taking over role {r}",
+                "{} failed while {doing} role {r}",
                 devices[device].name()
             )));
         }
-        Ok(device)
+        Ok(())
     }
 
     /// Record rebuild progress: every stripe below `cursor` is rebuilt. The replacement is
@@ -872,27 +890,12 @@ impl Metadata {
         {
             return Err(ControlError::DuplicateDevice { device: d.name() });
         }
-        self.write_maps_for_newcomer(devices, device)?;
-        if device == self.sizes.len() {
-            self.sizes.push(d.size_bytes());
-        }
-        let r = role.get();
-        let entry = &mut self.template.members[r];
+        let mut entry = self.template.members[role.get()];
         entry.state = MemberState::Rebuilding;
         entry.partial_rebuild = true;
         entry.in_sync_when_failed = false;
         entry.failed_at_event = 0;
-        self.template.rebuild_role = role.0;
-        self.template.rebuild_cursor_stripes = 0;
-        self.template.event += 1;
-        self.roles[r] = Some(device);
-        self.write_all(devices)?;
-        if self.roles[r].is_none() {
-            return Err(ControlError::Invalid(format!(
-                "{} failed while taking back role {r}",
-                d.name()
-            )));
-        }
+        self.give_role(devices, role, device, entry, "taking back")?;
         Ok(role)
     }
 

@@ -447,6 +447,37 @@ impl SimArray {
         self.copy = Some(SimCopy { role, old, new: spare, done_bytes: 0 });
     }
 
+    /// Read the whole array (in 1 MiB pieces: the harness's buffer pool holds a few MiB in
+    /// flight) and panic, saying `what` and the first differing byte, unless it equals
+    /// `model`.
+    pub fn check_model(&mut self, model: &[u8], what: &str) {
+        for (i, expected) in model.chunks(1 << 20).enumerate() {
+            let at = (i << 20) as u64;
+            let got = self.read(at, expected.len() as u64).unwrap();
+            if got != expected {
+                let first = got.iter().zip(expected).position(|(a, b)| a != b).unwrap();
+                panic!("{what}: array differs from the model at byte {}", at as usize + first);
+            }
+        }
+    }
+
+    /// Fail members other than `keep` up to the level's tolerance, so that reads of data on
+    /// the failed ones depend on `keep` (on RAID 10 its mirror partner), and let the failures
+    /// settle.
+    pub fn fail_all_but(&mut self, keep: usize) {
+        let members = self.geometry.member_count();
+        let tolerance = self.geometry.tolerance();
+        let raid10 = self.geometry.level() == flashraid_layout::Level::Raid10;
+        let victims: Vec<usize> = (0..members)
+            .filter(|&r| r != keep && (!raid10 || r == (keep ^ 1)))
+            .take(tolerance)
+            .collect();
+        for r in victims {
+            self.fail_member(r);
+        }
+        self.run_until_idle();
+    }
+
     /// Whether a replace is still copying.
     pub fn is_copying(&self) -> bool {
         self.copy.is_some()

@@ -57,38 +57,12 @@ fn write_random(
 }
 
 fn check_all(array: &mut SimArray, model: &[u8], what: &str) {
-    // In pieces: the harness's buffer pool holds a few MiB in flight.
-    for (i, expected) in model.chunks(1 << 20).enumerate() {
-        let at = (i << 20) as u64;
-        let got = array.read(at, expected.len() as u64).unwrap();
-        if got != expected {
-            let first = got.iter().zip(expected).position(|(a, b)| a != b).unwrap();
-            panic!("{what}: array differs from the model at byte {}", at as usize + first);
-        }
-    }
+    array.check_model(model, what);
 }
 
 /// The device index holding `role` now.
 fn device_of(array: &SimArray, role: usize) -> usize {
     array.metadata().role_device(role).expect("role held")
-}
-
-/// Fail members other than `keep` up to the level's tolerance, choosing those whose loss
-/// makes reads depend on `keep` (its mirror partner on RAID 10).
-fn lean_on(array: &mut SimArray, level: Level, members: usize, keep: usize) {
-    let tolerance = array.geometry().tolerance();
-    let mut down = 0;
-    for r in (0..members).filter(|&r| r != keep) {
-        if down == tolerance {
-            break;
-        }
-        if level == Level::Raid10 && r != (keep ^ 1) {
-            continue;
-        }
-        array.fail_member(r);
-        down += 1;
-    }
-    array.run_until_idle();
 }
 
 fn rebuild_stripes(array: &SimArray) -> u64 {
@@ -200,7 +174,7 @@ fn run(level: Level, members: usize, seed: u64) {
     check_all(&mut array, &model, &format!("seed {seed}: after the second re-add"));
 
     // Lean on the member that came back first: what it missed must have been rebuilt.
-    lean_on(&mut array, level, members, away);
+    array.fail_all_but(away);
     check_all(&mut array, &model, &format!("seed {seed}: relying on the re-added member"));
 }
 

@@ -46,11 +46,7 @@ fn write_random(array: &mut SimArray, model: &mut [u8], rng: &mut StdRng, count:
 }
 
 fn check_all(array: &mut SimArray, model: &[u8], what: &str) {
-    let got = array.read(0, model.len() as u64).unwrap();
-    if got != model {
-        let first = got.iter().zip(model).position(|(a, b)| a != b).unwrap();
-        panic!("{what}: array differs from the model at byte {first}");
-    }
+    array.check_model(model, what);
 }
 
 fn run(level: Level, members: usize, seed: u64) {
@@ -105,19 +101,7 @@ fn run(level: Level, members: usize, seed: u64) {
     let (tally, stopped) = array.scrub(false);
     assert_eq!((tally.mismatches, stopped), (0, None), "seed {seed}: scrub after the rebuild");
     // Lean on the rebuilt member.
-    let tolerance = array.geometry().tolerance();
-    let mut down = 0;
-    for r in (0..members).filter(|&r| r != failed) {
-        if down == tolerance {
-            break;
-        }
-        if level == Level::Raid10 && r != (failed ^ 1) {
-            continue;
-        }
-        array.fail_member(r);
-        down += 1;
-    }
-    array.run_until_idle();
+    array.fail_all_but(failed);
     check_all(&mut array, &model, &format!("seed {seed}: relying on the rebuilt member"));
     eprintln!("  cursors recorded at the cuts: {cursors:?}");
 }

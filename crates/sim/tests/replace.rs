@@ -32,14 +32,7 @@ fn options(seed: u64, level: Level, members: usize, rng: &mut StdRng) -> SimOpti
 }
 
 fn check_all(array: &mut SimArray, model: &[u8], what: &str) {
-    for (i, expected) in model.chunks(1 << 20).enumerate() {
-        let at = (i << 20) as u64;
-        let got = array.read(at, expected.len() as u64).unwrap();
-        if got != expected {
-            let first = got.iter().zip(expected).position(|(a, b)| a != b).unwrap();
-            panic!("{what}: array differs from the model at byte {}", at as usize + first);
-        }
-    }
+    array.check_model(model, what);
 }
 
 /// Random writes inside `[0, limit)`, waited for only every few, so some are in flight while
@@ -150,19 +143,7 @@ fn run(level: Level, members: usize, seed: u64) {
     let (tally, stopped) = array.scrub(false);
     assert_eq!((tally.mismatches, stopped), (0, None), "seed {seed}: scrub after the replace");
     // Lean on the replacement.
-    let tolerance = array.geometry().tolerance();
-    let mut down = 0;
-    for r in (0..members).filter(|&r| r != role) {
-        if down == tolerance {
-            break;
-        }
-        if level == Level::Raid10 && r != (role ^ 1) {
-            continue;
-        }
-        array.fail_member(r);
-        down += 1;
-    }
-    array.run_until_idle();
+    array.fail_all_but(role);
     check_all(&mut array, &model, &format!("seed {seed}: relying on the replacement"));
 }
 
