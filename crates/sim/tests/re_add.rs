@@ -178,10 +178,6 @@ fn run(level: Level, members: usize, seed: u64) {
     check_all(&mut array, &model, &format!("seed {seed}: relying on the re-added member"));
 }
 
-fn seeds() -> Vec<u64> {
-    flashraid_sim::seeds(3)
-}
-
 /// Seeds that once failed, run every time.
 #[test]
 fn regressions() {
@@ -192,17 +188,7 @@ fn regressions() {
 
 #[test]
 fn a_returning_member_gets_only_what_it_missed() {
-    for (level, n) in [
-        (Level::Raid1, 3),
-        (Level::Raid10, 4),
-        (Level::Raid5, 5),
-        (Level::Raid6, 6),
-        (Level::Raid7_3, 7),
-    ] {
-        for seed in seeds() {
-            run(level, n, seed * 100 + n as u64);
-        }
-    }
+    flashraid_sim::for_each_redundant_level(run);
 }
 
 /// A member that failed while it was being rebuilt holds chunks that were never written: it

@@ -117,17 +117,7 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn power_loss_during_rebuild_resumes_from_the_durable_cursor() {
-    for (level, n) in [
-        (Level::Raid1, 3),
-        (Level::Raid10, 4),
-        (Level::Raid5, 5),
-        (Level::Raid6, 6),
-        (Level::Raid7_3, 7),
-    ] {
-        for seed in seeds() {
-            run(level, n, seed * 100 + n as u64);
-        }
-    }
+    flashraid_sim::for_each_redundant_level(run);
 }
 
 #[test]

@@ -147,21 +147,7 @@ fn run(level: Level, members: usize, seed: u64) {
     check_all(&mut array, &model, &format!("seed {seed}: relying on the replacement"));
 }
 
-fn seeds() -> Vec<u64> {
-    flashraid_sim::seeds(3)
-}
-
 #[test]
 fn replace_copies_the_member_and_rebuilds_only_what_changed_meanwhile() {
-    for (level, n) in [
-        (Level::Raid1, 3),
-        (Level::Raid10, 4),
-        (Level::Raid5, 5),
-        (Level::Raid6, 6),
-        (Level::Raid7_3, 7),
-    ] {
-        for seed in seeds() {
-            run(level, n, seed * 100 + n as u64);
-        }
-    }
+    flashraid_sim::for_each_redundant_level(run);
 }

@@ -118,21 +118,7 @@ fn run(level: Level, members: usize, seed: u64) {
     }
 }
 
-fn seeds() -> Vec<u64> {
-    flashraid_sim::seeds(3)
-}
-
 #[test]
 fn scrub_finds_and_repairs_silent_corruption_and_bad_sectors() {
-    for (level, n) in [
-        (Level::Raid1, 3),
-        (Level::Raid10, 4),
-        (Level::Raid5, 5),
-        (Level::Raid6, 6),
-        (Level::Raid7_3, 7),
-    ] {
-        for seed in seeds() {
-            run(level, n, seed * 100 + n as u64);
-        }
-    }
+    flashraid_sim::for_each_redundant_level(run);
 }
