@@ -155,7 +155,7 @@ assert all(len(phases[p]) >= 1 for p in ["healthy", "degraded", "rebuilding", "r
 print(f"   degraded-rebuild: data intact at both levels; {len(phases['rebuilding'])} runs while rebuilding")
 drill = run["levels"][0]["drill"]
 steps = [m["what"] for m in drill["markers"]]
-assert steps == ["member 2 failed", "spare added", "rebuilt"], steps
+assert steps == ["member 0 failed", "spare added", "rebuilt"], steps
 times = [m["at_s"] for m in drill["markers"]]
 assert 0 < times[0] < times[1] <= times[2] < len(drill["iops"]) * drill["bin_ms"] / 1000, times
 assert sum(1 for v in drill["iops"] if v > 0) >= len(drill["iops"]) - 2, drill["iops"]

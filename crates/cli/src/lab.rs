@@ -784,6 +784,10 @@ fn nbd_size(uri: &str) -> Result<u64> {
 /// Stop a fio process: SIGINT (fio then writes its results and logs, and a fio client
 /// stops its servers' jobs), then kill it if it is still there after the grace period.
 fn stop_fio(child: &mut std::process::Child) -> Result<()> {
+    if child.try_wait()?.is_some() {
+        // Already reaped: its PID may belong to another process now.
+        return Ok(());
+    }
     let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
     let grace = Instant::now() + FIO_INTERRUPT_GRACE;
     while Instant::now() < grace && child.try_wait()?.is_none() {
@@ -1307,7 +1311,7 @@ fn run_degraded(
             if load_percent > 0 {
                 eprintln!(
                     "[degraded-rebuild] load {load_percent}%: the drill (one run through member \
-                     2's failure and a rebuild)"
+                     0's failure and a rebuild)"
                 );
                 let seed = seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 let spare2 = member_dir(args).join("spare2");
@@ -1348,7 +1352,7 @@ fn run_degraded(
     Ok((dir, markdown))
 }
 
-/// degraded-rebuild's drill on a served array: one fio run with 1-s logs while member 2
+/// degraded-rebuild's drill on a served array: one fio run with 1-s logs while member 0
 /// fails, the array runs degraded, a new spare (`spare`) is added and rebuilt, and the array
 /// runs rebuilt; each state held for `hold` (the rebuild as long as it takes).
 struct Drill<'a> {
@@ -1389,7 +1393,12 @@ impl Drill<'_> {
         let drilled = self.steps(&mut child, &mut steps);
         // fio writes its results and logs when interrupted.
         stop_fio(&mut child)?;
-        drilled?;
+        if let Err(e) = drilled {
+            let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(e.context(format!("fio said: {}", tail.join(" / "))));
+        }
         let text = std::fs::read_to_string(&json_path)
             .with_context(|| format!("fio wrote no results to {}", json_path.display()))?;
         let parsed = parse_fio_output(&text)?;
@@ -1399,12 +1408,7 @@ impl Drill<'_> {
         }
         // fio's log times count from the job's start: its results' time stamp less its run
         // time. The steps are placed on that clock.
-        let start = text.find('{').context("no JSON in fio's output")?;
-        let raw: serde_json::Value = serde_json::Deserializer::from_str(&text[start..])
-            .into_iter::<serde_json::Value>()
-            .next()
-            .context("no JSON in fio's output")??;
-        let ended_ms = raw["timestamp_ms"].as_u64().context("fio's results have no time stamp")?;
+        let ended_ms = flashraid_lab::fio::results_time_ms(&text)?;
         let started_ms = ended_ms.saturating_sub(result.runtime_ms());
         let markers = steps
             .into_iter()
@@ -1453,8 +1457,9 @@ impl Drill<'_> {
         };
         // fio takes about a second to connect.
         hold(Duration::from_secs(1) + self.hold)?;
-        steps.push(("member 2 failed", std::time::SystemTime::now()));
-        crate::control::ask(self.control, "fail 2")?;
+        // Member 0: every level has it, and the phase runs replaced member 1.
+        steps.push(("member 0 failed", std::time::SystemTime::now()));
+        crate::control::ask(self.control, "fail 0")?;
         hold(self.hold)?;
         let file =
             std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(self.spare)?;

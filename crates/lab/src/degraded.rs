@@ -147,7 +147,7 @@ pub struct Drill {
 /// A step of the drill and when it happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrillMarker {
-    /// e.g. "member 2 failed", "spare added", "rebuilt".
+    /// e.g. "member 0 failed", "spare added", "rebuilt".
     pub what: String,
     pub at_s: f64,
 }
@@ -168,21 +168,43 @@ pub struct Transient {
 
 impl Drill {
     /// Build from every thread's IOPS and latency logs (`log_avg_msec` = `interval_ms`) and
-    /// the markers (seconds from the job's start, as fio's log times are).
+    /// the markers (seconds from the job's start, as fio's log times are). One bin per log
+    /// interval, however long the drill (a full-mode drill lasts half an hour and more; wider
+    /// bins would hide the seconds after a step); charts thin it for drawing.
     pub fn from_logs(
         iops_logs: &[Vec<crate::vm::LogSample>],
         latency_logs: &[Vec<crate::vm::LogSample>],
         interval_ms: u64,
         markers: Vec<DrillMarker>,
     ) -> Result<Drill, crate::vm::VmError> {
-        let mut timeline = crate::vm::vm_timeline(iops_logs, interval_ms)?;
-        crate::vm::add_latency(&mut timeline, latency_logs, interval_ms);
-        Ok(Drill {
-            bin_ms: timeline.bin_ms,
-            iops: timeline.total_iops,
-            latency_us: timeline.worst_vm_latency_us,
-            markers,
-        })
+        let interval_ms = interval_ms.max(1);
+        let interval = |t: u64| crate::vm::interval_of(t, interval_ms);
+        if iops_logs.is_empty() {
+            return Err(crate::vm::VmError::NoLogs);
+        }
+        // Bins every thread's log covers.
+        let mut covered = usize::MAX;
+        for (vm, log) in iops_logs.iter().enumerate() {
+            let last = log
+                .iter()
+                .map(|s| interval(s.time_ms))
+                .max()
+                .ok_or(crate::vm::VmError::EmptyLog { vm })?;
+            covered = covered.min(last.saturating_add(1));
+        }
+        let mut iops = vec![0.0; covered];
+        for sample in iops_logs.iter().flatten() {
+            if let Some(bin) = iops.get_mut(interval(sample.time_ms)) {
+                *bin += sample.value;
+            }
+        }
+        let mut latency_us = vec![0.0f64; covered];
+        for sample in latency_logs.iter().flatten() {
+            if let Some(bin) = latency_us.get_mut(interval(sample.time_ms)) {
+                *bin = bin.max(sample.value / 1000.0);
+            }
+        }
+        Ok(Drill { bin_ms: interval_ms, iops, latency_us, markers })
     }
 
     fn bin_s(&self) -> f64 {
@@ -194,6 +216,15 @@ impl Drill {
         let bin_s = self.bin_s();
         let first = (from_s / bin_s).ceil().max(0.0) as usize;
         let end = ((to_s / bin_s).floor().max(0.0) as usize).min(self.iops.len());
+        first.min(end)..end
+    }
+
+    /// Bins overlapping `[from_s, to_s)`: the bin a step happens in holds the first moments
+    /// after it, often the worst.
+    fn bins_touching(&self, from_s: f64, to_s: f64) -> std::ops::Range<usize> {
+        let bin_s = self.bin_s();
+        let first = (from_s / bin_s).floor().max(0.0) as usize;
+        let end = ((to_s / bin_s).ceil().max(0.0) as usize).min(self.iops.len());
         first.min(end)..end
     }
 
@@ -213,7 +244,7 @@ impl Drill {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let window = self.bins_between(m.at_s, m.at_s + TRANSIENT_WINDOW_S);
+                let window = self.bins_touching(m.at_s, m.at_s + TRANSIENT_WINDOW_S);
                 let worst_iops = self.iops[window.clone()].iter().copied().reduce(f64::min);
                 let worst_latency_us =
                     self.latency_us.get(window).and_then(|l| l.iter().copied().reduce(f64::max));
@@ -277,23 +308,40 @@ fn transient_table(level: &LevelResult, drill: &Drill) -> Table {
     }
 }
 
-/// The drill's timeline charts: IOPS and mean latency per bin, each step a vertical line.
+/// Points a drill chart draws at most: longer drills are shown as means over wider bins.
+const DRILL_CHART_POINTS_MAX: usize = 900;
+
+/// `values` per `bin_s` thinned to at most [`DRILL_CHART_POINTS_MAX`] points (means over
+/// groups of bins; the last group may be short): the bin width and the values.
+fn thinned(values: &[f64], bin_s: f64) -> (f64, Vec<f64>) {
+    let group = values.len().div_ceil(DRILL_CHART_POINTS_MAX).max(1);
+    let points = values.chunks(group).map(|c| c.iter().sum::<f64>() / c.len() as f64).collect();
+    (bin_s * group as f64, points)
+}
+
+/// The drill's timeline charts: IOPS and mean latency per bin, each step a dashed vertical
+/// line (in order: the failure, the spare added, rebuilt; times in the table).
 fn drill_charts(level: &LevelResult, drill: &Drill) -> String {
-    let bin_s = drill.bin_s();
     let mut out = String::new();
     for (name, unit, values) in
         [("IOPS", "IOPS", &drill.iops), ("mean latency", "us", &drill.latency_us)]
     {
+        let (bin_s, points) = thinned(values, drill.bin_s());
+        let per = if bin_s > drill.bin_s() {
+            format!("mean per {bin_s:.0} s")
+        } else {
+            "per second".into()
+        };
         let mut chart = crate::chart::binned_timeline_chart(
-            format!("Load {}%: {name} per second through the drill", level.load_percent),
+            format!("Load {}%: {name} {per} through the drill", level.load_percent),
             unit,
-            vec![(name.to_string(), 0, bin_s, values.as_slice())],
+            vec![(name.to_string(), 0, bin_s, points.as_slice())],
         );
-        let top = values.iter().copied().fold(0.0f64, f64::max);
-        for (i, marker) in drill.markers.iter().enumerate() {
+        let top = points.iter().copied().fold(0.0f64, f64::max);
+        for marker in &drill.markers {
             chart.guides.push(crate::chart::Guide {
-                kind: MARKER_KINDS[i.min(MARKER_KINDS.len() - 1)],
-                colour_index: 1 + i,
+                kind: "steps: failure, spare added, rebuilt",
+                colour_index: 1,
                 from: (marker.at_s, 0.0),
                 to: (marker.at_s, top),
                 dash: Some("4 3"),
@@ -303,9 +351,6 @@ fn drill_charts(level: &LevelResult, drill: &Drill) -> String {
     }
     out
 }
-
-/// Legend names of the drill's markers, in their order.
-const MARKER_KINDS: [&str; 3] = ["member failed", "spare added", "rebuilt"];
 
 /// A degraded-rebuild run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -646,7 +691,7 @@ mod tests {
             &[samples(&latency)],
             1000,
             vec![
-                DrillMarker { what: "member 2 failed".into(), at_s: 5.0 },
+                DrillMarker { what: "member 0 failed".into(), at_s: 5.0 },
                 DrillMarker { what: "spare added".into(), at_s: 10.0 },
                 DrillMarker { what: "rebuilt".into(), at_s: 13.0 },
             ],
@@ -670,6 +715,29 @@ mod tests {
         assert_eq!(t[2].back_within_10_percent_s, Some(0.0));
     }
 
+    /// Review findings: a long (full-mode) drill kept 4-s bins, and the second a step
+    /// happens in was left out of its transient. A dip in the marker's own second counts,
+    /// and half an hour keeps 1-s bins.
+    #[test]
+    fn a_dip_in_the_steps_own_second_counts_and_long_drills_keep_1_s_bins() {
+        let mut values = vec![1000.0; 1830];
+        values[601] = 10.0;
+        let d = Drill::from_logs(
+            &[samples(&values)],
+            &[samples(&values)],
+            1000,
+            vec![DrillMarker { what: "member 0 failed".into(), at_s: 601.2 }],
+        )
+        .unwrap();
+        assert_eq!(d.bin_ms, 1000);
+        assert_eq!(d.iops.len(), 1830);
+        let t = d.transients();
+        assert_eq!(t[0].worst_iops, Some(10.0));
+        assert_eq!(t[0].back_within_10_percent_s.map(|s| s.round()), Some(1.0));
+        let (bin_s, points) = thinned(&d.iops, 1.0);
+        assert!(points.len() <= DRILL_CHART_POINTS_MAX && bin_s == 3.0, "{bin_s} {}", points.len());
+    }
+
     #[test]
     fn drills_render_their_steps_and_charts_and_old_reports_still_read() {
         let mut with = level(100, 1000.0, 700.0, true);
@@ -678,12 +746,12 @@ mod tests {
         let md = render_degraded_markdown(&r);
         assert!(md.contains("one continuous run through a failure"), "{md}");
         assert!(
-            md.contains("| member 2 failed | 5.0 | 250 | 25% | 10000 | not in this step |"),
+            md.contains("| member 0 failed | 5.0 | 250 | 25% | 10000 | not in this step |"),
             "{md}"
         );
         let html = render_degraded_html(&r);
         assert_eq!(html.matches("<svg").count(), 2);
-        assert!(html.contains("stroke-dasharray=\"4 3\"") && html.contains("spare added"));
+        assert!(html.contains("stroke-dasharray=\"4 3\"") && html.contains("steps: failure"));
         // A report from before drills: no `drill` field.
         let mut json =
             serde_json::to_value(report("d0", Mode::Quick, vec![level(100, 1.0, 1.0, true)]))

@@ -354,6 +354,21 @@ fn merge_direction(
 }
 
 /// Byte offset of the first line whose first non-blank character opens an object.
+/// When fio wrote its results (`timestamp_ms`, ms since the Unix epoch), from the same
+/// output `parse_fio_output` reads.
+pub fn results_time_ms(text: &str) -> Result<u64, FioError> {
+    #[derive(serde::Deserialize)]
+    struct Stamp {
+        timestamp_ms: Option<u64>,
+    }
+    let start = json_start(text).ok_or(FioError::NoJson)?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Stamp>();
+    match stream.next() {
+        Some(parsed) => parsed?.timestamp_ms.ok_or(FioError::NoJson),
+        None => Err(FioError::NoJson),
+    }
+}
+
 fn json_start(text: &str) -> Option<usize> {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {

@@ -105,7 +105,7 @@ pub fn parse_fio_log(text: &str) -> Result<Vec<LogSample>, VmError> {
 
 /// Interval index of a sample at `time_ms` (a sample covers the interval ending at its
 /// time; fio's stamps drift by a few ms around multiples of the interval).
-fn interval_of(time_ms: u64, interval_ms: u64) -> usize {
+pub(crate) fn interval_of(time_ms: u64, interval_ms: u64) -> usize {
     usize::try_from((time_ms.saturating_add(interval_ms / 2) / interval_ms).saturating_sub(1))
         .unwrap_or(usize::MAX)
 }
