@@ -84,11 +84,10 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
     // `spare-add force|keep readd|full PATH`: the path is the rest of the line (it may hold
     // spaces); `replace ROLE force|keep PATH` likewise.
     let trimmed = line.trim_end_matches(['\r', '\n']);
-    let spare_path = trimmed.splitn(4, ' ').nth(3).map(PathBuf::from);
-    let replace_path = trimmed.splitn(4, ' ').nth(3).map(PathBuf::from);
+    let path_arg = trimmed.splitn(4, ' ').nth(3).map(PathBuf::from);
     let reply = match words.as_slice() {
         ["replace", role, how @ ("force" | "keep"), ..] => {
-            match (role.parse::<usize>(), replace_path) {
+            match (role.parse::<usize>(), path_arg) {
                 (Ok(role), Some(path)) if path.is_absolute() => answer(
                     context.array.replace(role, &path, overwrite(how)),
                     json!({ "ok": true }),
@@ -96,18 +95,17 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
                 _ => json!({ "error": "replace needs a member role and an absolute path" }),
             }
         }
-        ["spare-add", how @ ("force" | "keep"), rebuild @ ("readd" | "full"), ..] => {
-            match spare_path {
-                Some(path) if path.is_absolute() => {
-                    let re_add = if *rebuild == "full" { ReAdd::Never } else { ReAdd::IfPossible };
-                    answer(
-                        context.array.add_spare_with(&path, overwrite(how), re_add),
-                        json!({ "ok": true }),
-                    )
-                }
-                _ => json!({ "error": "spare-add needs an absolute path" }),
+        ["spare-add", how @ ("force" | "keep"), rebuild @ ("readd" | "full"), ..] => match path_arg
+        {
+            Some(path) if path.is_absolute() => {
+                let re_add = if *rebuild == "full" { ReAdd::Never } else { ReAdd::IfPossible };
+                answer(
+                    context.array.add_spare_with(&path, overwrite(how), re_add),
+                    json!({ "ok": true }),
+                )
             }
-        }
+            _ => json!({ "error": "spare-add needs an absolute path" }),
+        },
         ["status"] => match context.array.status() {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),

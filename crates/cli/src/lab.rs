@@ -780,7 +780,6 @@ fn nbd_size(uri: &str) -> Result<u64> {
     String::from_utf8_lossy(&out.stdout).trim().parse().context("nbdinfo's size")
 }
 
-/// Run one fio job file; keep the job file and fio's JSON in `dir` as `name.fio`/`name.json`.
 /// Stop a fio process: SIGINT (fio then writes its results and logs, and a fio client
 /// stops its servers' jobs), then kill it if it is still there after the grace period.
 fn stop_fio(child: &mut std::process::Child) -> Result<()> {
@@ -798,6 +797,7 @@ fn stop_fio(child: &mut std::process::Child) -> Result<()> {
     Ok(())
 }
 
+/// Run one fio job file; keep the job file and fio's JSON in `dir` as `name.fio`/`name.json`.
 fn run_fio(
     fio: &Path,
     dir: &Path,
@@ -1031,20 +1031,29 @@ fn run_vm(
 /// A vm-images repetition's IOPS and latency over time, from the per-VM logs fio wrote in
 /// `raw_dir` (`PREFIX_iops.N.log`, `PREFIX_lat.N.log`).
 fn read_vm_timeline(raw_dir: &Path, log_prefix: &str, shape: &VmImagesShape) -> Result<VmTimeline> {
-    let read_logs = |kind: &str| {
-        (1..=shape.vms)
-            .map(|vm| {
-                let path = raw_dir.join(format!("{log_prefix}_{kind}.{vm}.log"));
-                let text = std::fs::read_to_string(&path)
-                    .with_context(|| format!("fio's log {}", path.display()))?;
-                parse_fio_log(&text).with_context(|| format!("fio's log {}", path.display()))
-            })
-            .collect::<Result<Vec<_>>>()
-    };
     let interval_ms = u64::from(shape.log_average_ms);
-    let mut timeline = vm_timeline(&read_logs("iops")?, interval_ms)?;
-    add_latency(&mut timeline, &read_logs("lat")?, interval_ms);
+    let mut timeline =
+        vm_timeline(&read_fio_logs(raw_dir, log_prefix, "iops", shape.vms)?, interval_ms)?;
+    add_latency(&mut timeline, &read_fio_logs(raw_dir, log_prefix, "lat", shape.vms)?, interval_ms);
     Ok(timeline)
+}
+
+/// fio's averaged logs of one kind (`iops`, `lat`) for jobs 1 to `jobs`, as fio names them
+/// in `dir`: `PREFIX_KIND.N.log`.
+fn read_fio_logs(
+    dir: &Path,
+    prefix: &str,
+    kind: &str,
+    jobs: u32,
+) -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
+    (1..=jobs)
+        .map(|n| {
+            let path = dir.join(format!("{prefix}_{kind}.{n}.log"));
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("fio's log {}", path.display()))?;
+            parse_fio_log(&text).with_context(|| format!("fio's log {}", path.display()))
+        })
+        .collect()
 }
 
 /// A non-SNIA profile's target, set up: its raw folder made, the target prepared (purged,
@@ -1250,9 +1259,7 @@ fn run_degraded(
             crate::control::ask(&control, "fail 1")?;
             let degraded: Vec<JobResult> = measure("degraded", phase_s)?.into_iter().collect();
             level.phases.push(("degraded".into(), degraded));
-            let file =
-                std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&spare)?;
-            file.set_len(args.member_size)?;
+            blank_file(&spare, args.member_size)?;
             eprintln!("[degraded-rebuild] load {load_percent}%: spare added, rebuilding");
             // The load runs in chunks from a second thread, started a second before the spare
             // arrives (fio takes that long to connect), until the rebuild is over.
@@ -1272,24 +1279,11 @@ fn run_degraded(
                     std::thread::sleep(Duration::from_secs(1));
                 }
                 let started = Instant::now();
-                let watched = (|| -> Result<f64> {
-                    crate::control::ask(
-                        &control,
-                        &format!("spare-add keep full {}", spare.display()),
-                    )?;
-                    loop {
-                        let status = crate::control::ask(&control, "status")?;
-                        let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());
-                        let degraded = status.get("degraded").and_then(|v| v.as_bool());
-                        if !rebuilding && degraded == Some(false) {
-                            return Ok(started.elapsed().as_secs_f64());
-                        }
-                        if started.elapsed() > Duration::from_secs(24 * 3600) {
-                            bail!("the rebuild did not finish within a day");
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                })();
+                let watched = add_spare_and_wait(&control, &spare, |pause| {
+                    std::thread::sleep(pause);
+                    Ok(())
+                })
+                .map(|()| started.elapsed().as_secs_f64());
                 done.store(true, std::sync::atomic::Ordering::Relaxed);
                 let runs = loader.join().expect("the load thread does not panic")?;
                 Ok((watched?, runs))
@@ -1350,6 +1344,36 @@ fn run_degraded(
         return Err(e.context(format!("partial report in {}", dir.display())));
     }
     Ok((dir, markdown))
+}
+
+/// A new, empty file of `bytes` at `path` (a spare for the served array).
+fn blank_file(path: &Path, bytes: u64) -> Result<()> {
+    let file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+    file.set_len(bytes)?;
+    Ok(())
+}
+
+/// Add `spare` to the array served behind `control` (never re-added: a full rebuild), then
+/// ask its status every 50 ms (`pause` waits, and may end the wait with an error) until the
+/// rebuild is over and the array not degraded; at most a day.
+fn add_spare_and_wait(
+    control: &Path,
+    spare: &Path,
+    mut pause: impl FnMut(Duration) -> Result<()>,
+) -> Result<()> {
+    crate::control::ask(control, &format!("spare-add keep full {}", spare.display()))?;
+    let started = Instant::now();
+    loop {
+        let status = crate::control::ask(control, "status")?;
+        let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());
+        if !rebuilding && status.get("degraded").and_then(|v| v.as_bool()) == Some(false) {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(24 * 3600) {
+            bail!("the rebuild did not finish within a day");
+        }
+        pause(Duration::from_millis(50))?;
+    }
 }
 
 /// degraded-rebuild's drill on a served array: one fio run with 1-s logs while member 0
@@ -1422,17 +1446,8 @@ impl Drill<'_> {
                 }
             })
             .collect();
-        let read_logs = |kind: &str| -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
-            (1..=load.threads)
-                .map(|n| {
-                    let path = self.dir.join(format!("drill_{kind}.{n}.log"));
-                    let text = std::fs::read_to_string(&path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    Ok(flashraid_lab::vm::parse_fio_log(&text)?)
-                })
-                .collect()
-        };
-        let (iops, latency) = (read_logs("iops")?, read_logs("lat")?);
+        let iops = read_fio_logs(self.dir, "drill", "iops", load.threads)?;
+        let latency = read_fio_logs(self.dir, "drill", "lat", load.threads)?;
         Ok(flashraid_lab::degraded::Drill::from_logs(&iops, &latency, 1000, markers)?)
     }
 
@@ -1461,26 +1476,9 @@ impl Drill<'_> {
         steps.push(("member 0 failed", std::time::SystemTime::now()));
         crate::control::ask(self.control, "fail 0")?;
         hold(self.hold)?;
-        let file =
-            std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(self.spare)?;
-        file.set_len(self.spare_bytes)?;
+        blank_file(self.spare, self.spare_bytes)?;
         steps.push(("spare added", std::time::SystemTime::now()));
-        crate::control::ask(
-            self.control,
-            &format!("spare-add keep full {}", self.spare.display()),
-        )?;
-        let started = Instant::now();
-        loop {
-            let status = crate::control::ask(self.control, "status")?;
-            let rebuilding = status.get("rebuild").is_some_and(|r| !r.is_null());
-            if !rebuilding && status.get("degraded").and_then(|v| v.as_bool()) == Some(false) {
-                break;
-            }
-            if started.elapsed() > Duration::from_secs(24 * 3600) {
-                bail!("the drill's rebuild did not finish within a day");
-            }
-            hold(Duration::from_millis(50))?;
-        }
+        add_spare_and_wait(self.control, self.spare, &mut hold)?;
         steps.push(("rebuilt", std::time::SystemTime::now()));
         hold(self.hold)
     }

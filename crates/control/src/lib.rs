@@ -235,7 +235,6 @@ fn write_map_area(
     set: &[u32],
     shards: u32,
 ) -> Result<(), ControlError> {
-    let dirty = set;
     let region_count =
         u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
     let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
@@ -251,7 +250,7 @@ fn write_map_area(
                 sb.bitmap_region_bytes,
                 region_count,
             );
-            for &r in dirty {
+            for &r in set {
                 block.set(r, true);
             }
             buf.as_mut_slice().copy_from_slice(&block.encode());
@@ -267,12 +266,6 @@ fn write_map_area(
 /// cannot be read or decoded makes every region dirty: a full resync costs time, never data.
 fn dirty_regions(devices: &[&dyn MetaDevice], assembled: &Assembled) -> Vec<u32> {
     map_regions(devices, assembled, BitmapKind::WriteIntent)
-}
-
-/// The regions the missed-write map names, over every present member (the same union; a
-/// block that cannot be read, or an array that keeps no map, names every region).
-fn missed_regions(devices: &[&dyn MetaDevice], assembled: &Assembled) -> Vec<u32> {
-    map_regions(devices, assembled, BitmapKind::Missed)
 }
 
 fn map_regions(devices: &[&dyn MetaDevice], assembled: &Assembled, kind: BitmapKind) -> Vec<u32> {
@@ -368,7 +361,9 @@ pub fn prepare(
     let missed_regions = if unavailable.is_empty() {
         vec![]
     } else {
-        let mut missed = missed_regions(devices, &assembled);
+        // The missed-write map over every present member (an array that keeps none, or a
+        // block that cannot be read, names every region), and what was being written.
+        let mut missed = map_regions(devices, &assembled, BitmapKind::Missed);
         missed.extend(&dirty_regions);
         missed.sort_unstable();
         missed.dedup();
@@ -511,6 +506,23 @@ impl Metadata {
         self.roles[role] = None;
     }
 
+    /// A device joining (a spare, a member re-added) must hold no slot already and not be
+    /// named twice.
+    fn check_newcomer(
+        &self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+    ) -> Result<(), ControlError> {
+        let d = devices[device];
+        let holds = self.holders().iter().any(|&(h, _)| h == device);
+        let named_twice =
+            devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name());
+        if holds || named_twice {
+            return Err(ControlError::DuplicateDevice { device: d.name() });
+        }
+        Ok(())
+    }
+
     /// A device about to hold a role (a spare taking over, a member re-added) gets the maps
     /// the members in service hold on disk (their union), not blank ones: should it later be
     /// the only one of them left, its maps must still name what the others' did. (The
@@ -584,12 +596,7 @@ impl Metadata {
     ) -> Result<(), ControlError> {
         assert!(device <= self.sizes.len(), "a known device or the next one");
         let d = devices[device];
-        let holds = self.holders().iter().any(|&(h, _)| h == device);
-        let named_twice =
-            devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name());
-        if holds || named_twice {
-            return Err(ControlError::DuplicateDevice { device: d.name() });
-        }
+        self.check_newcomer(devices, device)?;
         // A former member of this array (failed, or replaced) comes back as a spare without
         // --force: its contents are this array's own, stale. One still in service under
         // another name is refused.
@@ -682,10 +689,9 @@ impl Metadata {
     }
 
     /// Give the failed `role` to the first hot spare: the spare's device takes the role as
-    /// `Rebuilding` from stripe 0, durably (its map areas written first with what the members in service hold, then every
-    /// superblock). Returns the device index now holding the role. The engine must have
-    /// applied the role's failure before (its stale chunks are never read again) and starts
-    /// the rebuild after this returns.
+    /// `Rebuilding` from stripe 0, durably (`give_role`). Returns the device index now
+    /// holding the role. The engine must have applied the role's failure before (its stale
+    /// chunks are never read again) and starts the rebuild after this returns.
     ///
     /// `partial`: the spare already holds the role's chunks (copied from the member it
     /// replaces while the missed-write map recorded every region written meanwhile), so
@@ -884,12 +890,7 @@ impl Metadata {
         let role = self
             .re_add_check(devices, device)
             .map_err(|why| ControlError::Invalid(why.to_string()))?;
-        let d = devices[device];
-        if self.holders().iter().any(|&(h, _)| h == device)
-            || devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name())
-        {
-            return Err(ControlError::DuplicateDevice { device: d.name() });
-        }
+        self.check_newcomer(devices, device)?;
         let mut entry = self.template.members[role.get()];
         entry.state = MemberState::Rebuilding;
         entry.partial_rebuild = true;

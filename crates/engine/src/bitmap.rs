@@ -18,7 +18,6 @@
 //! - Batching: every bit set while an image is in flight rides on the next image, so a burst
 //!   of random writes costs one bitmap write per image round trip, not one per write.
 //!
-//!
 //! The missed-write map rides on the same protocol. While `recording` (this shard has some
 //! role out of service), a region whose write-intent bit is cleared gets its missed bit
 //! set, and the missed image is written before the write-intent image that carries the

@@ -177,34 +177,14 @@ impl Drill {
         interval_ms: u64,
         markers: Vec<DrillMarker>,
     ) -> Result<Drill, crate::vm::VmError> {
-        let interval_ms = interval_ms.max(1);
-        let interval = |t: u64| crate::vm::interval_of(t, interval_ms);
-        if iops_logs.is_empty() {
-            return Err(crate::vm::VmError::NoLogs);
-        }
-        // Bins every thread's log covers.
-        let mut covered = usize::MAX;
-        for (vm, log) in iops_logs.iter().enumerate() {
-            let last = log
-                .iter()
-                .map(|s| interval(s.time_ms))
-                .max()
-                .ok_or(crate::vm::VmError::EmptyLog { vm })?;
-            covered = covered.min(last.saturating_add(1));
-        }
-        let mut iops = vec![0.0; covered];
-        for sample in iops_logs.iter().flatten() {
-            if let Some(bin) = iops.get_mut(interval(sample.time_ms)) {
-                *bin += sample.value;
-            }
-        }
-        let mut latency_us = vec![0.0f64; covered];
-        for sample in latency_logs.iter().flatten() {
-            if let Some(bin) = latency_us.get_mut(interval(sample.time_ms)) {
-                *bin = bin.max(sample.value / 1000.0);
-            }
-        }
-        Ok(Drill { bin_ms: interval_ms, iops, latency_us, markers })
+        let mut timeline = crate::vm::timeline_binned(iops_logs, interval_ms, usize::MAX)?;
+        crate::vm::add_latency(&mut timeline, latency_logs, interval_ms);
+        Ok(Drill {
+            bin_ms: timeline.bin_ms,
+            iops: timeline.total_iops,
+            latency_us: timeline.worst_vm_latency_us,
+            markers,
+        })
     }
 
     fn bin_s(&self) -> f64 {

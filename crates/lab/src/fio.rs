@@ -353,7 +353,6 @@ fn merge_direction(
     })
 }
 
-/// Byte offset of the first line whose first non-blank character opens an object.
 /// When fio wrote its results (`timestamp_ms`, ms since the Unix epoch), from the same
 /// output `parse_fio_output` reads.
 pub fn results_time_ms(text: &str) -> Result<u64, FioError> {
@@ -369,6 +368,7 @@ pub fn results_time_ms(text: &str) -> Result<u64, FioError> {
     }
 }
 
+/// Byte offset of the first line whose first non-blank character opens an object.
 fn json_start(text: &str) -> Option<usize> {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {

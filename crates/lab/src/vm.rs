@@ -105,7 +105,7 @@ pub fn parse_fio_log(text: &str) -> Result<Vec<LogSample>, VmError> {
 
 /// Interval index of a sample at `time_ms` (a sample covers the interval ending at its
 /// time; fio's stamps drift by a few ms around multiples of the interval).
-pub(crate) fn interval_of(time_ms: u64, interval_ms: u64) -> usize {
+fn interval_of(time_ms: u64, interval_ms: u64) -> usize {
     usize::try_from((time_ms.saturating_add(interval_ms / 2) / interval_ms).saturating_sub(1))
         .unwrap_or(usize::MAX)
 }
@@ -113,6 +113,15 @@ pub(crate) fn interval_of(time_ms: u64, interval_ms: u64) -> usize {
 /// Build a repetition's timeline from every VM's IOPS log (one entry per VM; `interval_ms`:
 /// the logs' `log_avg_msec`). A sample at time t covers the interval ending at t.
 pub fn vm_timeline(logs: &[Vec<LogSample>], interval_ms: u64) -> Result<VmTimeline, VmError> {
+    timeline_binned(logs, interval_ms, VM_TIMELINE_BINS_MAX)
+}
+
+/// [`vm_timeline`] with at most `bins_max` bins (`usize::MAX`: one bin per interval).
+pub(crate) fn timeline_binned(
+    logs: &[Vec<LogSample>],
+    interval_ms: u64,
+    bins_max: usize,
+) -> Result<VmTimeline, VmError> {
     let interval_ms = interval_ms.max(1);
     if logs.is_empty() {
         return Err(VmError::NoLogs);
@@ -124,7 +133,7 @@ pub fn vm_timeline(logs: &[Vec<LogSample>], interval_ms: u64) -> Result<VmTimeli
         covered = covered.min(last.saturating_add(1));
     }
     let mut per_bin = 1usize;
-    while covered.div_ceil(per_bin) > VM_TIMELINE_BINS_MAX {
+    while covered.div_ceil(per_bin) > bins_max {
         per_bin *= 2;
     }
     let bins = covered.div_ceil(per_bin);

@@ -232,8 +232,8 @@ pub(crate) enum ToController {
     },
     /// A device to add as a hot spare, and whether it may be overwritten.
     AddSpare(NewSpare, Overwrite, ReAdd, Sender<Result<(), ArrayError>>),
-    /// Replace a member: the device is added as a spare, the member failed, and that spare
-    /// (not another) takes the role.
+    /// Replace a member: the device is added as a spare (or is one), the member is copied to
+    /// it, then failed, and that spare (not another) takes the role (`Array::replace`).
     Replace(usize, NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
@@ -1504,13 +1504,11 @@ impl Controller {
         let c = self.copy.take().expect("a copy ran");
         if !self.metadata.spare_devices().contains(&c.new) {
             // It failed a metadata write meanwhile and was dropped from the spares.
-            self.copy = Some(c);
-            self.abandon_copy("the new device is no longer a spare of this array");
+            self.give_up_copy(c, "the new device is no longer a spare of this array");
             return;
         }
         if let Err(e) = self.devices[c.new].sync() {
-            self.copy = Some(c);
-            self.abandon_copy(&format!("syncing the new device failed ({e})"));
+            self.give_up_copy(c, &format!("syncing the new device failed ({e})"));
             return;
         }
         let message = format!(
@@ -1533,14 +1531,18 @@ impl Controller {
     /// Give up a running copy: the new device stays a hot spare.
     fn abandon_copy(&mut self, why: &str) {
         if let Some(c) = self.copy.take() {
-            let message = format!(
-                "the replace of member {} is given up ({why}): {} stays a hot spare",
-                c.role.get(),
-                self.devices[c.new].name()
-            );
-            self.events.record(&self.metadata, "replace-abandoned", &message);
-            self.broadcast_copy_recording(false);
+            self.give_up_copy(c, why);
         }
+    }
+
+    fn give_up_copy(&mut self, c: RunningCopy, why: &str) {
+        let message = format!(
+            "the replace of member {} is given up ({why}): {} stays a hot spare",
+            c.role.get(),
+            self.devices[c.new].name()
+        );
+        self.events.record(&self.metadata, "replace-abandoned", &message);
+        self.broadcast_copy_recording(false);
     }
 
     /// A member failed during a copy: give the copy up. If it is the member being replaced,
