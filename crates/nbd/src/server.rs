@@ -541,6 +541,10 @@ struct Transmission {
     rend: usize,
     /// Payload bytes of a refused write still to throw away.
     skip_bytes: u64,
+    /// The refusal of that write (cookie, error), sent once its payload is all thrown away:
+    /// clients (libnbd) count a request in flight only once they have sent all of it, and
+    /// take a reply that comes earlier for one to a request they never made.
+    skip_reply: Option<(u64, u32)>,
     /// The last write was large: read little into `rbuf` (see `RBUF_READ_AFTER_LARGE_BYTES`).
     large_writes: bool,
     /// Replies not yet written, in order: a header, and for a read the slot whose data
@@ -587,6 +591,7 @@ impl Transmission {
             rstart: 0,
             rend: 0,
             skip_bytes: 0,
+            skip_reply: None,
             large_writes: false,
             outq: std::collections::VecDeque::with_capacity(2 * CONNECTION_REQUESTS_MAX),
             out_pos: 0,
@@ -752,6 +757,11 @@ impl Transmission {
                 }
                 self.rstart += n;
                 self.skip_bytes -= n as u64;
+                if self.skip_bytes == 0
+                    && let Some((cookie, errno)) = self.skip_reply.take()
+                {
+                    self.reply_now(cookie, errno);
+                }
                 progress = true;
                 continue;
             }
@@ -761,10 +771,9 @@ impl Transmission {
             };
             let payload = request.payload_bytes();
             if request.kind == proto::CMD_WRITE && request.len > REQUEST_BYTES_MAX {
-                // Too large to buffer: refuse it and throw its payload away as it arrives.
+                // Too large to buffer: throw its payload away as it arrives, then refuse it.
                 self.rstart += proto::REQUEST_BYTES;
-                self.skip_bytes = u64::from(request.len);
-                self.reply_now(request.cookie, proto::EOVERFLOW);
+                self.refuse_after_payload(request.cookie, proto::EOVERFLOW, request.len.into());
                 progress = true;
                 continue;
             }
@@ -802,10 +811,8 @@ impl Transmission {
                 Submitted::Yes => {}
                 Submitted::Refused(errno) => {
                     self.free.push(slot);
-                    self.reply_now(request.cookie, errno);
-                    if direct {
-                        self.skip_bytes = (need - have) as u64;
-                    }
+                    let rest = if direct { (need - have) as u64 } else { 0 };
+                    self.refuse_after_payload(request.cookie, errno, rest);
                 }
                 Submitted::Later => {
                     self.free.push(slot);
@@ -1057,6 +1064,18 @@ impl Transmission {
             s.data = Vec::new();
         }
         self.free.push(slot);
+    }
+
+    /// Refuse a request whose payload still has `rest_bytes` to come: they are thrown away
+    /// as they arrive, and the reply goes out after the last of them.
+    fn refuse_after_payload(&mut self, cookie: u64, errno: u32, rest_bytes: u64) {
+        assert_eq!(self.skip_bytes, 0, "one payload is skipped at a time");
+        if rest_bytes == 0 {
+            self.reply_now(cookie, errno);
+        } else {
+            self.skip_bytes = rest_bytes;
+            self.skip_reply = Some((cookie, errno));
+        }
     }
 
     fn reply_now(&mut self, cookie: u64, errno: u32) {

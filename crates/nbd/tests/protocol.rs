@@ -427,6 +427,42 @@ fn large_write_payloads_read_from_the_socket_keep_the_stream_in_step() {
     }
 }
 
+/// A refused write's reply comes only after its whole payload has arrived: libnbd counts a
+/// request in flight only once it has sent all of it and drops the connection on a reply
+/// that comes earlier ("no matching cookie"; seen with a 16 MiB `nbd_pwrite`).
+#[test]
+fn a_refused_write_is_answered_only_after_its_payload() {
+    let f = Fixture::new(false);
+    let mut c = f.open();
+    let size = c.size;
+    let no_reply_yet = |c: &mut Client| {
+        c.s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut b = [0u8; 1];
+        let early = c.s.read(&mut b);
+        c.s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        assert!(early.is_err(), "a reply before the payload ended: {early:?}");
+    };
+    // Too large (EOVERFLOW), and a large one past the end (ENOSPC, taken on the direct
+    // path): each sent as a header and half its payload, then the rest.
+    let cases =
+        [(proto::EOVERFLOW, 31, 0, (8u32 << 20) + 4096), (proto::ENOSPC, 32, size - 4096, 1 << 20)];
+    for (errno, cookie, offset, len) in cases {
+        let mut wire = vec![];
+        let request = Request { flags: 0, kind: proto::CMD_WRITE, cookie, offset, len };
+        proto::encode_request(&request, &mut wire);
+        wire.resize(wire.len() + len as usize, 0x41);
+        let half = wire.len() / 2;
+        c.s.write_all(&wire[..half]).unwrap();
+        no_reply_yet(&mut c);
+        c.s.write_all(&wire[half..]).unwrap();
+        assert_eq!(c.reply(0), (errno, cookie, vec![]));
+    }
+    // The stream is in step: requests still work.
+    let data = pattern(9, 8192);
+    assert_eq!(c.write(4096, &data), 0);
+    assert_eq!(c.read(4096, 8192), (0, data));
+}
+
 #[test]
 fn trims_and_zeroes_larger_than_the_payload_limit_work_in_steps() {
     // 4 data members of 100 MiB: the export is larger than one step (RANGE_STEP_BYTES).
