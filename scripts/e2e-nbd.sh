@@ -13,7 +13,8 @@
 # and repairs bytes changed behind its back on a member; a spare added while serving takes
 # over a failed member, replace copies a member to a new file (only what was written during
 # the copy is rebuilt); a member failed and given back is re-added; a failure with no spare
-# leaves it degraded, and killed mid-write then it needs --force.
+# leaves it degraded, and killed mid-write then it needs --force; a replace whose old member
+# stalls (a device behind nbdkit's pause filter) leaves status answering, then finishes.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
 # Usage: scripts/e2e-nbd.sh [path/to/flashraid]     (default: target/release/flashraid)
@@ -32,6 +33,8 @@ TLS_PID=
 MULTI_PID=
 LOOP=
 FUSE_PID=
+NBDKIT_PID=
+SLOW_FUSE_PID=
 
 step() { printf '\n== %s\n' "$*"; }
 # `contains PATTERN`: standard input has a line matching PATTERN. Unlike `grep -q` it reads
@@ -49,7 +52,11 @@ unmount_all() {
 
 cleanup() {
     unmount_all || true
-    if [ -n "$SERVER_PID" ]; then kill -9 "$SERVER_PID" 2>/dev/null || true; fi
+    if [ -n "$SERVER_PID" ]; then
+        kill -9 "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    stop_slow_device || true
     if [ -n "$TLS_PID" ]; then kill -9 "$TLS_PID" 2>/dev/null || true; fi
     if [ -n "$MULTI_PID" ]; then kill -9 "$MULTI_PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
@@ -79,6 +86,35 @@ stop_server() { # [clean|dirty]: how the array must stop (default clean)
         || { cat "$WORK/serve.log"; fail "not stopped ${1:-clean}"; }
 }
 
+# Resume the pausable device (one left paused would hold whatever waits on it), unmount
+# it, and stop its nbdfuse and nbdkit.
+stop_slow_device() {
+    if [ -n "$NBDKIT_PID" ]; then pause_slow r 2>/dev/null || true; fi
+    if mountpoint -q "$WORK/slow" 2>/dev/null; then fusermount3 -u -z "$WORK/slow" || true; fi
+    if [ -n "$SLOW_FUSE_PID" ]; then
+        kill "$SLOW_FUSE_PID" 2>/dev/null || true
+        wait "$SLOW_FUSE_PID" 2>/dev/null || true
+        SLOW_FUSE_PID=
+    fi
+    if [ -n "$NBDKIT_PID" ]; then
+        kill "$NBDKIT_PID" 2>/dev/null || true
+        wait "$NBDKIT_PID" 2>/dev/null || true
+        NBDKIT_PID=
+    fi
+}
+
+# pause_slow p|r: pause or resume the device behind nbdkit's pause filter (its control
+# socket answers P or R once the requests in flight have finished).
+pause_slow() {
+    python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode())
+assert s.recv(1).lower() == sys.argv[2].encode(), "pause filter did not acknowledge"
+' "$WORK/pause.sock" "$1"
+}
+
 mount_fs() { # mount_fs [mkfs command...]
     mkdir -p "$WORK/fuse" "$WORK/mnt"
     nbdfuse "$WORK/fuse" "$URI" &
@@ -104,7 +140,7 @@ nbdinfo --size "$TCP_URI" >/dev/null || fail "TCP export not reachable"
 
 step "nbdsh: read, write, flush, trim, zero, refusals"
 nbdsh -u "$URI" -c '
-import os
+import errno, os
 size = h.get_size()
 assert h.get_block_size(nbd.SIZE_MINIMUM) == 4096
 data = os.urandom(3 << 20)
@@ -121,6 +157,15 @@ try:
     raise SystemExit("a read past the end succeeded")
 except nbd.Error:
     pass
+# A write over the advertised maximum is refused, after its payload (a reply before it
+# made libnbd drop the connection), and the connection goes on.
+assert h.get_block_size(nbd.SIZE_MAXIMUM) < 16 << 20
+try:
+    h.pwrite(bytes(16 << 20), 0)
+    raise SystemExit("a write over the maximum succeeded")
+except nbd.Error as e:
+    assert e.errnum == errno.EOVERFLOW, e
+assert h.pread(2 << 20, 2 << 20) == data[1 << 20:]
 print("nbdsh ok")
 '
 
@@ -493,5 +538,61 @@ for _ in $(seq 100); do nbdinfo --size "$URI" >/dev/null 2>&1 && break; sleep 0.
 # The regions dirty at the crash cannot be resynced without the failed member: the array
 # stays dirty (marked in its bitmap) until a rebuild, and says so.
 stop_server dirty
+
+step "replace while the old member stalls: the copy waits for it, the server does not"
+# The old member is a device that can be paused: nbdkit's memory plugin behind its pause
+# filter, seen as a file through nbdfuse (O_DIRECT works there). While it is paused, the
+# copy's read of it hangs in the kernel, as on a failing drive retrying a sector.
+mkdir -p "$WORK/slow"
+nbdkit -f -U "$WORK/slow.sock" --filter=pause memory 64M pause-control="$WORK/pause.sock" &
+NBDKIT_PID=$!
+for _ in $(seq 100); do [ -S "$WORK/slow.sock" ] && [ -S "$WORK/pause.sock" ] && break; sleep 0.1; done
+nbdfuse "$WORK/slow" --unix "$WORK/slow.sock" &
+SLOW_FUSE_PID=$!
+for _ in $(seq 100); do [ -e "$WORK/slow/nbd" ] && break; sleep 0.1; done
+[ -e "$WORK/slow/nbd" ] || fail "nbdfuse did not expose the pausable device"
+truncate -s 64M "$WORK"/s{0..2} "$WORK/snew"
+MEMBERS=("$WORK"/s{0..2} "$WORK/slow/nbd")
+"$F" create --level 5 --name e2e "${MEMBERS[@]}" >/dev/null
+start_server
+nbdsh -u "$URI" -c '
+for at in range(4 << 20, 20 << 20, 4 << 20):
+    h.pwrite(bytes([0x33]) * (4 << 20), at)
+h.flush()
+'
+# 8 MiB/s: the copy of a 64 MiB member takes about 8 s, long enough to pause it midway.
+"$F" rebuild --control "$WORK/control" --rate 8M >/dev/null
+"$F" replace --control "$WORK/control" "$WORK/slow/nbd" "$WORK/snew" | contains "being replaced" \
+    || fail "replace did not start"
+sleep 1
+pause_slow p
+sleep 1.5 # the copy's next step is now waiting for the paused device
+START=$(date +%s%N)
+timeout 5 "$F" status --control "$WORK/control" --json >"$WORK/status.json" \
+    || { pause_slow r; fail "status did not answer while the old member stalled"; }
+ELAPSED_MS=$(( ($(date +%s%N) - START) / 1000000 ))
+python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+r = s["rebuild"]
+assert r and r["copying"], f"not copying: {r}"
+assert 0 < r["stripes_done"] < r["stripes_total"], r
+pct = 100 * r["stripes_done"] // r["stripes_total"]
+print(f"   status answered in {sys.argv[2]} ms with the old member paused, copy at {pct}%")
+' "$WORK/status.json" "$ELAPSED_MS" || { pause_slow r; fail "status during the stall"; }
+pause_slow r
+"$F" rebuild --control "$WORK/control" --rate 0 >/dev/null
+"$F" rebuild --control "$WORK/control" --wait >/dev/null
+"$F" status --control "$WORK/control" | tee "$WORK/status.txt" \
+    | contains "takes over member 3; rebuilding only the regions written while it was copied" \
+    || { cat "$WORK/status.txt"; fail "the stalled replace did not finish by copying"; }
+"$F" fail --control "$WORK/control" 0 >/dev/null
+nbdsh -u "$URI" -c '
+for at in range(4 << 20, 20 << 20, 4 << 20):
+    assert h.pread(4 << 20, at) == bytes([0x33]) * (4 << 20), f"data lost at {at}"
+print("   data intact relying on the replacement")
+'
+stop_server
+stop_slow_device
 echo
 echo "e2e-nbd: all passed"

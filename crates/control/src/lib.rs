@@ -688,7 +688,8 @@ impl Metadata {
         Some(MemberIndex(u16::try_from(role).expect("fits")))
     }
 
-    /// Give the failed `role` to the first hot spare: the spare's device takes the role as
+    /// Give the failed `role` to a hot spare (`preferred` if it is one, else the first; never
+    /// `busy`, a device something else may still be writing): the spare's device takes the role as
     /// `Rebuilding` from stripe 0, durably (`give_role`). Returns the device index now
     /// holding the role. The engine must have applied the role's failure before (its stale
     /// chunks are never read again) and starts the rebuild after this returns.
@@ -702,6 +703,7 @@ impl Metadata {
         role: MemberIndex,
         preferred: Option<usize>,
         partial: bool,
+        busy: Option<usize>,
     ) -> Result<usize, ControlError> {
         let r = role.get();
         if self.roles[r].is_some() || self.template.members[r].state != MemberState::Failed {
@@ -713,8 +715,16 @@ impl Metadata {
         if self.spares.is_empty() {
             return Err(ControlError::Invalid("no hot spare".into()));
         }
-        // The spare `replace` named, else the first.
-        let pick = preferred.and_then(|d| self.spares.iter().position(|&s| s == d)).unwrap_or(0);
+        // The spare `replace` named, else the first; never `busy`.
+        let free = |&d: &usize| Some(d) != busy;
+        let pick = preferred.filter(free).and_then(|d| self.spares.iter().position(|&s| s == d));
+        let Some(pick) = pick.or_else(|| self.spares.iter().position(free)) else {
+            return Err(ControlError::Invalid(
+                "the only hot spare is still being written by a replace's copy that was given \
+                 up; it takes over once that copy has stopped"
+                    .into(),
+            ));
+        };
         let device = self.spares.remove(pick);
         // Only the device that was copied can skip what it holds.
         let partial = partial && preferred == Some(device);

@@ -240,6 +240,8 @@ pub(crate) enum ToController {
     Status(Sender<ArrayStatus>),
     Shutdown(Sender<Result<Stopped, ArrayError>>),
     Stop,
+    /// From the copier of the `replace` with this generation.
+    Copy(u32, crate::copier::CopyReport),
 }
 
 /// How a clean shutdown ended.
@@ -596,6 +598,9 @@ impl Array {
             preferred_spare: None,
             takeover_partial: None,
             copy: None,
+            stopping_copier: None,
+            copy_generation: 0,
+            to_self: array.controller.clone(),
             inbox: controller_rx,
             metadata,
             devices,
@@ -918,6 +923,13 @@ struct Controller {
     takeover_partial: Option<MemberIndex>,
     /// A `replace` copying the old member to the new device.
     copy: Option<RunningCopy>,
+    /// A copier told to stop that has not said it stopped: it may still write its device
+    /// (a step in progress on a slow device), which stays out of service until it has.
+    stopping_copier: Option<Copier>,
+    /// `replace`s started (each copier's reports carry its generation).
+    copy_generation: u32,
+    /// The controller's own inbox, for the copier threads to report into.
+    to_self: Sender<ToController>,
     rebuild: Option<RunningRebuild>,
     /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
     rebuild_generation: u32,
@@ -954,26 +966,28 @@ struct RunningRebuild {
     stalled_at: Option<u64>,
 }
 
-/// A `replace` copying the old member's data area to the new device, step by step on the
-/// controller thread, while the array keeps its redundancy (every shard records the regions
-/// written meanwhile in the missed-write map).
+/// A `replace` copying the old member's data area to the new device on a copier thread
+/// (`copier`), while the array keeps its redundancy (every shard records the regions written
+/// meanwhile in the missed-write map).
 struct RunningCopy {
     role: MemberIndex,
-    /// Device indexes of the member being replaced and of its replacement (a listed spare).
-    old: usize,
+    /// Device index of the replacement (a listed spare).
     new: usize,
-    /// Bytes of the data area copied, of `total_bytes`.
+    /// Bytes of the data area copied (as the copier last reported), of `total_bytes`.
     done_bytes: u64,
     total_bytes: u64,
     started: std::time::Instant,
-    /// When the next step may run (the rebuild rate paces the copy).
-    next_at: std::time::Instant,
-    buf: flashraid_iobuf::IoBuf,
+    copier: Copier,
+    /// Dropping it tells the copier to stop.
+    commands: Sender<crate::copier::CopyCommand>,
 }
 
-/// Bytes one copy step moves: small enough that the controller answers events between
-/// steps within a few milliseconds.
-const COPY_STEP_BYTES: u64 = 1 << 20;
+/// A copier thread: which copy it runs (reports carry it), the device it writes, its handle.
+struct Copier {
+    generation: u32,
+    new: usize,
+    thread: std::thread::JoinHandle<()>,
+}
 
 /// How often rebuild progress is recorded in the superblocks, at most.
 const REBUILD_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -993,21 +1007,19 @@ impl Controller {
     /// blocking call: while the shards drain and flush, member failures they report must
     /// still be recorded (their flushes wait for exactly that).
     fn run(mut self) {
+        self.serve();
+        // A copier still writing its new device must be done before the array counts as
+        // stopped: a later start must find that device as this one left it.
+        let copiers = [self.copy.take().map(|c| c.copier), self.stopping_copier.take()];
+        for copier in copiers.into_iter().flatten() {
+            let _ = copier.thread.join();
+        }
+    }
+
+    fn serve(&mut self) {
         let mut shutdown: Option<PendingShutdown> = None;
         loop {
-            let copy_at = self.copy.as_ref().map(|c| c.next_at);
-            let message = if let (Some(at), None) = (copy_at, &shutdown) {
-                // Copying: look at messages between steps, waiting only for the pace.
-                let now = std::time::Instant::now();
-                let wait = at.saturating_duration_since(now);
-                let wait =
-                    self.next_scrub_at.map_or(wait, |s| wait.min(s.saturating_duration_since(now)));
-                match self.inbox.recv_timeout(wait) {
-                    Ok(m) => Some(m),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                }
-            } else if shutdown.is_some() {
+            let message = if shutdown.is_some() {
                 match self.inbox.recv_timeout(SHUTDOWN_POLL) {
                     Ok(m) => Some(m),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -1131,8 +1143,8 @@ impl Controller {
                         self.broadcast(|| Control::SetRebuildRate(share));
                         tunables.rebuild_rate_mib_per_s = mib;
                         // A running copy takes the new pace from its next step.
-                        if let Some(c) = self.copy.as_mut() {
-                            c.next_at = std::time::Instant::now();
+                        if let Some(c) = &self.copy {
+                            let _ = c.commands.send(crate::copier::CopyCommand::Rate(rate));
                         }
                     }
                     let refs: Vec<&dyn MetaDevice> =
@@ -1176,9 +1188,9 @@ impl Controller {
                     self.stop_reactors();
                     return;
                 }
-            }
-            if shutdown.is_none() {
-                self.copy_step();
+                Some(ToController::Copy(generation, report)) => {
+                    self.copy_report(generation, report)
+                }
             }
             if let Some(pending) = &mut shutdown {
                 let mut lost = false;
@@ -1377,6 +1389,13 @@ impl Controller {
         if self.copy.is_some() {
             return Err(ArrayError::Other("a replace is running; one at a time".into()));
         }
+        if let Some(c) = &self.stopping_copier {
+            return Err(ArrayError::Other(format!(
+                "the last replace's copy to {} has not stopped yet (a device has not answered \
+                 its IO): try again once it has",
+                self.devices[c.new].name()
+            )));
+        }
         let missing: Vec<usize> = (0..self.metadata.superblock().members.len())
             .filter(|&r| self.metadata.role_device(r).is_none())
             .collect();
@@ -1441,16 +1460,45 @@ impl Controller {
                 return Err(ArrayError::Stopped);
             }
         }
-        let now = std::time::Instant::now();
+        let (MemberDevice::Device(old_device), MemberDevice::Device(new_device)) =
+            (&self.devices[old], &self.devices[new])
+        else {
+            unreachable!("in-memory members are rebuilt above, and spares match the members");
+        };
+        let handles = old_device.try_clone().and_then(|o| Ok((o, new_device.try_clone()?)));
+        let (old_handle, new_handle) = match handles {
+            Ok(h) => h,
+            Err(e) => {
+                self.broadcast_copy_recording(false);
+                return Err(ArrayError::Other(format!("the copy cannot open its devices: {e}")));
+            }
+        };
+        self.copy_generation = self.copy_generation.wrapping_add(1);
+        let total_bytes = self.metadata.superblock().member_data_bytes;
+        let job = crate::copier::CopyJob {
+            generation: self.copy_generation,
+            old: old_handle,
+            new: new_handle,
+            data_offset_bytes: self.metadata.superblock().data_offset_bytes,
+            total_bytes,
+            rate_bytes_per_s: self.rebuild_rate_bytes_per_s,
+            report: self.to_self.clone(),
+        };
+        let (commands, thread) = match crate::copier::spawn(job) {
+            Ok(started) => started,
+            Err(e) => {
+                self.broadcast_copy_recording(false);
+                return Err(ArrayError::Other(format!("the copy thread did not start: {e}")));
+            }
+        };
         self.copy = Some(RunningCopy {
             role: MemberIndex(u16::try_from(role).expect("fits")),
-            old,
             new,
             done_bytes: 0,
-            total_bytes: self.metadata.superblock().member_data_bytes,
-            started: now,
-            next_at: now,
-            buf: flashraid_iobuf::IoBuf::new(usize::try_from(COPY_STEP_BYTES).expect("fits")),
+            total_bytes,
+            started: std::time::Instant::now(),
+            copier: Copier { generation: self.copy_generation, new, thread },
+            commands,
         });
         let message = format!(
             "member {role} is being replaced by {}: copying its data while the array keeps \
@@ -1461,66 +1509,73 @@ impl Controller {
         Ok(())
     }
 
-    /// One step of a running copy, if it is due: read the old member, write the new device;
-    /// at the end, sync the new device and hand it the role (`finish_copy`).
-    fn copy_step(&mut self) {
-        let Some(c) = self.copy.as_mut() else { return };
-        let now = std::time::Instant::now();
-        if c.next_at > now {
+    /// A copier's report. Progress and the end of the running copy; the end of a copier
+    /// told to stop frees its device (a spare may be wanted).
+    fn copy_report(&mut self, generation: u32, report: crate::copier::CopyReport) {
+        use crate::copier::{CopyReport, CopySide};
+        if self.stopping_copier.as_ref().is_some_and(|c| c.generation == generation) {
+            if report.is_final() {
+                let c = self.stopping_copier.take().expect("checked");
+                let _ = c.thread.join();
+                self.take_spare_if_wanted();
+            }
             return;
         }
-        let len = COPY_STEP_BYTES.min(c.total_bytes - c.done_bytes);
-        let offset = self.metadata.superblock().data_offset_bytes + c.done_bytes;
-        let buf = &mut c.buf.as_mut_slice()[..usize::try_from(len).expect("fits")];
-        let (old, new) = (&self.devices[c.old], &self.devices[c.new]);
-        if let Err(e) = old.read_at(buf, offset) {
-            // The old member has a bad range: reconstruction will have to do.
-            let (role, new) = (c.role, c.new);
-            self.abandon_copy(&format!("reading the old member failed ({e})"));
-            let message = format!("member {} failed (it could not be copied)", role.get());
-            self.events.record(&self.metadata, "member-failed", &message);
-            self.preferred_spare = Some(new);
-            let _ = self.fail(&[role]);
-            self.preferred_spare = None;
-            return;
-        }
-        if let Err(e) = new.write_at(buf, offset) {
-            self.abandon_copy(&format!("writing the new device failed ({e})"));
-            return;
-        }
-        c.done_bytes += len;
-        if self.rebuild_rate_bytes_per_s > 0 {
-            let seconds = len as f64 / self.rebuild_rate_bytes_per_s as f64;
-            c.next_at = now + std::time::Duration::from_secs_f64(seconds);
-        }
-        if c.done_bytes >= c.total_bytes {
-            self.finish_copy();
+        let Some(c) = self.copy.as_mut().filter(|c| c.copier.generation == generation) else {
+            return; // a copier already joined: nothing of it is left
+        };
+        let c = match report {
+            CopyReport::Progress { done_bytes } => {
+                c.done_bytes = done_bytes;
+                return;
+            }
+            _ => {
+                let c = self.copy.take().expect("checked");
+                let _ = c.copier.thread.join(); // it sent its final report: it is ending
+                (c.role, c.new, c.started, report)
+            }
+        };
+        match c {
+            (role, new, started, CopyReport::Done) => self.finish_copy(role, new, started),
+            (role, new, _, CopyReport::Failed { side: CopySide::ReadOld, error }) => {
+                // The old member has a bad range: reconstruction will have to do.
+                self.copy_given_up(role, new, &format!("reading the old member failed ({error})"));
+                let message = format!("member {} failed (it could not be copied)", role.get());
+                self.events.record(&self.metadata, "member-failed", &message);
+                self.preferred_spare = Some(new);
+                let _ = self.fail(&[role]);
+                self.preferred_spare = None;
+            }
+            (role, new, _, CopyReport::Failed { side, error }) => {
+                let what = if side == CopySide::SyncNew { "syncing" } else { "writing" };
+                self.copy_given_up(role, new, &format!("{what} the new device failed ({error})"));
+            }
+            (role, new, _, CopyReport::Stopped | CopyReport::Progress { .. }) => {
+                // Only a copier told to stop stops (and then it is `stopping_copier`).
+                self.copy_given_up(role, new, "its copier stopped");
+            }
         }
     }
 
-    /// The copy is complete: sync the new device, fail the old member and give the new
-    /// device its role with a partial rebuild of the regions written since the copy began.
-    fn finish_copy(&mut self) {
-        let c = self.copy.take().expect("a copy ran");
-        if !self.metadata.spare_devices().contains(&c.new) {
+    /// The copy is complete and the new device synced (by the copier): fail the old member
+    /// and give the new device its role with a partial rebuild of the regions written since
+    /// the copy began.
+    fn finish_copy(&mut self, role: MemberIndex, new: usize, started: std::time::Instant) {
+        if !self.metadata.spare_devices().contains(&new) {
             // It failed a metadata write meanwhile and was dropped from the spares.
-            self.give_up_copy(c, "the new device is no longer a spare of this array");
-            return;
-        }
-        if let Err(e) = self.devices[c.new].sync() {
-            self.give_up_copy(c, &format!("syncing the new device failed ({e})"));
+            self.copy_given_up(role, new, "the new device is no longer a spare of this array");
             return;
         }
         let message = format!(
             "member {} is replaced (copied to {} in {:.1?}; failed by the operator)",
-            c.role.get(),
-            self.devices[c.new].name(),
-            c.started.elapsed()
+            role.get(),
+            self.devices[new].name(),
+            started.elapsed()
         );
         self.events.record(&self.metadata, "member-failed", &message);
-        self.preferred_spare = Some(c.new);
-        self.takeover_partial = Some(c.role);
-        let _ = self.fail(&[c.role]);
+        self.preferred_spare = Some(new);
+        self.takeover_partial = Some(role);
+        let _ = self.fail(&[role]);
         self.preferred_spare = None;
         self.takeover_partial = None;
         // The shards that started the partial rebuild keep recording (the role is out of
@@ -1528,25 +1583,29 @@ impl Controller {
         self.broadcast_copy_recording(false);
     }
 
-    /// Give up a running copy: the new device stays a hot spare.
+    /// Give up a running copy: its copier is told to stop (until it says it has, its device
+    /// is kept out of service) and the new device stays a hot spare.
     fn abandon_copy(&mut self, why: &str) {
         if let Some(c) = self.copy.take() {
-            self.give_up_copy(c, why);
+            drop(c.commands);
+            self.stopping_copier = Some(c.copier);
+            self.copy_given_up(c.role, c.new, why);
         }
     }
 
-    fn give_up_copy(&mut self, c: RunningCopy, why: &str) {
+    fn copy_given_up(&mut self, role: MemberIndex, new: usize, why: &str) {
         let message = format!(
             "the replace of member {} is given up ({why}): {} stays a hot spare",
-            c.role.get(),
-            self.devices[c.new].name()
+            role.get(),
+            self.devices[new].name()
         );
         self.events.record(&self.metadata, "replace-abandoned", &message);
         self.broadcast_copy_recording(false);
     }
 
     /// A member failed during a copy: give the copy up. If it is the member being replaced,
-    /// its replacement is the spare that takes over (rebuilt in full).
+    /// its replacement is the spare that takes over (rebuilt in full) once its copier has
+    /// stopped.
     fn abandon_copy_for(&mut self, failed: MemberIndex) {
         let Some(c) = self.copy.as_ref() else { return };
         let (role, new) = (c.role, c.new);
@@ -1771,7 +1830,11 @@ impl Controller {
         // Partial only for the role that was copied: a metadata write can fail another role
         // in the same update, and a lower role is taken first.
         let partial = self.takeover_partial.take() == Some(role);
-        let taken = self.metadata.take_spare(&refs, role, preferred, partial);
+        // A device a copier may still write is no spare to take (this runs again when the
+        // copier has stopped).
+        let busy = self.copy.as_ref().map(|c| c.new);
+        let busy = busy.or(self.stopping_copier.as_ref().map(|c| c.new));
+        let taken = self.metadata.take_spare(&refs, role, preferred, partial, busy);
         self.apply_metadata_failures();
         match taken {
             Ok(device) => {

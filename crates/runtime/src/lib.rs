@@ -20,6 +20,7 @@
 //! ```
 
 mod array;
+mod copier;
 mod device;
 mod driver;
 mod faults;

@@ -501,7 +501,7 @@ impl SimArray {
         let role = MemberIndex(u16::try_from(c.role).expect("fits"));
         self.record_failed(&[role]);
         let devices = dyn_devices(&self.devices);
-        let Ok(device) = self.metadata.take_spare(&devices, role, Some(c.new), true) else {
+        let Ok(device) = self.metadata.take_spare(&devices, role, Some(c.new), true, None) else {
             self.metadata_lost = true;
             return;
         };
@@ -618,7 +618,7 @@ impl SimArray {
     fn take_spare_if_wanted(&mut self) {
         let Some(role) = self.metadata.spare_wanted() else { return };
         let devices = dyn_devices(&self.devices);
-        let Ok(device) = self.metadata.take_spare(&devices, role, None, false) else {
+        let Ok(device) = self.metadata.take_spare(&devices, role, None, false, None) else {
             self.metadata_lost = true;
             return;
         };

@@ -281,6 +281,25 @@ impl Device {
         self.capabilities
     }
 
+    /// A second handle to the same open device (a duplicated descriptor sharing its open
+    /// file description, flags and any exclusive claim), for a thread of its own: closing one
+    /// handle leaves the other open.
+    pub fn try_clone(&self) -> Result<Device, DeviceError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|source| DeviceError::Open { path: self.path.clone(), source })?;
+        Ok(Device {
+            file,
+            path: self.path.clone(),
+            kind: self.kind,
+            access: self.access,
+            size_bytes: self.size_bytes,
+            logical_block_bytes: self.logical_block_bytes,
+            capabilities: self.capabilities,
+        })
+    }
+
     /// Read exactly `buf.len()` bytes at `offset_bytes`.
     pub fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError> {
         const OP: &str = "read";
