@@ -174,6 +174,11 @@ done
     || fail "degraded-rebuild compare rows"
 grep -q "No foreground load" "$work/cmp4/compare-degraded-rebuild-1.html" \
     || fail "degraded-rebuild compare page"
+# The drills compare too: a row per run, and their IOPS on one chart aligned at the failure.
+[ "$(grep -c '^| run4-degraded-rebuild: flashraid | [0-9]* | [0-9]*% |' "$work/cmp4/compare.md")" -eq 2 ] \
+    || fail "degraded-rebuild compare: drill rows"
+grep -q "0 s = the failure" "$work/cmp4/compare-degraded-rebuild-1.html" \
+    || fail "degraded-rebuild compare: drill chart"
 
 echo "-- video-frames and small-files: a filesystem made on each target, frames and small files"
 if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ] || ! losetup --find >/dev/null 2>&1; then

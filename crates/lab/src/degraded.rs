@@ -6,7 +6,8 @@
 //! Owns: the load's fio job (a 70/30 4 KiB random mix on the second half of the target, the
 //! first half holding the verified data), the verify jobs, [`DegradedReport`] and its
 //! renderings, and the comparison of several runs ([`compare_degraded`]: per load level, one
-//! row per run). Pure: the runner fails the member, adds the spare, watches the rebuild and
+//! row per run, and for the drills a row per run with each step's worst second and recovery
+//! and one chart of every run's IOPS as a share of its healthy, aligned at the failure). Pure: the runner fails the member, adds the spare, watches the rebuild and
 //! hands back fio's results.
 //!
 //! Besides the per-phase runs (percentiles per phase), each loaded level has a drill: one
@@ -552,7 +553,128 @@ fn compare_table(comparison: &DegradedComparison, level_index: usize) -> Table {
 
 fn compare_tables(comparison: &DegradedComparison) -> Vec<Table> {
     let levels = comparison.runs.first().map_or(0, |r| r.levels.len());
-    (0..levels).map(|i| compare_table(comparison, i)).collect()
+    (0..levels)
+        .flat_map(|i| {
+            std::iter::once(compare_table(comparison, i)).chain(drill_table(comparison, i))
+        })
+        .collect()
+}
+
+/// Each run's drill at a level (`None` for a run without one: from before drills, or the
+/// level without load).
+fn drills_at(comparison: &DegradedComparison, level_index: usize) -> Vec<(String, Option<&Drill>)> {
+    comparison
+        .runs
+        .iter()
+        .map(|run| {
+            let drill = run.levels.get(level_index).and_then(|l| l.drill.as_ref());
+            (format!("{}: {}", run.run_id, run.target), drill)
+        })
+        .collect()
+}
+
+/// The drills of one load level across the runs, if any run has one: per run its healthy
+/// IOPS, then per step (named as in the first drill) the worst second's share of healthy
+/// and how long the load took to get back within 10 %.
+fn drill_table(comparison: &DegradedComparison, level_index: usize) -> Option<Table> {
+    let drills = drills_at(comparison, level_index);
+    let steps: Vec<String> =
+        drills.iter().find_map(|(_, d)| *d)?.markers.iter().map(|m| m.what.clone()).collect();
+    let rows = drills
+        .iter()
+        .map(|(name, drill)| {
+            let mut row = vec![name.clone()];
+            let Some(drill) = drill else {
+                row.push("no drill".into());
+                row.extend(steps.iter().flat_map(|_| ["n/a".to_string(), "n/a".to_string()]));
+                return row;
+            };
+            let healthy = drill.healthy_iops();
+            row.push(fixed(healthy, 0));
+            let transients = drill.transients();
+            for step in &steps {
+                let t = transients.iter().find(|t| &t.what == step);
+                row.push(match (t.and_then(|t| t.worst_iops), healthy) {
+                    (Some(w), Some(h)) if h > 0.0 => format!("{:.0}%", 100.0 * w / h),
+                    _ => "n/a".into(),
+                });
+                row.push(match t {
+                    Some(t) => t
+                        .back_within_10_percent_s
+                        .map_or("not in this step".into(), |s| format!("{s:.0} s")),
+                    None => "n/a".into(),
+                });
+            }
+            row
+        })
+        .collect();
+    let load_percent = comparison.runs[0].levels[level_index].load_percent;
+    let mut header = vec!["Run: target".to_string(), "healthy IOPS (drill)".to_string()];
+    for step in &steps {
+        header.push(format!("{step}: worst 1-s IOPS of healthy"));
+        header.push(format!("{step}: back within 10% after"));
+    }
+    Some(Table {
+        title: format!(
+            "Load {load_percent}%: the drill (one continuous run through a failure and a \
+             rebuild) across the runs"
+        ),
+        header,
+        rows,
+    })
+}
+
+/// The drills of one load level on one chart: each run's IOPS as a share of its own healthy
+/// IOPS, its time axis shifted so that its first step (the failure) is at 0 s.
+fn drill_compare_chart(
+    comparison: &DegradedComparison,
+    level_index: usize,
+) -> Option<crate::chart::LineChart> {
+    let mut series = vec![];
+    for (i, (name, drill)) in drills_at(comparison, level_index).into_iter().enumerate() {
+        let Some(drill) = drill else { continue };
+        let (Some(healthy), Some(failure)) = (drill.healthy_iops(), drill.markers.first()) else {
+            continue;
+        };
+        if healthy <= 0.0 {
+            continue;
+        }
+        let (bin_s, values) = thinned(&drill.iops, drill.bin_s());
+        let points = values
+            .iter()
+            .enumerate()
+            .map(|(b, v)| ((b as f64 + 0.5) * bin_s - failure.at_s, 100.0 * v / healthy))
+            .collect();
+        series.push(crate::chart::Series { name, colour_index: i, points });
+    }
+    if series.is_empty() {
+        return None;
+    }
+    let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let (low, high) = (xs().fold(0.0f64, f64::min), xs().fold(0.0f64, f64::max));
+    let step = crate::chart::nice_step((high - low).max(0.1) / 6.0);
+    let x_ticks = ((low / step).floor() as i64..=(high / step).ceil() as i64)
+        .map(|k| (k as f64 * step, crate::chart::short_number(k as f64 * step)))
+        .collect();
+    let top = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(100.0f64, f64::max);
+    let load_percent = comparison.runs[0].levels[level_index].load_percent;
+    Some(crate::chart::LineChart {
+        title: format!(
+            "Load {load_percent}%: IOPS through the drill, % of each run's healthy, 0 s = the failure"
+        ),
+        x_label: "seconds from the failure".into(),
+        y_label: "% of healthy IOPS".into(),
+        x_ticks,
+        log_y: false,
+        series,
+        guides: vec![crate::chart::Guide {
+            kind: "the failure",
+            colour_index: 0,
+            from: (0.0, 0.0),
+            to: (0.0, top),
+            dash: Some("4 3"),
+        }],
+    })
 }
 
 fn compare_title(comparison: &DegradedComparison) -> String {
@@ -572,8 +694,15 @@ pub fn render_degraded_compare_markdown(comparison: &DegradedComparison) -> Stri
 pub fn render_degraded_compare_html(comparison: &DegradedComparison) -> String {
     let mut out = html_open(&compare_title(comparison));
     html_label(&mut out, &comparison.conformance);
-    for table in compare_tables(comparison) {
-        out.push_str(&html_table(&table));
+    let levels = comparison.runs.first().map_or(0, |r| r.levels.len());
+    for i in 0..levels {
+        out.push_str(&html_table(&compare_table(comparison, i)));
+        if let Some(table) = drill_table(comparison, i) {
+            out.push_str(&html_table(&table));
+        }
+        if let Some(chart) = drill_compare_chart(comparison, i) {
+            out.push_str(&crate::chart::line_chart_svg(&chart));
+        }
     }
     html_manifest(&mut out, &comparison.manifest);
     out.push_str("</body></html>\n");
@@ -750,6 +879,50 @@ mod tests {
             manifest: BTreeMap::from([("level".to_string(), "raid6".to_string())]),
             levels,
         }
+    }
+
+    /// Drills compare too: a row per run with each step's worst second and recovery (a run
+    /// without a drill says so), and one chart with every run's IOPS as a share of its own
+    /// healthy, aligned at the failure.
+    #[test]
+    fn drills_compare_step_by_step_and_on_one_chart_aligned_at_the_failure() {
+        let mut with = level(100, 1000.0, 700.0, true);
+        with.drill = Some(drill());
+        let mut later = drill();
+        for m in &mut later.markers {
+            m.at_s += 3.0; // a run whose failure came 3 s later
+        }
+        later.iops.splice(0..0, [1000.0; 3]);
+        later.latency_us.splice(0..0, [1.0; 3]);
+        let mut with_later = with.clone();
+        with_later.drill = Some(later);
+        let without = level(100, 1000.0, 700.0, true);
+        let runs = [
+            report("a", Mode::Quick, vec![with]),
+            report("b", Mode::Quick, vec![with_later]),
+            report("old", Mode::Quick, vec![without]),
+        ];
+        let comparison = compare_degraded(&runs).unwrap();
+        let md = render_degraded_compare_markdown(&comparison);
+        assert!(md.contains("the drill (one continuous run"), "{md}");
+        assert!(md.contains("| member 0 failed: worst 1-s IOPS of healthy |"), "{md}");
+        let row = "| 1000 | 25% | not in this step | 60% | 2 s | 96% | 0 s |";
+        assert!(md.contains(&format!("| a: flashraid {row}")), "{md}");
+        assert!(md.contains(&format!("| b: flashraid {row}")), "the same drill, later: {md}");
+        assert!(md.contains("| old: flashraid | no drill | n/a | n/a |"), "{md}");
+        let html = render_degraded_compare_html(&comparison);
+        assert_eq!(html.matches("<svg").count(), 1, "one drill chart for the one level");
+        assert!(html.contains("0 s = the failure") && html.contains("stroke-dasharray=\"4 3\""));
+        // A curve per run with a drill; once aligned at the failure, b's (3 s longer before
+        // it) holds a's points.
+        let chart = drill_compare_chart(&comparison, 0).unwrap();
+        let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a: flashraid", "b: flashraid"]);
+        let (a, b) = (&chart.series[0].points, &chart.series[1].points);
+        assert_eq!(a[0], (-4.5, 100.0));
+        assert_eq!(b[0], (-7.5, 100.0));
+        assert_eq!(&b[3..], &a[..], "the same drill, shifted by 3 s");
+        assert_eq!(a[5], (0.5, 25.0), "the worst second, just after the failure");
     }
 
     #[test]
