@@ -158,8 +158,11 @@ try:
 except nbd.Error:
     pass
 # A write over the advertised maximum is refused, after its payload (a reply before it
-# made libnbd drop the connection), and the connection goes on.
+# made libnbd drop the connection), and the connection goes on. (libnbd 1.14, Debian 12's,
+# sends it; later ones refuse it themselves with ERANGE unless strictness is relaxed.)
 assert h.get_block_size(nbd.SIZE_MAXIMUM) < 16 << 20
+if hasattr(nbd, "STRICT_PAYLOAD"):
+    h.set_strict_mode(h.get_strict_mode() & ~nbd.STRICT_PAYLOAD)
 try:
     h.pwrite(bytes(16 << 20), 0)
     raise SystemExit("a write over the maximum succeeded")

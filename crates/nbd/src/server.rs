@@ -687,6 +687,11 @@ impl Transmission {
     /// Answer every whole request already received with `errno`, without submitting it
     /// (the server is stopping).
     fn refuse_received(&mut self, errno: u32) {
+        if self.skip_bytes > 0 {
+            // The bytes received are a refused write's payload, not requests; its refusal
+            // waits for the rest of it, which a stopping server no longer reads.
+            return;
+        }
         while let Ok(Decoded::Item(r, _)) =
             proto::decode_request(&self.rbuf[self.rstart..self.rend])
         {

@@ -1012,6 +1012,13 @@ impl Controller {
         // stopped: a later start must find that device as this one left it.
         let copiers = [self.copy.take().map(|c| c.copier), self.stopping_copier.take()];
         for copier in copiers.into_iter().flatten() {
+            if !copier.thread.is_finished() {
+                eprintln!(
+                    "flashraid: waiting for the copy to {} to stop (a device has not answered \
+                     its IO yet)",
+                    self.devices[copier.new].name()
+                );
+            }
             let _ = copier.thread.join();
         }
     }
@@ -1266,6 +1273,18 @@ impl Controller {
                 geometry.tolerance()
             );
             self.events.record(&self.metadata, "array-failed", &message);
+        } else if !missing.is_empty()
+            && self.rebuild.is_none()
+            && self
+                .stopping_copier
+                .as_ref()
+                .is_some_and(|c| self.metadata.spare_devices().contains(&c.new))
+        {
+            let message = format!(
+                "degraded: members {missing:?} out of service; the hot spare takes over once a \
+                 given-up replace's copy to it has stopped"
+            );
+            self.events.record(&self.metadata, "degraded", &message);
         } else if !missing.is_empty() && self.rebuild.is_none() {
             let message = format!(
                 "degraded: members {missing:?} out of service and no hot spare to take over \
@@ -1604,8 +1623,9 @@ impl Controller {
     }
 
     /// A member failed during a copy: give the copy up. If it is the member being replaced,
-    /// its replacement is the spare that takes over (rebuilt in full) once its copier has
-    /// stopped.
+    /// its replacement is the preferred spare to take over (rebuilt in full): at once if its
+    /// copier has stopped, else another free spare takes the role, or, with none, the
+    /// replacement does once its copier has stopped.
     fn abandon_copy_for(&mut self, failed: MemberIndex) {
         let Some(c) = self.copy.as_ref() else { return };
         let (role, new) = (c.role, c.new);
