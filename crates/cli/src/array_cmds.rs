@@ -237,6 +237,8 @@ fn print_superblock(copy: usize, sb: &Superblock) {
         let failed = if m.state == MemberState::Failed {
             let sync = if m.in_sync_when_failed { " (in sync: can be re-added)" } else { "" };
             format!(" at event {}{sync}", m.failed_at_event)
+        } else if let Some(role) = m.replacing {
+            format!(" (replacing member {role}: its copy starts over at the next start)")
         } else {
             String::new()
         };
@@ -283,6 +285,7 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
                 "failed_at_event": m.failed_at_event,
                 "in_sync_when_failed": m.in_sync_when_failed,
                 "partial_rebuild": m.partial_rebuild,
+                "replacing_slot": m.replacing,
                 "errors_corrected": m.errors_corrected,
             })).collect::<Vec<_>>(),
         }),

@@ -666,6 +666,49 @@ impl Metadata {
         self.write_all(devices).map(|_| ())
     }
 
+    /// The `replace` recorded as in progress: the role being replaced and the spare device
+    /// it is being copied to.
+    pub fn replacing(&self) -> Option<(MemberIndex, usize)> {
+        self.template
+            .spares
+            .iter()
+            .zip(&self.spares)
+            .find_map(|(entry, &device)| entry.replacing.map(|role| (MemberIndex(role), device)))
+    }
+
+    /// Record (`Some(role)`) or clear (`None`) in every superblock that spare `device` is
+    /// replacing `role`, so that a restart during the copy starts it over. Any other record
+    /// is cleared (one replace at a time). Clearing for a device that is no longer a spare,
+    /// or a record already as asked, writes nothing.
+    pub fn set_replacing(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+        role: Option<MemberIndex>,
+    ) -> Result<(), ControlError> {
+        let Some(at) = self.spares.iter().position(|&d| d == device) else {
+            return match role {
+                None => Ok(()),
+                Some(_) => Err(ControlError::Invalid("the new device is not a spare".into())),
+            };
+        };
+        let wanted = role.map(MemberIndex::get).map(|r| u16::try_from(r).expect("fits"));
+        let unchanged = self
+            .template
+            .spares
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.replacing == if i == at { wanted } else { None });
+        if unchanged {
+            return Ok(());
+        }
+        for (i, entry) in self.template.spares.iter_mut().enumerate() {
+            entry.replacing = if i == at { wanted } else { None };
+        }
+        self.template.event += 1;
+        self.write_all(devices).map(|_| ())
+    }
+
     /// The rebuild in progress, if any: the role and the stripe it resumes from.
     pub fn rebuild_in_progress(&self) -> Option<(MemberIndex, StripeIndex)> {
         let role = self.template.rebuild_role;
@@ -731,6 +774,14 @@ impl Metadata {
         let mut entry = self.template.spares.remove(pick);
         entry.state = MemberState::Rebuilding;
         entry.partial_rebuild = partial;
+        // The role is taken: no spare replaces it any more (the copy's target, if another
+        // spare took the role, stays a plain spare).
+        entry.replacing = None;
+        for spare in &mut self.template.spares {
+            if spare.replacing == Some(role.0) {
+                spare.replacing = None;
+            }
+        }
         entry.failed_at_event = 0;
         entry.errors_corrected = 0;
         self.give_role(devices, role, device, entry, "taking over")?;

@@ -100,6 +100,10 @@ pub struct MemberEntry {
     /// Being rebuilt from the missed-write map (a re-added member): above the rebuild cursor
     /// it is current except in the regions the map names. Only on a rebuilding entry.
     pub partial_rebuild: bool,
+    /// The role this spare is replacing (`flashraid replace`: the role's member is being
+    /// copied to it). Only on a spare entry, at most one per table; a start that finds it
+    /// starts the copy over. Bytes 18-19 of the entry, flag bit 2.
+    pub replacing: Option<u16>,
 }
 
 impl MemberEntry {
@@ -110,12 +114,14 @@ impl MemberEntry {
         failed_at_event: 0,
         in_sync_when_failed: false,
         partial_rebuild: false,
+        replacing: None,
     };
 }
 
 /// Member-entry flag bits (byte 17 of an entry).
 const ENTRY_IN_SYNC_WHEN_FAILED: u8 = 1;
 const ENTRY_PARTIAL_REBUILD: u8 = 2;
+const ENTRY_REPLACING: u8 = 4;
 /// Where `missed_map_since_event` lives (the first bytes after the member table).
 const MISSED_SINCE_OFFSET: usize = MEMBER_TABLE_OFFSET + MEMBERS_MAX * MEMBER_ENTRY_BYTES;
 
@@ -331,13 +337,24 @@ impl Superblock {
         if self.rebuild_role != ROLE_NONE && self.rebuild_role >= self.member_count {
             return bad("rebuild role outside the member table");
         }
-        for entry in all {
+        for entry in &all {
             if entry.in_sync_when_failed && entry.state != MemberState::Failed {
                 return bad("an entry not failed is marked in sync when failed");
             }
             if entry.partial_rebuild && entry.state != MemberState::Rebuilding {
                 return bad("an entry not being rebuilt is marked for a partial rebuild");
             }
+            if let Some(role) = entry.replacing {
+                if entry.state != MemberState::Spare {
+                    return bad("an entry not a spare is marked as replacing a member");
+                }
+                if role >= self.member_count {
+                    return bad("a spare replaces a role outside the member table");
+                }
+            }
+        }
+        if all.iter().filter(|e| e.replacing.is_some()).count() > 1 {
+            return bad("more than one spare is marked as replacing a member");
         }
         if self.missed_map_since_event > self.event {
             return bad("missed-write map newer than the superblock");
@@ -388,7 +405,9 @@ impl Superblock {
             put_u32(&mut b, at + 20, entry.errors_corrected);
             put_u64(&mut b, at + 24, entry.failed_at_event);
             b[at + 17] = (u8::from(entry.in_sync_when_failed) * ENTRY_IN_SYNC_WHEN_FAILED)
-                | (u8::from(entry.partial_rebuild) * ENTRY_PARTIAL_REBUILD);
+                | (u8::from(entry.partial_rebuild) * ENTRY_PARTIAL_REBUILD)
+                | (u8::from(entry.replacing.is_some()) * ENTRY_REPLACING);
+            put_u16(&mut b, at + 18, entry.replacing.unwrap_or(0));
         }
         put_u64(&mut b, MISSED_SINCE_OFFSET, self.missed_map_since_event);
         let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
@@ -450,8 +469,12 @@ impl Superblock {
             let state = MemberState::from_code(b[at + 16])
                 .ok_or(FormatError::Invalid { what: "member state" })?;
             let flags = b[at + 17];
-            if flags & !(ENTRY_IN_SYNC_WHEN_FAILED | ENTRY_PARTIAL_REBUILD) != 0 {
+            if flags & !(ENTRY_IN_SYNC_WHEN_FAILED | ENTRY_PARTIAL_REBUILD | ENTRY_REPLACING) != 0 {
                 return Err(FormatError::Invalid { what: "member entry flags" });
+            }
+            let replaced_role = get_u16(b, at + 18);
+            if flags & ENTRY_REPLACING == 0 && replaced_role != 0 {
+                return Err(FormatError::Invalid { what: "member entry reserved bytes" });
             }
             let entry = MemberEntry {
                 uuid: Uuid(b[at..at + 16].try_into().expect("16 bytes")),
@@ -460,6 +483,7 @@ impl Superblock {
                 failed_at_event: get_u64(b, at + 24),
                 in_sync_when_failed: flags & ENTRY_IN_SYNC_WHEN_FAILED != 0,
                 partial_rebuild: flags & ENTRY_PARTIAL_REBUILD != 0,
+                replacing: (flags & ENTRY_REPLACING != 0).then_some(replaced_role),
             };
             if i < usize::from(member_count) {
                 members.push(entry);

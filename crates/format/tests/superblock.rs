@@ -163,3 +163,32 @@ fn tunables_round_trip_and_unset_stays_unset() {
         assert_eq!(back, sb);
     }
 }
+
+/// The replace record (a spare's entry names the role it is replacing): it round-trips, an
+/// older image reads as "no replace", and it is refused anywhere but on one spare entry for
+/// a role the table has.
+#[test]
+fn the_replace_record_round_trips_and_is_refused_where_it_cannot_be() {
+    let plain = golden_array()[2].clone();
+    assert!(plain.spares.iter().chain(&plain.members).all(|e| e.replacing.is_none()));
+    let mut sb = plain.clone();
+    sb.spares[0].replacing = Some(4);
+    let bytes = sb.encode();
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    // Entry 6 is the spare (after six roles); its flags at byte 17, the role at 18-19.
+    let spare_at = 256 + 6 * 48;
+    assert_eq!((bytes[spare_at + 17], bytes[spare_at + 18]), (4, 4));
+    // The role byte without the flag, the flag on a role's entry, a role past the table.
+    let mut stray = plain.encode();
+    stray[spare_at + 18] = 1;
+    fix_crc(&mut stray);
+    assert!(matches!(Superblock::decode(&stray), Err(FormatError::Invalid { .. })));
+    let mut on_member = plain.encode();
+    on_member[256 + 17] = 4;
+    fix_crc(&mut on_member);
+    assert!(matches!(Superblock::decode(&on_member), Err(FormatError::Invalid { .. })));
+    let mut past = bytes;
+    past[spare_at + 18] = 6;
+    fix_crc(&mut past);
+    assert!(matches!(Superblock::decode(&past), Err(FormatError::Invalid { .. })));
+}

@@ -618,6 +618,7 @@ impl Array {
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
         controller.resume_or_start_rebuild();
+        controller.resume_replace();
         let thread = std::thread::Builder::new()
             .name("flashraid-control".to_string())
             .spawn(move || controller.run())
@@ -1179,9 +1180,7 @@ impl Controller {
                         let _ = reply.send(Err(ArrayError::Other("already shutting down".into())));
                         continue;
                     }
-                    if self.copy.is_some() {
-                        self.abandon_copy("the array is shutting down");
-                    }
+                    self.pause_copy_for_stop();
                     let mut acks = vec![];
                     for link in self.reactors.iter() {
                         let (tx, rx) = mpsc::channel();
@@ -1464,6 +1463,19 @@ impl Controller {
             self.preferred_spare = None;
             return result;
         }
+        // Recorded first: a stop during the copy starts it over at the next start.
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let role_index = MemberIndex(u16::try_from(role).expect("fits"));
+        let recorded = self.metadata.set_replacing(&refs, new, Some(role_index));
+        self.apply_metadata_failures();
+        recorded?;
+        if self.metadata.role_device(role).is_none()
+            || !self.metadata.spare_devices().contains(&new)
+        {
+            self.clear_replacing(new);
+            return Err(ArrayError::Other("a device failed while the replace was recorded".into()));
+        }
         // Every shard records what is written from now on, before the first byte is copied.
         let mut acks = vec![];
         for link in self.reactors.iter() {
@@ -1476,6 +1488,7 @@ impl Controller {
             if rx.recv().is_err() {
                 // A reactor is gone: the others must not record for good.
                 self.broadcast_copy_recording(false);
+                self.clear_replacing(new);
                 return Err(ArrayError::Stopped);
             }
         }
@@ -1489,6 +1502,7 @@ impl Controller {
             Ok(h) => h,
             Err(e) => {
                 self.broadcast_copy_recording(false);
+                self.clear_replacing(new);
                 return Err(ArrayError::Other(format!("the copy cannot open its devices: {e}")));
             }
         };
@@ -1507,6 +1521,7 @@ impl Controller {
             Ok(started) => started,
             Err(e) => {
                 self.broadcast_copy_recording(false);
+                self.clear_replacing(new);
                 return Err(ArrayError::Other(format!("the copy thread did not start: {e}")));
             }
         };
@@ -1602,6 +1617,22 @@ impl Controller {
         self.broadcast_copy_recording(false);
     }
 
+    /// The array stops during a copy: the copier is told to stop, and the superblocks keep
+    /// the replace recorded, so the next start copies again from the beginning.
+    fn pause_copy_for_stop(&mut self) {
+        let Some(c) = self.copy.take() else { return };
+        drop(c.commands);
+        self.stopping_copier = Some(c.copier);
+        self.broadcast_copy_recording(false);
+        let message = format!(
+            "the replace of member {} by {} stops with the array: its copy starts over at the \
+             next start",
+            c.role.get(),
+            self.devices[c.new].name()
+        );
+        self.events.record(&self.metadata, "replace-paused", &message);
+    }
+
     /// Give up a running copy: its copier is told to stop (until it says it has, its device
     /// is kept out of service) and the new device stays a hot spare.
     fn abandon_copy(&mut self, why: &str) {
@@ -1613,6 +1644,7 @@ impl Controller {
     }
 
     fn copy_given_up(&mut self, role: MemberIndex, new: usize, why: &str) {
+        self.clear_replacing(new);
         let message = format!(
             "the replace of member {} is given up ({why}): {} stays a hot spare",
             role.get(),
@@ -1811,6 +1843,48 @@ impl Controller {
         } else {
             self.take_spare_if_wanted();
         }
+    }
+
+    /// A `replace` a stop interrupted (recorded in the superblocks): its copy starts over
+    /// (what was copied before is not trusted: writes since were not recorded), or, when it
+    /// no longer can, the record is cleared and the event log says why.
+    fn resume_replace(&mut self) {
+        let Some((role, device)) = self.metadata.replacing() else { return };
+        let name = self.devices[device].name();
+        let why_not = if self.metadata.role_device(role.get()).is_none() {
+            Some("the member it replaced is out of service".to_string())
+        } else if matches!(self.devices[device], MemberDevice::Memory(_)) {
+            Some("in-memory members are not copied".to_string())
+        } else {
+            let message = format!(
+                "the replace of member {} by {name} was interrupted by a stop: its copy starts \
+                 over",
+                role.get()
+            );
+            self.events.record(&self.metadata, "replace-resumed", &message);
+            let path = NewSpare::Path(std::path::PathBuf::from(&name));
+            self.replace(role.get(), path, Overwrite::Refuse).err().map(|e| e.to_string())
+        };
+        if let Some(why) = why_not {
+            self.clear_replacing(device);
+            let message = format!(
+                "the interrupted replace of member {} by {name} is given up ({why}): it stays \
+                 a hot spare",
+                role.get()
+            );
+            self.events.record(&self.metadata, "replace-abandoned", &message);
+        }
+    }
+
+    /// The superblocks no longer say `device` is replacing a member.
+    fn clear_replacing(&mut self, device: usize) {
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        if let Err(e) = self.metadata.set_replacing(&refs, device, None) {
+            let message = format!("the end of a replace could not be recorded: {e}");
+            self.events.record(&self.metadata, "metadata-write-failed", &message);
+        }
+        self.apply_metadata_failures();
     }
 
     /// Members a metadata write failed (their device refused the superblock) are failed in

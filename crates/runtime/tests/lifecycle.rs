@@ -536,6 +536,85 @@ fn replace_copies_the_old_member_while_writes_go_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A `replace` interrupted by a stop, clean or not, starts its copy over at the next start
+/// (the superblocks record it on the new device's spare entry), writes made between the
+/// starts included, and ends like one never interrupted: the new device in the role after a
+/// partial rebuild, every byte intact, also relying on it.
+#[test]
+fn a_replace_interrupted_by_a_stop_starts_its_copy_over() {
+    let dir = std::env::temp_dir().join(format!("flashraid-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("r{i}"))).collect();
+    let spec = CreateSpec {
+        members: paths.clone(),
+        create_files_bytes: Some(40 << 20),
+        ..CreateSpec::in_memory("resume", Level::Raid6, CHUNK_BYTES, 2)
+    };
+    create(&spec).unwrap();
+    // 4 MiB/s: the copy of a 40 MiB member would take about 10 s.
+    let opts = options(4 << 20);
+    let array = Array::open(&paths, &opts).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let mut model = fill(&mut session, size, 21);
+    let new = dir.join("resume-new");
+    std::fs::File::create(&new).unwrap().set_len(40 << 20).unwrap();
+    array.replace(3, &new, flashraid_control::Overwrite::Refuse).unwrap();
+    wait_for(&array, "the copy under way", |s| {
+        s.rebuild.as_ref().is_some_and(|r| r.copying && r.stripes_done > 0)
+    });
+    drop(session);
+    array.shutdown().unwrap();
+    paths.push(new.clone());
+    // A clean stop, then a crash: each start copies again from the beginning.
+    for (stop, seed) in [("a clean stop", 22u64), ("a crash", 23)] {
+        let array = Array::open(&paths, &opts).unwrap();
+        let status = array.status().unwrap();
+        let copy = status.rebuild.as_ref().expect("the replace goes on");
+        assert!(copy.copying && copy.role == 3, "after {stop}: {status:#?}");
+        assert!(copy.stripes_done < copy.stripes_total / 2, "started over: {copy:?}");
+        let kinds: Vec<&str> = status.events.iter().map(|e| e.kind).collect();
+        assert!(kinds.contains(&"replace-resumed"), "after {stop}: {kinds:?}");
+        assert!(!status.degraded, "after {stop}");
+        // Writes between the starts, behind and ahead of the copy.
+        let mut session = array.session().unwrap();
+        for at in [0usize, (size / 2) as usize] {
+            let data = pattern(seed, 1 << 20);
+            session.write(at as u64, &data).unwrap();
+            model[at..at + (1 << 20)].copy_from_slice(&data);
+        }
+        session.flush().unwrap();
+        check(&mut session, &model, &format!("after {stop}"));
+        drop(session);
+        if stop == "a clean stop" {
+            array.shutdown().unwrap();
+        } else {
+            drop(array);
+        }
+    }
+    let array = Array::open(&paths, &opts).unwrap();
+    array.set_rebuild_rate(0).unwrap();
+    let status = wait_for(&array, "the replace to end", |s| s.rebuild.is_none());
+    assert_eq!(status.members[3].path.as_deref(), new.to_str(), "{status:#?}");
+    let kinds: Vec<&str> = status.events.iter().map(|e| e.kind).collect();
+    assert!(!kinds.contains(&"replace-abandoned"), "{kinds:?}");
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "after the resumed replace");
+    array.fail_member(0).unwrap();
+    array.fail_member(5).unwrap();
+    check(&mut session, &model, "relying on the replacement");
+    drop(session);
+    array.shutdown().unwrap();
+    // Nothing is recorded any more: the next start (without the replaced member, which is
+    // no longer the array's) starts no copy.
+    paths.remove(3);
+    let array = Array::open(&paths, &opts).unwrap();
+    assert!(array.status().unwrap().rebuild.is_none());
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A member that could be re-added while another rebuild runs is refused with that reason
 /// (made a spare, it would lose its identity and be rebuilt in full); `--full-rebuild`
 /// (ReAdd::Never) adds it as a spare at once.
