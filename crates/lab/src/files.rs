@@ -12,9 +12,13 @@
 //! function of its inputs; a test that does not fit the filesystem is skipped with its reason,
 //! never shrunk silently below `frames_per_stream_min`.
 //!
+//! video-frames also runs P5a, the AJA-like large-file test: per file size of a ladder and
+//! per queue depth, one file of the largest frame format written sequentially one frame per
+//! IO, then read back ([`LargeFileRun`]: average and minimum MB/s, frame times).
+//!
 //! Limits: a frame's time is its write or read alone: fio opens and closes files outside the
-//! IO it times, which frametest would count. No P5a large-file ladder, no P5c fill-rate sweep,
-//! no PostMark (P6a). Earlier runs compare through `merge`.
+//! IO it times, which frametest would count. No P5c fill-rate sweep, no PostMark (P6a).
+//! Earlier runs compare through `merge`.
 
 use crate::chart::{self, BarChart, LineChart};
 use crate::fio::JobResult;
@@ -153,6 +157,58 @@ pub fn render_frames(
     Ok(out)
 }
 
+/// The log name of a large-file test (fio appends `_lat.1.log`).
+pub fn large_file_log_name(
+    format: &FrameFormat,
+    file_bytes: u64,
+    iodepth: u32,
+    phase: FramePhase,
+) -> String {
+    let name = format.name.to_ascii_lowercase();
+    format!("large-{name}-{}m-qd{iodepth}-{}", file_bytes >> 20, phase.name())
+}
+
+/// Whole frames of `format` in a file of at most `file_bytes` (the file is that many frames).
+pub fn large_file_frames(format: &FrameFormat, file_bytes: u64) -> u64 {
+    file_bytes / format.frame_bytes().max(1)
+}
+
+/// fio job file of one large-file phase (P5a): one file on the target's first filesystem (a
+/// file lives on one drive without RAID), `bs` = the frame so that every IO is one frame,
+/// `iodepth` 1 (a recorder or player frame by frame) or more (one that buffers ahead).
+pub fn render_large_file(
+    format: &FrameFormat,
+    file_bytes: u64,
+    iodepth: u32,
+    target: &FsTarget,
+    phase: FramePhase,
+) -> Result<String, FilesError> {
+    let frame = format.frame_bytes();
+    let size = large_file_frames(format, file_bytes) * frame;
+    let first = FsTarget { dirs: target.dirs.iter().take(1).cloned().collect(), ..target.clone() };
+    let mut out = format!(
+        "; flashraid-lab: video-frames large file (AJA-like), {} frames of {} {}x{}, \
+         iodepth {iodepth}, {} (generated)\n[global]\n",
+        size / frame.max(1),
+        format.name,
+        format.width,
+        format.height,
+        phase.name()
+    );
+    out.push_str(&first.directory_line()?);
+    let _ = writeln!(out, "ioengine={}\ndirect=1\nthread=1", target.engine.fio_name());
+    let _ = writeln!(out, "bs={frame}\nsize={size}\niodepth={iodepth}\nfilename=large-file");
+    match phase {
+        FramePhase::Write => out.push_str("rw=write\nfallocate=none\nend_fsync=1\n"),
+        FramePhase::Read => out.push_str("rw=read\n"),
+    }
+    let _ = writeln!(out, "refill_buffers=1\npercentile_list={PERCENTILE_LIST}");
+    let name = large_file_log_name(format, file_bytes, iodepth, phase);
+    let _ = writeln!(out, "write_lat_log={name}\nlog_avg_msec=0");
+    out.push_str("\n[large]\n");
+    Ok(out)
+}
+
 /// One IO from fio's latency log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoSample {
@@ -200,6 +256,58 @@ pub struct FramesRun {
     pub timeline_bin_ms: u64,
     /// MB/s of the frames completed in each bin, from the phase's start.
     pub timeline_mb_per_s: Vec<f64>,
+}
+
+/// One large-file phase (P5a) on one target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LargeFileRun {
+    /// The ladder's size (the file holds the whole frames that fit in it).
+    pub file_bytes: u64,
+    pub iodepth: u32,
+    /// The figures as for frame files, with one stream.
+    pub run: FramesRun,
+    /// AJA's minimum: the slowest delivery of a frame, its bytes over the time since the
+    /// frame before it completed (the first frame: since the start; frames completing in one
+    /// millisecond, the log's resolution, count together). Never above the mean, whatever
+    /// the queue depth. Per frame, not per timeline bin: a 35 MB frame can take longer than
+    /// a 100 ms bin, leaving empty bins in a steady stream.
+    pub min_mb_per_s: f64,
+}
+
+impl LargeFileRun {
+    /// From the phase's latency log; `None` when no frame completed.
+    pub fn from_samples(
+        shape: &VideoFramesShape,
+        format: &FrameFormat,
+        file_bytes: u64,
+        iodepth: u32,
+        phase: FramePhase,
+        samples: Vec<IoSample>,
+    ) -> Option<LargeFileRun> {
+        let mut order: Vec<&IoSample> = samples.iter().collect();
+        order.sort_by_key(|s| s.completion_ms);
+        let (mut since_ms, mut bytes, mut min_mb_per_s) = (0u64, 0u64, f64::INFINITY);
+        for s in order {
+            bytes += s.bytes;
+            if s.completion_ms > since_ms {
+                let rate = bytes as f64 / 1e6 / ((s.completion_ms - since_ms) as f64 / 1000.0);
+                min_mb_per_s = min_mb_per_s.min(rate);
+                (since_ms, bytes) = (s.completion_ms, 0);
+            }
+        }
+        let run = frames_run(shape, format, 1, phase, &[samples])?;
+        // Everything within the first millisecond: no interval to measure; the mean stands.
+        let min_mb_per_s = if min_mb_per_s.is_finite() { min_mb_per_s } else { run.mb_per_s };
+        Some(LargeFileRun { file_bytes, iodepth, run, min_mb_per_s })
+    }
+
+    fn key(&self) -> (u64, u32, FramePhase) {
+        (self.file_bytes, self.iodepth, self.run.phase)
+    }
+
+    fn label(&self) -> String {
+        format!("{} MiB QD{} {}", self.file_bytes >> 20, self.iodepth, self.run.phase.name())
+    }
 }
 
 /// A test the target had no room for.
@@ -408,6 +516,9 @@ pub struct FilesTarget {
     /// Filesystem, mkfs command and mount options, loop devices.
     pub filesystem: String,
     pub frames: Vec<FramesRun>,
+    /// video-frames' large-file tests (absent in reports from before them).
+    #[serde(default)]
+    pub large_files: Vec<LargeFileRun>,
     pub metadata: Vec<MetaRun>,
     pub data: Option<JobResult>,
     pub skipped: Vec<SkippedTest>,
@@ -482,6 +593,58 @@ fn frames_table(report: &FilesReport, rates: &[u32]) -> Table {
     Table {
         title: format!(
             "video-frames: one file per frame, O_DIRECT, one IO per frame (MB/s ratios to {})",
+            base.map_or("-", |t| t.name.as_str())
+        ),
+        header,
+        rows,
+    }
+}
+
+fn large_file_table(report: &FilesReport, rates: &[u32]) -> Table {
+    let base = report.targets.first();
+    let mut rows = vec![];
+    for target in &report.targets {
+        for large in &target.large_files {
+            let base_run =
+                base.and_then(|b| b.large_files.iter().find(|r| r.key() == large.key()));
+            let run = &large.run;
+            let mut row = vec![
+                target.name.clone(),
+                format!("{} {}x{}", run.format.name, run.format.width, run.format.height),
+                format!("{}", large.file_bytes >> 20),
+                large.iodepth.to_string(),
+                run.phase.name().to_string(),
+                ratio(run.mb_per_s, base_run.map(|b| b.run.mb_per_s)),
+                ratio(large.min_mb_per_s, base_run.map(|b| b.min_mb_per_s)),
+                format!("{:.2}", run.frame_ms_p99),
+                format!("{:.2}", run.frame_ms_max),
+            ];
+            for rate in rates {
+                let late = run.late_frames.iter().find(|(r, _)| r == rate).map_or(0, |(_, n)| *n);
+                let share = late as f64 * 100.0 / run.frames.max(1) as f64;
+                row.push(format!("{late} ({share:.1}%)"));
+            }
+            rows.push(row);
+        }
+    }
+    let mut header: Vec<String> = [
+        "Target",
+        "Format",
+        "File MiB",
+        "QD",
+        "Phase",
+        "MB/s",
+        "min MB/s",
+        "p99 ms",
+        "max ms",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect();
+    header.extend(rates.iter().map(|r| format!("late at {r} fps")));
+    Table {
+        title: format!(
+            "video-frames: one large file, a frame per IO (AJA-like), O_DIRECT (MB/s ratios to {})",
             base.map_or("-", |t| t.name.as_str())
         ),
         header,
@@ -587,7 +750,13 @@ fn title(report: &FilesReport) -> String {
 
 fn tables(report: &FilesReport) -> Vec<Table> {
     match &report.shape {
-        FilesShape::VideoFrames(shape) => vec![frames_table(report, &shape.frame_rates_per_s)],
+        FilesShape::VideoFrames(shape) => {
+            let mut tables = vec![frames_table(report, &shape.frame_rates_per_s)];
+            if report.targets.iter().any(|t| !t.large_files.is_empty()) {
+                tables.push(large_file_table(report, &shape.frame_rates_per_s));
+            }
+            tables
+        }
         FilesShape::SmallFiles(_) => vec![metadata_table(report), data_table(report)],
     }
 }
@@ -635,6 +804,21 @@ fn timeline_chart(report: &FilesReport, key: &(String, u32, FramePhase)) -> Line
         "MB/s",
         lines,
     )
+}
+
+/// MB/s over time of one large-file test, one line per target.
+fn large_file_chart(report: &FilesReport, key: (u64, u32, FramePhase), label: &str) -> LineChart {
+    let lines = report
+        .targets
+        .iter()
+        .enumerate()
+        .filter_map(|(index, t)| {
+            let large = t.large_files.iter().find(|r| r.key() == key)?;
+            let bin_s = large.run.timeline_bin_ms as f64 / 1000.0;
+            Some((t.name.clone(), index, bin_s, large.run.timeline_mb_per_s.as_slice()))
+        })
+        .collect();
+    chart::binned_timeline_chart(format!("large file {label}: MB/s over time"), "MB/s", lines)
 }
 
 /// One bar per key (in the first target's order) per target.
@@ -709,6 +893,17 @@ pub fn render_files_html(report: &FilesReport) -> String {
                 .unwrap_or_default();
             for key in &keys {
                 out.push_str(&chart::line_chart_svg(&timeline_chart(report, key)));
+            }
+            // Every target's tests, in first-seen order: a larger file may fit only on the
+            // array.
+            let mut large: Vec<((u64, u32, FramePhase), String)> = vec![];
+            for r in report.targets.iter().flat_map(|t| &t.large_files) {
+                if !large.iter().any(|(k, _)| *k == r.key()) {
+                    large.push((r.key(), r.label()));
+                }
+            }
+            for (key, label) in &large {
+                out.push_str(&chart::line_chart_svg(&large_file_chart(report, *key, label)));
             }
         }
         FilesShape::SmallFiles(_) => {

@@ -866,6 +866,12 @@ pub struct VideoFramesShape {
     pub frame_rates_per_s: Vec<u32>,
     /// Width of the MB/s-over-time bins (widened so a long run has at most 200 bins).
     pub timeline_bin_ms: u32,
+    /// P5a's ladder: one large file of each size (whole frames of the largest format),
+    /// written then read, at each of `large_file_depths` (empty in reports from before P5a).
+    #[serde(default)]
+    pub large_file_bytes: Vec<u64>,
+    #[serde(default)]
+    pub large_file_depths: Vec<u32>,
 }
 
 /// An uncompressed frame format: 10-bit RGB DPX packs three 10-bit samples in 32 bits, so 4
@@ -955,6 +961,13 @@ pub fn workload_shape(profile: Profile, mode: Mode) -> Option<WorkloadShape> {
             frames_per_stream_min: 4,
             frame_rates_per_s: vec![24, 30, 60],
             timeline_bin_ms: 100,
+            large_file_bytes: if quick {
+                vec![256 << 20, 1 << 30]
+            } else {
+                vec![1 << 30, 4 << 30, 16 << 30, 64 << 30]
+            },
+            // Frame by frame (a recorder or player), and four ahead (one that buffers).
+            large_file_depths: vec![1, 4],
         }),
         Profile::SmallFiles => WorkloadShape::SmallFiles(SmallFilesShape {
             metadata_files: if quick { 10_000 } else { 1_000_000 },

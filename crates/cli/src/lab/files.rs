@@ -22,9 +22,10 @@ use super::{
 };
 use anyhow::{Context, Result, bail};
 use flashraid_lab::files::{
-    FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, MetaOp, MetaRun, SkippedTest,
-    frames_log_name, frames_run, frames_that_fit, metadata_subdirs, parse_lat_log,
-    render_files_html, render_files_markdown, render_frames, render_metadata, render_small_data,
+    FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, LargeFileRun, MetaOp, MetaRun,
+    SkippedTest, frames_log_name, frames_run, frames_that_fit, large_file_frames,
+    large_file_log_name, metadata_subdirs, parse_lat_log, render_files_html,
+    render_files_markdown, render_frames, render_large_file, render_metadata, render_small_data,
 };
 use flashraid_lab::fio::parse_fio_output;
 use flashraid_lab::profile::{Profile, SmallFilesShape, Target, VideoFramesShape};
@@ -349,6 +350,7 @@ pub(super) fn run_files(
             description: prepared.description.clone(),
             filesystem: String::new(),
             frames: vec![],
+            large_files: vec![],
             metadata: vec![],
             data: None,
             skipped: vec![],
@@ -444,6 +446,69 @@ fn run_frames(
                     run.mb_per_s, run.frames_per_s, run.frame_ms_p99, run.frame_ms_max
                 );
                 target.frames.push(run);
+            }
+            clear(fs)?;
+        }
+    }
+    run_large_files(args, shape, fs, raw_dir, column, target)
+}
+
+/// P5a: per size of the ladder and per queue depth, one large file of the largest format
+/// written frame by frame, then read back.
+fn run_large_files(
+    args: &LabRunArgs,
+    shape: &VideoFramesShape,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    column: &str,
+    target: &mut FilesTarget,
+) -> Result<()> {
+    let Some(format) = shape.formats.iter().max_by_key(|f| f.frame_bytes()) else {
+        return Ok(());
+    };
+    // The file lives on the first filesystem (one per member for the raw members).
+    let budget = fs.free_bytes_min / 100 * u64::from(shape.space_percent_max);
+    for &file_bytes in &shape.large_file_bytes {
+        for &iodepth in &shape.large_file_depths {
+            let test = format!("large file {} MiB QD{iodepth}", file_bytes >> 20);
+            let frames = large_file_frames(format, file_bytes);
+            if file_bytes > budget || frames < u64::from(shape.frames_per_stream_min) {
+                target.skipped.push(SkippedTest {
+                    test,
+                    reason: format!(
+                        "it does not fit in {}% of the free space ({} MiB)",
+                        shape.space_percent_max,
+                        budget >> 20
+                    ),
+                });
+                continue;
+            }
+            let limit = ROUND_OVERRUN + Duration::from_secs(file_bytes / WEDGED_BYTES_PER_S);
+            for phase in [FramePhase::Write, FramePhase::Read] {
+                let name = large_file_log_name(format, file_bytes, iodepth, phase);
+                eprintln!("[video-frames] {column}: {test}, {frames} frames, {}", phase.name());
+                let job = render_large_file(format, file_bytes, iodepth, fs, phase)?;
+                let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
+                checked_jobs(&text, &name)?;
+                let path = raw_dir.join(format!("{name}_lat.1.log"));
+                let log = std::fs::read_to_string(&path)
+                    .with_context(|| format!("fio's latency log {}", path.display()))?;
+                let samples = parse_lat_log(&log).with_context(|| path.display().to_string())?;
+                let large = LargeFileRun::from_samples(
+                    shape, format, file_bytes, iodepth, phase, samples,
+                )
+                .with_context(|| format!("{name}: no frame completed"))?;
+                if large.run.frames != frames {
+                    bail!("{name}: {} frames logged, {frames} expected", large.run.frames);
+                }
+                eprintln!(
+                    "    {:.0} MB/s (min {:.0}), p99 {:.1} ms, max {:.1} ms",
+                    large.run.mb_per_s,
+                    large.min_mb_per_s,
+                    large.run.frame_ms_p99,
+                    large.run.frame_ms_max
+                );
+                target.large_files.push(large);
             }
             clear(fs)?;
         }

@@ -224,6 +224,7 @@ fn frames_report() -> FilesReport {
         description: format!("{name} <desc>"),
         filesystem: "ext4".into(),
         frames: run.into_iter().collect(),
+        large_files: vec![],
         metadata: vec![],
         data: None,
         skipped,
@@ -258,4 +259,93 @@ fn frames_report_has_ratios_skips_and_charts() {
     assert!(html.contains("members &lt;desc&gt;"));
     let back: FilesReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
     assert_eq!(back, report);
+}
+
+#[test]
+fn large_file_job_is_one_file_on_the_first_filesystem_a_frame_per_io() {
+    let two = fs(&["/m/a", "/m/b"], 1 << 40);
+    let frame = dci().frame_bytes();
+    // 256 MiB holds 7 whole DCI-4K frames of 35.4 MB.
+    assert_eq!(large_file_frames(&dci(), 256 << 20), 7);
+    let write = render_large_file(&dci(), 256 << 20, 4, &two, FramePhase::Write).unwrap();
+    for line in [
+        "directory=/m/a\n".to_string(),
+        format!("bs={frame}\n"),
+        format!("size={}\n", 7 * frame),
+        "iodepth=4\n".into(),
+        "filename=large-file\n".into(),
+        "rw=write\n".into(),
+        "end_fsync=1\n".into(),
+        "direct=1\n".into(),
+        "write_lat_log=large-dci-4k-256m-qd4-write\n".into(),
+        "log_avg_msec=0\n".into(),
+    ] {
+        assert!(write.contains(&line), "{line:?} missing from:\n{write}");
+    }
+    assert!(!write.contains("/m/b"), "one file on one filesystem");
+    let read = render_large_file(&dci(), 256 << 20, 1, &two, FramePhase::Read).unwrap();
+    assert!(read.contains("rw=read\n") && read.contains("iodepth=1\n") && !read.contains("fsync"));
+    assert_eq!(
+        render_large_file(&dci(), 256 << 20, 1, &fs(&[], 0), FramePhase::Read),
+        Err(FilesError::NoDirs)
+    );
+}
+
+/// AJA's minimum is the slowest delivery of a frame (its bytes over the time since the one
+/// before it completed), never above the mean, whatever the queue depth.
+#[test]
+fn large_file_minimum_is_the_slowest_frame_delivery() {
+    let shape = frames_shape(Mode::Quick);
+    let at = |ms: &[u64]| -> Vec<IoSample> {
+        ms.iter()
+            .map(|&t| IoSample { completion_ms: t, latency_ns: 5_000_000, bytes: 1_000_000 })
+            .collect()
+    };
+    let large = |samples: Vec<IoSample>, depth: u32| {
+        LargeFileRun::from_samples(&shape, &dci(), 256 << 20, depth, FramePhase::Write, samples)
+            .unwrap()
+    };
+    // 1 MB frames every 10 ms, one 40 ms late: 100 MB/s at worst, mean 5 MB / 80 ms.
+    let steady = large(at(&[10, 20, 30, 70, 80]), 1);
+    assert!((steady.min_mb_per_s - 25.0).abs() < 1e-9, "{}", steady.min_mb_per_s);
+    assert!((steady.run.mb_per_s - 62.5).abs() < 1e-9);
+    // Two frames in one millisecond count together; the order of the log does not matter.
+    let bunched = large(at(&[50, 10, 10, 30]), 4);
+    assert!((bunched.min_mb_per_s - 50.0).abs() < 1e-9, "{}", bunched.min_mb_per_s);
+    assert!(bunched.min_mb_per_s <= bunched.run.mb_per_s);
+    let none = LargeFileRun::from_samples(&shape, &dci(), 1 << 30, 1, FramePhase::Read, vec![]);
+    assert_eq!(none, None);
+}
+
+#[test]
+fn large_file_tests_get_a_table_with_ratios_and_a_chart_each() {
+    let shape = frames_shape(Mode::Quick);
+    let run = |ms: &[u64], depth: u32| {
+        LargeFileRun::from_samples(&shape, &dci(), 256 << 20, depth, FramePhase::Read, stream(ms))
+            .unwrap()
+    };
+    let mut report = frames_report();
+    report.targets[0].large_files = vec![run(&[10, 10, 10], 1), run(&[10, 10, 10], 4)];
+    report.targets[1].large_files = vec![run(&[10, 50, 10], 1)];
+    let mut bigger = run(&[10, 10, 10], 1);
+    bigger.file_bytes = 1 << 30; // fits on the array only: charted all the same
+    report.targets[1].large_files.push(bigger);
+    let md = render_files_markdown(&report);
+    assert!(md.contains("one large file, a frame per IO (AJA-like)"), "{md}");
+    assert!(md.contains("| members | DCI-4K 4096x2160 | 256 | 1 | read | 10.0 (1.00x) |"), "{md}");
+    assert!(md.contains("| members | DCI-4K 4096x2160 | 256 | 4 | read |"), "{md}");
+    assert!(md.contains("| flashraid | DCI-4K 4096x2160 | 256 | 1 | read | 10.0 (1.00x) |"), "{md}");
+    let html = render_files_html(&report);
+    assert_eq!(html.matches("<svg").count(), 5, "bars, one frames timeline, three large files");
+    assert!(html.contains("large file 1024 MiB QD1 read: MB/s over time"));
+    assert!(html.contains("large file 256 MiB QD4 read: MB/s over time"));
+    // Reports from before P5a read, with no large-file tests.
+    let mut json = serde_json::to_value(frames_report()).unwrap();
+    for t in json["targets"].as_array_mut().unwrap() {
+        t.as_object_mut().unwrap().remove("large_files");
+    }
+    json["shape"].as_object_mut().unwrap().remove("large_file_bytes");
+    let back: FilesReport = serde_json::from_value(json).unwrap();
+    assert!(back.targets.iter().all(|t| t.large_files.is_empty()));
+    assert!(!render_files_markdown(&back).contains("AJA-like"));
 }
