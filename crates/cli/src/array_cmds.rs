@@ -285,7 +285,7 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
                 "failed_at_event": m.failed_at_event,
                 "in_sync_when_failed": m.in_sync_when_failed,
                 "partial_rebuild": m.partial_rebuild,
-                "replacing_slot": m.replacing,
+                "replacing_role": m.replacing,
                 "errors_corrected": m.errors_corrected,
             })).collect::<Vec<_>>(),
         }),

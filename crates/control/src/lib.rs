@@ -504,6 +504,17 @@ impl Metadata {
             entry.failed_at_event = self.template.event;
         }
         self.roles[role] = None;
+        // A replace of this role is over: its member is gone (the copy is given up).
+        self.clear_replacing_of(role);
+    }
+
+    /// No spare replaces `role` any more (in the template; written with the next update).
+    fn clear_replacing_of(&mut self, role: usize) {
+        for spare in &mut self.template.spares {
+            if spare.replacing.map(usize::from) == Some(role) {
+                spare.replacing = None;
+            }
+        }
     }
 
     /// A device joining (a spare, a member re-added) must hold no slot already and not be
@@ -774,14 +785,9 @@ impl Metadata {
         let mut entry = self.template.spares.remove(pick);
         entry.state = MemberState::Rebuilding;
         entry.partial_rebuild = partial;
-        // The role is taken: no spare replaces it any more (the copy's target, if another
-        // spare took the role, stays a plain spare).
+        // The taker is a role now, no spare's replace target (`give_role` clears any other
+        // spare's record of the role).
         entry.replacing = None;
-        for spare in &mut self.template.spares {
-            if spare.replacing == Some(role.0) {
-                spare.replacing = None;
-            }
-        }
         entry.failed_at_event = 0;
         entry.errors_corrected = 0;
         self.give_role(devices, role, device, entry, "taking over")?;
@@ -802,7 +808,11 @@ impl Metadata {
         doing: &str,
     ) -> Result<(), ControlError> {
         assert_eq!(entry.state, MemberState::Rebuilding);
+        assert_eq!(entry.replacing, None, "a role's entry replaces nothing");
         let r = role.get();
+        // The role is taken (by a spare, or by its own member re-added): no spare replaces it
+        // any more; the copy's target, if another device took the role, stays a plain spare.
+        self.clear_replacing_of(r);
         self.write_maps_for_newcomer(devices, device)?;
         if device == self.sizes.len() {
             self.sizes.push(devices[device].size_bytes());

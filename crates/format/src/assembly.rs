@@ -68,7 +68,8 @@ pub enum DirtyDegraded {
 /// The decision.
 #[derive(Clone, Debug)]
 pub struct Assembled {
-    /// The newest superblock (with this_role/this_uuid of one of the devices that hold it).
+    /// The newest superblock (with this_role/this_uuid of one of the devices that hold it),
+    /// its spare list cut to the spares present, in table order (as `spares`).
     pub superblock: Superblock,
     pub geometry: Geometry,
     /// Per role slot: the candidate index that holds it, if present and current.
@@ -297,8 +298,9 @@ fn place_members(
         if entry.state == MemberState::Spare {
             // Two devices with one spare identity (a cloned disk): using both would let a
             // rebuild write to one while the metadata tracks the other.
-            if let Some(&previous) =
-                spares.iter().find(|&&p: &&usize| candidate_uuid(members, p) == Some(sb.this_uuid))
+            if let Some(&(_, previous)) = spares
+                .iter()
+                .find(|&&(_, p): &&(usize, usize)| candidate_uuid(members, p) == Some(sb.this_uuid))
             {
                 return Err(AssemblyError::DuplicateSpare {
                     uuid: sb.this_uuid,
@@ -307,7 +309,7 @@ fn place_members(
                     array: label(newest),
                 });
             }
-            spares.push(i);
+            spares.push((slot, i));
             continue;
         }
         if let Some(previous) = roles[slot] {
@@ -346,8 +348,21 @@ fn place_members(
         let roles = (0..role_count).filter(|&r| unavailable[r]).collect();
         return Err(AssemblyError::DirtyDegraded { array: label(newest), roles });
     }
+    // The spares in table order, and the table's spares cut to the present ones: the array's
+    // metadata pairs its i-th spare device with the table's i-th spare entry, whatever order
+    // the devices were given in. A spare absent now leaves the table (at its return it is a
+    // former spare of this array, added again with `spare add`).
+    spares.sort_unstable();
+    let mut superblock = newest.clone();
+    superblock.spares = spares.iter().map(|&(slot, _)| *newest.slot(slot)).collect();
+    if usize::from(superblock.this_role) >= role_count {
+        // Read from a spare's copy: "this" now names role 0 (every write sets its own).
+        superblock.this_role = 0;
+        superblock.this_uuid = superblock.members[0].uuid;
+    }
+    let spares = spares.into_iter().map(|(_, i)| i).collect();
     Ok(Assembled {
-        superblock: newest.clone(),
+        superblock,
         geometry,
         roles,
         spares,

@@ -239,3 +239,22 @@ fn disagreeing_superblocks_at_one_event_are_refused() {
     let e = assemble(&candidates, &request(StrictDevices::Strict)).unwrap_err();
     assert!(matches!(e, AssemblyError::InconsistentNewest { .. }), "{e}");
 }
+
+/// Review finding: the array pairs its i-th spare device with the table's i-th spare entry.
+/// Spares given in another order than the table's, or one of them absent, mispaired them: a
+/// superblock write then stamped one spare's identity on the other, and the next assembly
+/// found two devices claiming one spare. Assembly gives the spares in table order and cuts
+/// the table to the present ones.
+#[test]
+fn spares_come_in_table_order_and_the_table_keeps_the_present_ones() {
+    let sbs = clean(array(3, Level::Raid6, 4, 3));
+    // Spares (table slots 4, 5, 6) given in reverse, and slot 5's spare absent.
+    let candidates: Vec<Candidate> =
+        [6usize, 4, 0, 1, 2, 3].iter().map(|&i| candidate(&format!("d{i}"), &sbs[i])).collect();
+    let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
+    let names: Vec<&str> = a.spares.iter().map(|&i| candidates[i].name.as_str()).collect();
+    assert_eq!(names, ["d4", "d6"], "table order");
+    let uuids: Vec<_> = a.superblock.spares.iter().map(|e| e.uuid).collect();
+    assert_eq!(uuids, [sbs[4].this_uuid, sbs[6].this_uuid], "the present spares, paired");
+    a.superblock.validate().unwrap();
+}

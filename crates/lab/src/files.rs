@@ -605,8 +605,7 @@ fn large_file_table(report: &FilesReport, rates: &[u32]) -> Table {
     let mut rows = vec![];
     for target in &report.targets {
         for large in &target.large_files {
-            let base_run =
-                base.and_then(|b| b.large_files.iter().find(|r| r.key() == large.key()));
+            let base_run = base.and_then(|b| b.large_files.iter().find(|r| r.key() == large.key()));
             let run = &large.run;
             let mut row = vec![
                 target.name.clone(),
@@ -627,20 +626,11 @@ fn large_file_table(report: &FilesReport, rates: &[u32]) -> Table {
             rows.push(row);
         }
     }
-    let mut header: Vec<String> = [
-        "Target",
-        "Format",
-        "File MiB",
-        "QD",
-        "Phase",
-        "MB/s",
-        "min MB/s",
-        "p99 ms",
-        "max ms",
-    ]
-    .iter()
-    .map(|h| h.to_string())
-    .collect();
+    let mut header: Vec<String> =
+        ["Target", "Format", "File MiB", "QD", "Phase", "MB/s", "min MB/s", "p99 ms", "max ms"]
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
     header.extend(rates.iter().map(|r| format!("late at {r} fps")));
     Table {
         title: format!(

@@ -619,6 +619,7 @@ impl Array {
         };
         controller.resume_or_start_rebuild();
         controller.resume_replace();
+        controller.apply_metadata_failures();
         let thread = std::thread::Builder::new()
             .name("flashraid-control".to_string())
             .spawn(move || controller.run())
@@ -1198,6 +1199,8 @@ impl Controller {
                     self.copy_report(generation, report)
                 }
             }
+            // Failures a metadata write left (for example clearing a replace's record).
+            self.apply_metadata_failures();
             if let Some(pending) = &mut shutdown {
                 let mut lost = false;
                 for slot in &mut pending.acks {
@@ -1876,7 +1879,8 @@ impl Controller {
         }
     }
 
-    /// The superblocks no longer say `device` is replacing a member.
+    /// The superblocks no longer say `device` is replacing a member. Members the write
+    /// fails are left for the caller's next `apply_metadata_failures` (this runs inside it).
     fn clear_replacing(&mut self, device: usize) {
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1884,39 +1888,53 @@ impl Controller {
             let message = format!("the end of a replace could not be recorded: {e}");
             self.events.record(&self.metadata, "metadata-write-failed", &message);
         }
-        self.apply_metadata_failures();
     }
 
     /// Members a metadata write failed (their device refused the superblock) are failed in
     /// the engine too, like any failure; a rebuild onto one of them is abandoned.
     fn apply_metadata_failures(&mut self) {
-        let failed = self.metadata.take_unapplied_failures();
-        if failed.is_empty() {
-            return;
+        if self.tell_shards_of_failures() {
+            // A spare takes over, as after any failure (a takeover in progress holds the
+            // rebuild slot, so this never starts a second one).
+            self.take_spare_if_wanted();
         }
-        for &m in &failed {
-            self.abandon_copy_for(m);
+    }
+
+    /// Tell the shards of every failure the metadata recorded that they have not been told
+    /// of, batch after batch (giving up a copy writes superblocks, which can fail more
+    /// members), and never take a spare meanwhile: a spare must not be given a role the
+    /// shards still count as in service. True if there was any.
+    fn tell_shards_of_failures(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let failed = self.metadata.take_unapplied_failures();
+            if failed.is_empty() {
+                return any;
+            }
+            any = true;
+            for &m in &failed {
+                self.abandon_copy_for(m);
+            }
+            for m in &failed {
+                let message = format!("member {} failed (its superblock write failed)", m.get());
+                self.events.record(&self.metadata, "member-failed", &message);
+            }
+            self.broadcast(|| Control::ApplyFailed(failed.clone()));
+            if self.rebuild.as_ref().is_some_and(|r| failed.contains(&r.role)) {
+                self.events.record(
+                    &self.metadata,
+                    "rebuild-abandoned",
+                    "the member being rebuilt failed: its rebuild is abandoned",
+                );
+                self.rebuild = None;
+            }
         }
-        for m in &failed {
-            let message = format!("member {} failed (its superblock write failed)", m.get());
-            self.events.record(&self.metadata, "member-failed", &message);
-        }
-        self.broadcast(|| Control::ApplyFailed(failed.clone()));
-        if self.rebuild.as_ref().is_some_and(|r| failed.contains(&r.role)) {
-            self.events.record(
-                &self.metadata,
-                "rebuild-abandoned",
-                "the member being rebuilt failed: its rebuild is abandoned",
-            );
-            self.rebuild = None;
-        }
-        // A spare takes over, as after any failure (a takeover in progress holds the
-        // rebuild slot, so this never starts a second one).
-        self.take_spare_if_wanted();
     }
 
     /// A failed role and a hot spare: the spare takes the role, durably, and is rebuilt.
     fn take_spare_if_wanted(&mut self) {
+        // The shards first learn of every failure recorded so far (see above).
+        self.tell_shards_of_failures();
         let Some(role) = self.metadata.spare_wanted() else { return };
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();

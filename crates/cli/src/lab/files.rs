@@ -24,8 +24,8 @@ use anyhow::{Context, Result, bail};
 use flashraid_lab::files::{
     FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, LargeFileRun, MetaOp, MetaRun,
     SkippedTest, frames_log_name, frames_run, frames_that_fit, large_file_frames,
-    large_file_log_name, metadata_subdirs, parse_lat_log, render_files_html,
-    render_files_markdown, render_frames, render_large_file, render_metadata, render_small_data,
+    large_file_log_name, metadata_subdirs, parse_lat_log, render_files_html, render_files_markdown,
+    render_frames, render_large_file, render_metadata, render_small_data,
 };
 use flashraid_lab::fio::parse_fio_output;
 use flashraid_lab::profile::{Profile, SmallFilesShape, Target, VideoFramesShape};
@@ -494,10 +494,9 @@ fn run_large_files(
                 let log = std::fs::read_to_string(&path)
                     .with_context(|| format!("fio's latency log {}", path.display()))?;
                 let samples = parse_lat_log(&log).with_context(|| path.display().to_string())?;
-                let large = LargeFileRun::from_samples(
-                    shape, format, file_bytes, iodepth, phase, samples,
-                )
-                .with_context(|| format!("{name}: no frame completed"))?;
+                let large =
+                    LargeFileRun::from_samples(shape, format, file_bytes, iodepth, phase, samples)
+                        .with_context(|| format!("{name}: no frame completed"))?;
                 if large.run.frames != frames {
                     bail!("{name}: {} frames logged, {frames} expected", large.run.frames);
                 }

@@ -334,7 +334,10 @@ fn large_file_tests_get_a_table_with_ratios_and_a_chart_each() {
     assert!(md.contains("one large file, a frame per IO (AJA-like)"), "{md}");
     assert!(md.contains("| members | DCI-4K 4096x2160 | 256 | 1 | read | 10.0 (1.00x) |"), "{md}");
     assert!(md.contains("| members | DCI-4K 4096x2160 | 256 | 4 | read |"), "{md}");
-    assert!(md.contains("| flashraid | DCI-4K 4096x2160 | 256 | 1 | read | 10.0 (1.00x) |"), "{md}");
+    assert!(
+        md.contains("| flashraid | DCI-4K 4096x2160 | 256 | 1 | read | 10.0 (1.00x) |"),
+        "{md}"
+    );
     let html = render_files_html(&report);
     assert_eq!(html.matches("<svg").count(), 5, "bars, one frames timeline, three large files");
     assert!(html.contains("large file 1024 MiB QD1 read: MB/s over time"));
