@@ -555,6 +555,21 @@ fn frames_key(run: &FramesRun) -> (String, u32, FramePhase) {
     (run.format.name.clone(), run.streams, run.phase)
 }
 
+/// Per frame rate: the frames that missed its deadline, and their share.
+fn late_cells<'a>(run: &'a FramesRun, rates: &'a [u32]) -> impl Iterator<Item = String> + 'a {
+    rates.iter().map(|rate| {
+        let late = run.late_frames.iter().find(|(r, _)| r == rate).map_or(0, |(_, n)| *n);
+        let share = late as f64 * 100.0 / run.frames.max(1) as f64;
+        format!("{late} ({share:.1}%)")
+    })
+}
+
+/// `names`, then a "late at N fps" column per rate.
+fn header_with_late(names: &[&str], rates: &[u32]) -> Vec<String> {
+    let late = rates.iter().map(|r| format!("late at {r} fps"));
+    names.iter().map(|h| h.to_string()).chain(late).collect()
+}
+
 fn frames_table(report: &FilesReport, rates: &[u32]) -> Table {
     let base = report.targets.first();
     let mut rows = vec![];
@@ -574,22 +589,17 @@ fn frames_table(report: &FilesReport, rates: &[u32]) -> Table {
                 format!("{:.2}", run.frame_ms_p99),
                 format!("{:.2}", run.frame_ms_max),
             ];
-            for rate in rates {
-                let late = run.late_frames.iter().find(|(r, _)| r == rate).map_or(0, |(_, n)| *n);
-                let share = late as f64 * 100.0 / run.frames.max(1) as f64;
-                row.push(format!("{late} ({share:.1}%)"));
-            }
+            row.extend(late_cells(run, rates));
             rows.push(row);
         }
     }
-    let mut header: Vec<String> = [
-        "Target", "Format", "Streams", "Phase", "Frames", "MB/s", "Frames/s", "p50 ms", "p99 ms",
-        "max ms",
-    ]
-    .iter()
-    .map(|h| h.to_string())
-    .collect();
-    header.extend(rates.iter().map(|r| format!("late at {r} fps")));
+    let header = header_with_late(
+        &[
+            "Target", "Format", "Streams", "Phase", "Frames", "MB/s", "Frames/s", "p50 ms",
+            "p99 ms", "max ms",
+        ],
+        rates,
+    );
     Table {
         title: format!(
             "video-frames: one file per frame, O_DIRECT, one IO per frame (MB/s ratios to {})",
@@ -618,20 +628,14 @@ fn large_file_table(report: &FilesReport, rates: &[u32]) -> Table {
                 format!("{:.2}", run.frame_ms_p99),
                 format!("{:.2}", run.frame_ms_max),
             ];
-            for rate in rates {
-                let late = run.late_frames.iter().find(|(r, _)| r == rate).map_or(0, |(_, n)| *n);
-                let share = late as f64 * 100.0 / run.frames.max(1) as f64;
-                row.push(format!("{late} ({share:.1}%)"));
-            }
+            row.extend(late_cells(run, rates));
             rows.push(row);
         }
     }
-    let mut header: Vec<String> =
-        ["Target", "Format", "File MiB", "QD", "Phase", "MB/s", "min MB/s", "p99 ms", "max ms"]
-            .iter()
-            .map(|h| h.to_string())
-            .collect();
-    header.extend(rates.iter().map(|r| format!("late at {r} fps")));
+    let header = header_with_late(
+        &["Target", "Format", "File MiB", "QD", "Phase", "MB/s", "min MB/s", "p99 ms", "max ms"],
+        rates,
+    );
     Table {
         title: format!(
             "video-frames: one large file, a frame per IO (AJA-like), O_DIRECT (MB/s ratios to {})",
