@@ -44,6 +44,26 @@ fn wait_for(array: &Array, what: &str, done: impl Fn(&ArrayStatus) -> bool) -> A
     }
 }
 
+/// A fresh directory for a test's files (emptied if a run before left it).
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flashraid-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A RAID 6 of six 40 MiB member files `<prefix>0..5` in `dir`, created; their paths.
+fn raid6_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> {
+    let paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("{prefix}{i}"))).collect();
+    let spec = CreateSpec {
+        members: paths.clone(),
+        create_files_bytes: Some(40 << 20),
+        ..CreateSpec::in_memory(name, Level::Raid6, CHUNK_BYTES, 2)
+    };
+    create(&spec).unwrap();
+    paths
+}
+
 /// Write the whole array with a pattern, 1 MiB at a time; returns the model.
 fn fill(session: &mut Session, size: u64, seed: u64) -> Vec<u8> {
     let model = pattern(seed, usize::try_from(size).unwrap());
@@ -477,16 +497,8 @@ fn a_member_that_comes_back_is_re_added_with_only_what_it_missed() {
 /// delay, so only the missed-write map (not a still-set write-intent bit) names them.
 #[test]
 fn replace_copies_the_old_member_while_writes_go_on() {
-    let dir = std::env::temp_dir().join(format!("flashraid-copy-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("c{i}"))).collect();
-    let spec = CreateSpec {
-        members: paths.clone(),
-        create_files_bytes: Some(40 << 20),
-        ..CreateSpec::in_memory("copy", Level::Raid6, CHUNK_BYTES, 2)
-    };
-    create(&spec).unwrap();
+    let dir = scratch_dir("copy");
+    let paths = raid6_files(&dir, "c", "copy");
     // A paced copy (about 2.5 s) and bits that clear 50 ms after the last write.
     let mut opts = options(16 << 20);
     opts.config.bitmap_clear_delay_us = 50_000;
@@ -542,16 +554,8 @@ fn replace_copies_the_old_member_while_writes_go_on() {
 /// partial rebuild, every byte intact, also relying on it.
 #[test]
 fn a_replace_interrupted_by_a_stop_starts_its_copy_over() {
-    let dir = std::env::temp_dir().join(format!("flashraid-resume-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("r{i}"))).collect();
-    let spec = CreateSpec {
-        members: paths.clone(),
-        create_files_bytes: Some(40 << 20),
-        ..CreateSpec::in_memory("resume", Level::Raid6, CHUNK_BYTES, 2)
-    };
-    create(&spec).unwrap();
+    let dir = scratch_dir("resume");
+    let mut paths = raid6_files(&dir, "r", "resume");
     // 4 MiB/s: the copy of a 40 MiB member would take about 10 s. Bits clear 50 ms after
     // the last write, so a write behind the copy is named by the missed-write map alone.
     let mut opts = options(4 << 20);
@@ -633,16 +637,8 @@ fn a_replace_interrupted_by_a_stop_starts_its_copy_over() {
 /// next start copies nothing, and the spare it was copying to took the role in full.
 #[test]
 fn a_replace_given_up_is_not_resumed() {
-    let dir = std::env::temp_dir().join(format!("flashraid-giveup-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("g{i}"))).collect();
-    let spec = CreateSpec {
-        members: paths.clone(),
-        create_files_bytes: Some(40 << 20),
-        ..CreateSpec::in_memory("giveup", Level::Raid6, CHUNK_BYTES, 2)
-    };
-    create(&spec).unwrap();
+    let dir = scratch_dir("giveup");
+    let mut paths = raid6_files(&dir, "g", "giveup");
     let opts = options(4 << 20);
     let array = Array::open(&paths, &opts).unwrap();
     let size = array.size_bytes();
