@@ -504,8 +504,8 @@ impl Metadata {
             entry.failed_at_event = self.template.event;
         }
         self.roles[role] = None;
-        // A replace of this role is over: its member is gone (the copy is given up).
-        self.clear_replacing_of(role);
+        // A replace of this role keeps its record: whoever gives the copy up (the controller,
+        // or the next start's `resume_replace`) clears it and says why.
     }
 
     /// No spare replaces `role` any more (in the template; written with the next update).

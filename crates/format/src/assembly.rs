@@ -275,6 +275,17 @@ fn place_members(
             reason,
         };
         let Some(slot) = slot else {
+            if sb.slot(usize::from(sb.this_role)).state == MemberState::Spare {
+                // A spare absent at an earlier start left the table then: it holds nothing
+                // of the array's, so it is left out (even when named), not a reason to refuse.
+                let e = stale(format!(
+                    "a hot spare absent when the array last started (its superblock is at \
+                     event {}, the array at {}): add it again with `flashraid spare add`",
+                    sb.event, newest.event
+                ));
+                left_out.push((name.clone(), e.to_string()));
+                continue;
+            }
             let e = stale(format!(
                 "it is no longer listed (its superblock is at event {}, the array at {})",
                 sb.event, newest.event

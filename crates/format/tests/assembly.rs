@@ -258,3 +258,25 @@ fn spares_come_in_table_order_and_the_table_keeps_the_present_ones() {
     assert_eq!(uuids, [sbs[4].this_uuid, sbs[6].this_uuid], "the present spares, paired");
     a.superblock.validate().unwrap();
 }
+
+/// Review finding: a spare absent at one start leaves the table; when it comes back and is
+/// named with the rest, the array still assembles (without it, said so), rather than refusing
+/// the whole array for a device that holds none of its data.
+#[test]
+fn a_spare_that_was_absent_at_the_last_start_is_left_out_not_refused() {
+    let sbs = clean(array(4, Level::Raid6, 4, 1));
+    // The start without the spare: the survivors' table has no spare now, one event on.
+    let mut later: Vec<Superblock> = sbs[..4].to_vec();
+    for sb in &mut later {
+        sb.spares.clear();
+        sb.event += 1;
+    }
+    let mut candidates: Vec<Candidate> =
+        later.iter().enumerate().map(|(i, sb)| candidate(&format!("d{i}"), sb)).collect();
+    candidates.push(candidate("old-spare", &sbs[4]));
+    let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
+    assert!(a.spares.is_empty() && a.roles.iter().all(Option::is_some));
+    let (name, why) = &a.left_out[0];
+    assert_eq!(name, "old-spare");
+    assert!(why.contains("spare add"), "{why}");
+}

@@ -264,7 +264,8 @@ pub struct LargeFileRun {
     /// The ladder's size (the file holds the whole frames that fit in it).
     pub file_bytes: u64,
     pub iodepth: u32,
-    /// The figures as for frame files, with one stream.
+    /// The figures as for frame files, with one stream; at a queue depth above 1 the frame
+    /// times (percentiles, late frames) are the gaps between completions, not IO times.
     pub run: FramesRun,
     /// AJA's minimum: the slowest delivery of a frame, its bytes over the time since the
     /// frame before it completed (the first frame: since the start; frames completing in one
@@ -284,17 +285,27 @@ impl LargeFileRun {
         phase: FramePhase,
         samples: Vec<IoSample>,
     ) -> Option<LargeFileRun> {
-        let mut order: Vec<&IoSample> = samples.iter().collect();
+        let mut order = samples;
         order.sort_by_key(|s| s.completion_ms);
         let (mut since_ms, mut bytes, mut min_mb_per_s) = (0u64, 0u64, f64::INFINITY);
-        for s in order {
+        let mut previous_ms = 0u64;
+        let mut delivered = Vec::with_capacity(order.len());
+        for s in &order {
             bytes += s.bytes;
             if s.completion_ms > since_ms {
                 let rate = bytes as f64 / 1e6 / ((s.completion_ms - since_ms) as f64 / 1000.0);
                 min_mb_per_s = min_mb_per_s.min(rate);
                 (since_ms, bytes) = (s.completion_ms, 0);
             }
+            // A frame's time as a player sees it: since the frame before it arrived.
+            let gap_ns = (s.completion_ms - previous_ms) * 1_000_000;
+            delivered.push(IoSample { latency_ns: gap_ns, ..*s });
+            previous_ms = s.completion_ms;
         }
+        // One frame in flight: its IO's time is its time (the method's P5a). More: an IO's
+        // time spans the frames in flight with it, so frame times are the gaps between
+        // completions (at the log's 1 ms resolution).
+        let samples = if iodepth > 1 { delivered } else { order };
         let run = frames_run(shape, format, 1, phase, &[samples])?;
         // Everything within the first millisecond: no interval to measure; the mean stands.
         let min_mb_per_s = if min_mb_per_s.is_finite() { min_mb_per_s } else { run.mb_per_s };

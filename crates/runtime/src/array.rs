@@ -1297,6 +1297,29 @@ impl Controller {
         result.map(|_| ()).map_err(ArrayError::from)
     }
 
+    /// Every reactor registers a device in the next free ring slot; the slot.
+    fn register_device(&mut self, added: AddedDevice) -> Result<usize, ArrayError> {
+        if self.next_slot >= flashraid_layout::MEMBERS_MAX {
+            return Err(ArrayError::Other("no free device slot (64 members and spares)".into()));
+        }
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        let mut waits = vec![];
+        for link in self.reactors.iter() {
+            let (tx, rx) = mpsc::channel();
+            let device = added.clone();
+            let _ = link.tx.send(ToReactor::Control(Control::AddDevice { slot, device, done: tx }));
+            link.bell.ring();
+            waits.push(rx);
+        }
+        for rx in waits {
+            rx.recv()
+                .map_err(|_| ArrayError::Stopped)?
+                .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
+        }
+        Ok(slot)
+    }
+
     fn add_spare(
         &mut self,
         spare: NewSpare,
@@ -1311,7 +1334,13 @@ impl Controller {
         };
         if let Some(index) = self.devices.iter().position(|d| d.name() == name) {
             if self.registered[index].is_none() {
-                return Err(ArrayError::Other(format!("{name} cannot be used (not registered)")));
+                // Held open but left out at the start (a former spare of this array, absent
+                // when it last started): the reactors learn of it now.
+                let added = match &self.devices[index] {
+                    MemberDevice::Device(d) => AddedDevice::Fd(d.raw_fd()),
+                    MemberDevice::Memory(m) => AddedDevice::Memory(m.clone()),
+                };
+                self.registered[index] = Some(self.register_device(added)?);
             }
             if self.try_re_add(index, re_add)? {
                 return Ok(());
@@ -1352,21 +1381,7 @@ impl Controller {
         let name = device.name();
         // Every reactor registers it first (nothing is written yet): a spare the metadata
         // lists is then always one every reactor can address.
-        let slot = self.next_slot;
-        self.next_slot += 1;
-        let mut waits = vec![];
-        for link in self.reactors.iter() {
-            let (tx, rx) = mpsc::channel();
-            let device = added.clone();
-            let _ = link.tx.send(ToReactor::Control(Control::AddDevice { slot, device, done: tx }));
-            link.bell.ring();
-            waits.push(rx);
-        }
-        for rx in waits {
-            rx.recv()
-                .map_err(|_| ArrayError::Stopped)?
-                .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
-        }
+        let slot = self.register_device(added)?;
         self.devices.push(device);
         self.registered.push(Some(slot));
         let index = self.devices.len() - 1;

@@ -668,6 +668,28 @@ fn a_replace_given_up_is_not_resumed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Review finding: a spare absent at one start, named again at the next, no longer stops the
+/// array from starting: it is left out (said so), and `spare add` takes it back without
+/// `--force` (it is this array's own former spare).
+#[test]
+fn a_spare_absent_at_one_start_does_not_stop_the_next() {
+    let dir = scratch_dir("absent-spare");
+    let paths = raid6_files(&dir, "a", "absent");
+    let spare = dir.join("spare");
+    std::fs::File::create(&spare).unwrap().set_len(40 << 20).unwrap();
+    let array = Array::open(&paths, &options(0)).unwrap();
+    array.add_spare(&spare, flashraid_control::Overwrite::Refuse).unwrap();
+    array.shutdown().unwrap();
+    Array::open(&paths, &options(0)).unwrap().shutdown().unwrap(); // the spare absent
+    let all: Vec<PathBuf> = paths.iter().cloned().chain([spare.clone()]).collect();
+    let array = Array::open(&all, &options(0)).unwrap();
+    assert!(array.status().unwrap().spares.is_empty());
+    array.add_spare(&spare, flashraid_control::Overwrite::Refuse).unwrap();
+    assert_eq!(array.status().unwrap().spares, [spare.display().to_string()]);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A member that could be re-added while another rebuild runs is refused with that reason
 /// (made a spare, it would lose its identity and be rebuilt in full); `--full-rebuild`
 /// (ReAdd::Never) adds it as a spare at once.

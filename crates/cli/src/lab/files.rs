@@ -472,15 +472,22 @@ fn run_large_files(
         for &iodepth in &shape.large_file_depths {
             let test = format!("large file {} MiB QD{iodepth}", file_bytes >> 20);
             let frames = large_file_frames(format, file_bytes);
-            if file_bytes > budget || frames < u64::from(shape.frames_per_stream_min) {
-                target.skipped.push(SkippedTest {
-                    test,
-                    reason: format!(
-                        "it does not fit in {}% of the free space ({} MiB)",
-                        shape.space_percent_max,
-                        budget >> 20
-                    ),
-                });
+            let reason = if file_bytes > budget {
+                Some(format!(
+                    "it does not fit in {}% of the free space ({} MiB)",
+                    shape.space_percent_max,
+                    budget >> 20
+                ))
+            } else if frames < u64::from(shape.frames_per_stream_min) {
+                Some(format!(
+                    "it holds {frames} {} frames, fewer than {}",
+                    format.name, shape.frames_per_stream_min
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                target.skipped.push(SkippedTest { test, reason });
                 continue;
             }
             let limit = ROUND_OVERRUN + Duration::from_secs(file_bytes / WEDGED_BYTES_PER_S);

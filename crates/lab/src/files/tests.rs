@@ -352,3 +352,42 @@ fn large_file_tests_get_a_table_with_ratios_and_a_chart_each() {
     assert!(back.targets.iter().all(|t| t.large_files.is_empty()));
     assert!(!render_files_markdown(&back).contains("AJA-like"));
 }
+
+/// Review finding: a video-frames run from before the large-file ladder compares with a
+/// newer one (their frame-file tests are the same); two runs with different ladders do not.
+#[test]
+fn runs_from_before_the_ladder_still_compare() {
+    use crate::merge::{MergeError, compare_runs};
+    let new = frames_report();
+    let mut old = frames_report();
+    old.run_id = "old".into();
+    let FilesShape::VideoFrames(shape) = &mut old.shape else { unreachable!() };
+    shape.large_file_bytes.clear();
+    shape.large_file_depths.clear();
+    assert!(compare_runs(&[old.clone(), new.clone()]).is_ok());
+    let mut other = new.clone();
+    other.run_id = "other".into();
+    let FilesShape::VideoFrames(shape) = &mut other.shape else { unreachable!() };
+    shape.large_file_bytes = vec![1 << 30];
+    assert!(matches!(compare_runs(&[new, other]), Err(MergeError::ShapeDiffers { .. })));
+}
+
+/// Review finding: at queue depth 4 an IO's time spans the frames in flight with it, so
+/// frame times (and late frames) are the gaps between completions; at depth 1, IO times.
+#[test]
+fn large_file_frame_times_at_depth_are_the_gaps_between_completions() {
+    let shape = frames_shape(Mode::Quick);
+    // Frames every 6 ms, each IO taking 24 ms (four in flight): 60 fps is kept.
+    let samples: Vec<IoSample> = (1..=10)
+        .map(|i| IoSample { completion_ms: 24 + i * 6, latency_ns: 24_000_000, bytes: 1_000_000 })
+        .collect();
+    let qd4 =
+        LargeFileRun::from_samples(&shape, &dci(), 1 << 30, 4, FramePhase::Read, samples.clone())
+            .unwrap();
+    assert_eq!(qd4.run.frame_ms_max, 30.0, "the first frame: 30 ms from the start");
+    assert_eq!(qd4.run.frame_ms_p50, 6.0);
+    assert_eq!(qd4.run.late_frames, [(24, 0), (30, 0), (60, 1)]);
+    let qd1 =
+        LargeFileRun::from_samples(&shape, &dci(), 1 << 30, 1, FramePhase::Read, samples).unwrap();
+    assert_eq!((qd1.run.frame_ms_p50, qd1.run.frame_ms_max), (24.0, 24.0), "IO times at QD1");
+}
