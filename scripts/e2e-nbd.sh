@@ -158,7 +158,7 @@ try:
 except nbd.Error:
     pass
 # A write over the advertised maximum is refused, after its payload (a reply before it
-# made libnbd drop the connection), and the connection goes on. (libnbd 1.14, Debian 12's,
+# made libnbd drop the connection), and the connection goes on. (libnbd 1.14, as in Debian 12,
 # sends it; later ones refuse it themselves with ERANGE unless strictness is relaxed.)
 assert h.get_block_size(nbd.SIZE_MAXIMUM) < 16 << 20
 if hasattr(nbd, "STRICT_PAYLOAD"):
