@@ -184,12 +184,12 @@ pub fn render_large_file(
     phase: FramePhase,
 ) -> Result<String, FilesError> {
     let frame = format.frame_bytes();
-    let size = large_file_frames(format, file_bytes) * frame;
+    let frames = large_file_frames(format, file_bytes);
+    let size = frames * frame;
     let first = FsTarget { dirs: target.dirs.iter().take(1).cloned().collect(), ..target.clone() };
     let mut out = format!(
-        "; flashraid-lab: video-frames large file (AJA-like), {} frames of {} {}x{}, \
+        "; flashraid-lab: video-frames large file (AJA-like), {frames} frames of {} {}x{}, \
          iodepth {iodepth}, {} (generated)\n[global]\n",
-        size / frame.max(1),
         format.name,
         format.width,
         format.height,
@@ -285,27 +285,27 @@ impl LargeFileRun {
         phase: FramePhase,
         samples: Vec<IoSample>,
     ) -> Option<LargeFileRun> {
-        let mut order = samples;
-        order.sort_by_key(|s| s.completion_ms);
+        let mut samples = samples;
+        samples.sort_by_key(|s| s.completion_ms);
         let (mut since_ms, mut bytes, mut min_mb_per_s) = (0u64, 0u64, f64::INFINITY);
-        let mut previous_ms = 0u64;
-        let mut delivered = Vec::with_capacity(order.len());
-        for s in &order {
+        for s in &samples {
             bytes += s.bytes;
             if s.completion_ms > since_ms {
                 let rate = bytes as f64 / 1e6 / ((s.completion_ms - since_ms) as f64 / 1000.0);
                 min_mb_per_s = min_mb_per_s.min(rate);
                 (since_ms, bytes) = (s.completion_ms, 0);
             }
-            // A frame's time as a player sees it: since the frame before it arrived.
-            let gap_ns = (s.completion_ms - previous_ms) * 1_000_000;
-            delivered.push(IoSample { latency_ns: gap_ns, ..*s });
-            previous_ms = s.completion_ms;
         }
         // One frame in flight: its IO's time is its time (the method's P5a). More: an IO's
-        // time spans the frames in flight with it, so frame times are the gaps between
-        // completions (at the log's 1 ms resolution).
-        let samples = if iodepth > 1 { delivered } else { order };
+        // time spans the frames in flight with it, so a frame's time is the gap since the
+        // frame before it arrived, as a player sees it (at the log's 1 ms resolution).
+        if iodepth > 1 {
+            let mut previous_ms = 0;
+            for s in &mut samples {
+                s.latency_ns = (s.completion_ms - previous_ms) * 1_000_000;
+                previous_ms = s.completion_ms;
+            }
+        }
         let run = frames_run(shape, format, 1, phase, &[samples])?;
         // Everything within the first millisecond: no interval to measure; the mean stands.
         let min_mb_per_s = if min_mb_per_s.is_finite() { min_mb_per_s } else { run.mb_per_s };

@@ -219,6 +219,16 @@ pub(crate) enum NewSpare {
     Memory(Arc<MemMember>),
 }
 
+impl NewSpare {
+    /// The name its device goes by (`MetaDevice::name`): how a device already held is found.
+    fn name(&self) -> String {
+        match self {
+            NewSpare::Path(p) => p.display().to_string(),
+            NewSpare::Memory(m) => m.name().to_string(),
+        }
+    }
+}
+
 pub(crate) enum ToController {
     /// From shard `.0`.
     #[allow(dead_code)]
@@ -1328,10 +1338,7 @@ impl Controller {
     ) -> Result<(), ArrayError> {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
-        let name = match &spare {
-            NewSpare::Path(p) => p.display().to_string(),
-            NewSpare::Memory(m) => m.name().to_string(),
-        };
+        let name = spare.name();
         if let Some(index) = self.devices.iter().position(|d| d.name() == name) {
             if self.registered[index].is_none() {
                 // Held open but left out at the start (a former spare of this array, absent
@@ -1358,9 +1365,6 @@ impl Controller {
             );
             self.take_spare_if_wanted();
             return Ok(());
-        }
-        if self.next_slot >= flashraid_layout::MEMBERS_MAX {
-            return Err(ArrayError::Other("no free device slot (64 members and spares)".into()));
         }
         let memory = self.devices.iter().any(|d| matches!(d, MemberDevice::Memory(_)));
         let (device, added) = match spare {
@@ -1448,10 +1452,7 @@ impl Controller {
             )));
         }
         let old = self.metadata.role_device(role).expect("no role is missing");
-        let name = match &spare {
-            NewSpare::Path(p) => p.display().to_string(),
-            NewSpare::Memory(m) => m.name().to_string(),
-        };
+        let name = spare.name();
         // A device already listed as a spare (a replace given up, or a restart during the
         // copy) is used as it is; anything else is added as a spare first.
         let listed = self.devices.iter().position(|d| d.name() == name);
@@ -1573,38 +1574,35 @@ impl Controller {
             }
             return;
         }
-        let Some(c) = self.copy.as_mut().filter(|c| c.copier.generation == generation) else {
+        let Some(running) = self.copy.as_mut().filter(|c| c.copier.generation == generation) else {
             return; // a copier already joined: nothing of it is left
         };
-        let c = match report {
-            CopyReport::Progress { done_bytes } => {
-                c.done_bytes = done_bytes;
-                return;
-            }
-            _ => {
-                let c = self.copy.take().expect("checked");
-                let _ = c.copier.thread.join(); // it sent its final report: it is ending
-                (c.role, c.new, c.started, report)
-            }
-        };
-        match c {
-            (role, new, started, CopyReport::Done) => self.finish_copy(role, new, started),
-            (role, new, _, CopyReport::Failed { side: CopySide::ReadOld, error }) => {
+        if let CopyReport::Progress { done_bytes } = report {
+            running.done_bytes = done_bytes;
+            return;
+        }
+        let c = self.copy.take().expect("checked");
+        let _ = c.copier.thread.join(); // it sent its final report: it is ending
+        match report {
+            CopyReport::Done => self.finish_copy(c.role, c.new, c.started),
+            CopyReport::Failed { side: CopySide::ReadOld, error } => {
                 // The old member has a bad range: reconstruction will have to do.
-                self.copy_given_up(role, new, &format!("reading the old member failed ({error})"));
-                let message = format!("member {} failed (it could not be copied)", role.get());
+                let why = format!("reading the old member failed ({error})");
+                self.copy_given_up(c.role, c.new, &why);
+                let message = format!("member {} failed (it could not be copied)", c.role.get());
                 self.events.record(&self.metadata, "member-failed", &message);
-                self.preferred_spare = Some(new);
-                let _ = self.fail(&[role]);
+                self.preferred_spare = Some(c.new);
+                let _ = self.fail(&[c.role]);
                 self.preferred_spare = None;
             }
-            (role, new, _, CopyReport::Failed { side, error }) => {
+            CopyReport::Failed { side, error } => {
                 let what = if side == CopySide::SyncNew { "syncing" } else { "writing" };
-                self.copy_given_up(role, new, &format!("{what} the new device failed ({error})"));
+                let why = format!("{what} the new device failed ({error})");
+                self.copy_given_up(c.role, c.new, &why);
             }
-            (role, new, _, CopyReport::Stopped | CopyReport::Progress { .. }) => {
-                // Only a copier told to stop stops (and then it is `stopping_copier`).
-                self.copy_given_up(role, new, "its copier stopped");
+            // Only a copier told to stop stops (and then it is `stopping_copier`).
+            CopyReport::Stopped | CopyReport::Progress { .. } => {
+                self.copy_given_up(c.role, c.new, "its copier stopped");
             }
         }
     }
@@ -1638,15 +1636,13 @@ impl Controller {
     /// The array stops during a copy: the copier is told to stop, and the superblocks keep
     /// the replace recorded, so the next start copies again from the beginning.
     fn pause_copy_for_stop(&mut self) {
-        let Some(c) = self.copy.take() else { return };
-        drop(c.commands);
-        self.stopping_copier = Some(c.copier);
+        let Some((role, new)) = self.stop_copier() else { return };
         self.broadcast_copy_recording(false);
         let message = format!(
             "the replace of member {} by {} stops with the array: its copy starts over at the \
              next start",
-            c.role.get(),
-            self.devices[c.new].name()
+            role.get(),
+            self.devices[new].name()
         );
         self.events.record(&self.metadata, "replace-paused", &message);
     }
@@ -1654,11 +1650,18 @@ impl Controller {
     /// Give up a running copy: its copier is told to stop (until it says it has, its device
     /// is kept out of service) and the new device stays a hot spare.
     fn abandon_copy(&mut self, why: &str) {
-        if let Some(c) = self.copy.take() {
-            drop(c.commands);
-            self.stopping_copier = Some(c.copier);
-            self.copy_given_up(c.role, c.new, why);
+        if let Some((role, new)) = self.stop_copier() {
+            self.copy_given_up(role, new, why);
         }
+    }
+
+    /// Tell the running copy's copier to stop (dropping its command channel) and keep it as
+    /// `stopping_copier` until its final report; the role and the new device it copied.
+    fn stop_copier(&mut self) -> Option<(MemberIndex, usize)> {
+        let c = self.copy.take()?;
+        drop(c.commands);
+        self.stopping_copier = Some(c.copier);
+        Some((c.role, c.new))
     }
 
     fn copy_given_up(&mut self, role: MemberIndex, new: usize, why: &str) {

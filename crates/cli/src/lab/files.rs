@@ -22,8 +22,8 @@ use super::{
 };
 use anyhow::{Context, Result, bail};
 use flashraid_lab::files::{
-    FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, LargeFileRun, MetaOp, MetaRun,
-    SkippedTest, frames_log_name, frames_run, frames_that_fit, large_file_frames,
+    FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, IoSample, LargeFileRun, MetaOp,
+    MetaRun, SkippedTest, frames_log_name, frames_run, frames_that_fit, large_file_frames,
     large_file_log_name, metadata_subdirs, parse_lat_log, render_files_html, render_files_markdown,
     render_frames, render_large_file, render_metadata, render_small_data,
 };
@@ -396,6 +396,14 @@ fn checked_jobs(text: &str, what: &str) -> Result<Vec<flashraid_lab::fio::JobRes
     Ok(parsed.jobs)
 }
 
+/// fio's per-IO latency log of job `n` (from 1) of the run logged as `name`.
+fn read_lat_log(raw_dir: &Path, name: &str, n: u32) -> Result<Vec<IoSample>> {
+    let path = raw_dir.join(format!("{name}_lat.{n}.log"));
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("fio's latency log {}", path.display()))?;
+    parse_lat_log(&text).with_context(|| path.display().to_string())
+}
+
 fn run_frames(
     args: &LabRunArgs,
     shape: &VideoFramesShape,
@@ -429,12 +437,7 @@ fn run_frames(
                 let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
                 checked_jobs(&text, &name)?;
                 let logs = (1..=streams)
-                    .map(|n| {
-                        let path = raw_dir.join(format!("{name}_lat.{n}.log"));
-                        let text = std::fs::read_to_string(&path)
-                            .with_context(|| format!("fio's latency log {}", path.display()))?;
-                        parse_lat_log(&text).with_context(|| path.display().to_string())
-                    })
+                    .map(|n| read_lat_log(raw_dir, &name, n))
                     .collect::<Result<Vec<_>>>()?;
                 let run = frames_run(shape, format, streams, phase, &logs)
                     .with_context(|| format!("{name}: no frame completed"))?;
@@ -497,10 +500,7 @@ fn run_large_files(
                 let job = render_large_file(format, file_bytes, iodepth, fs, phase)?;
                 let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
                 checked_jobs(&text, &name)?;
-                let path = raw_dir.join(format!("{name}_lat.1.log"));
-                let log = std::fs::read_to_string(&path)
-                    .with_context(|| format!("fio's latency log {}", path.display()))?;
-                let samples = parse_lat_log(&log).with_context(|| path.display().to_string())?;
+                let samples = read_lat_log(raw_dir, &name, 1)?;
                 let large =
                     LargeFileRun::from_samples(shape, format, file_bytes, iodepth, phase, samples)
                         .with_context(|| format!("{name}: no frame completed"))?;
