@@ -193,7 +193,8 @@ fn split_and_check(router: &Router, geometry: &Geometry, piece_bytes_max: u64, o
         if let Some(request_offset) = request_offset {
             assert_eq!(request_offset, piece_offset - start, "wrong buffer offset");
         }
-        let shard = u32::try_from(stripe % u64::from(router.shard_count())).expect("below");
+        let run = router.ownership().run_stripes();
+        let shard = u32::try_from(stripe / run % u64::from(router.shard_count())).expect("below");
         assert_eq!(piece.shard, shard, "piece on the wrong shard");
         at = piece_offset + piece_len;
     }

@@ -15,6 +15,7 @@
 mod bitmap;
 pub mod config;
 pub mod io;
+pub mod owner;
 pub mod plan;
 pub mod request;
 pub mod router;
@@ -23,6 +24,7 @@ mod table;
 
 pub use config::ShardConfig;
 pub use io::{Driver, Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
+pub use owner::Ownership;
 pub use request::{Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow};
 pub use router::{ArrayOp, Piece, PieceOp, RouteError, Router};
 pub use shard::{

@@ -1,11 +1,12 @@
 //! Cutting array requests into shard requests.
 //!
-//! Owns: the rule that decides which shard serves which bytes (stripe `s` belongs to shard
-//! `s mod shard_count`), and the cutting of a read or write into pieces that each stay inside
+//! Owns: the cutting of a read or write into pieces that each stay inside
 //! one stripe and are at most `piece_bytes_max` long (cut at chunk boundaries), and of discard
 //! and write-zeroes into whole-stripe zeroing plus, for write-zeroes, plain writes of zeroes
-//! for the partial stripes at either end. Pure arithmetic.
+//! for the partial stripes at either end; each piece goes to its stripe's shard
+//! ([`crate::owner`] decides which). Pure arithmetic.
 
+use crate::owner::Ownership;
 use crate::request::{Durability, ZeroHow};
 use flashraid_layout::{ArrayOffset, BLOCK_BYTES, Geometry, StripeIndex};
 
@@ -86,6 +87,7 @@ pub enum RouteError {
 pub struct Router {
     geometry: Geometry,
     shard_count: u32,
+    ownership: Ownership,
     piece_bytes_max: u64,
 }
 
@@ -93,15 +95,20 @@ impl Router {
     pub fn new(geometry: Geometry, shard_count: u32, piece_bytes_max: u64) -> Self {
         assert!(shard_count >= 1);
         assert!(piece_bytes_max >= u64::from(geometry.chunk_bytes()));
-        Self { geometry, shard_count, piece_bytes_max }
+        let ownership = Ownership::for_geometry(&geometry, shard_count);
+        Self { geometry, shard_count, ownership, piece_bytes_max }
     }
 
     pub fn shard_of(&self, stripe: StripeIndex) -> u32 {
-        u32::try_from(stripe.0 % u64::from(self.shard_count)).expect("below shard count")
+        self.ownership.shard_of(stripe.0)
     }
 
     pub fn shard_count(&self) -> u32 {
         self.shard_count
+    }
+
+    pub fn ownership(&self) -> Ownership {
+        self.ownership
     }
 
     /// Check an array request's range.
@@ -268,7 +275,7 @@ mod tests {
             assert!(len_bytes <= 32768);
             let s = offset.0 / stripe;
             assert_eq!((offset.0 + u64::from(len_bytes) - 1) / stripe, s, "within one stripe");
-            assert_eq!(p.shard, u32::try_from(s % 2).unwrap());
+            assert_eq!(p.shard, u32::try_from(s / r.ownership.run_stripes() % 2).unwrap());
             covered += u64::from(len_bytes);
         }
         assert_eq!(covered, 12288 + 2 * stripe);

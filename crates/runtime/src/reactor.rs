@@ -222,13 +222,13 @@ impl Backend {
                 bell.announce_sleep();
                 let result = match inbox.try_recv() {
                     // A message slipped in: no sleep, but send what is queued.
-                    Ok(message) => d.ring().submit(0, None).map(|_| Some(message)),
-                    Err(_) => d.ring().submit(1, Some(IDLE_WAIT)).map(|_| None),
+                    Ok(message) => d.submit_ring(0, None).map(|_| Some(message)),
+                    Err(_) => d.submit_ring(1, Some(IDLE_WAIT)).map(|_| None),
                 };
                 bell.awake();
                 result.map_err(|e| e.to_string())
             }
-            Backend::Uring(d) => d.ring().submit(0, None).map(|_| None).map_err(|e| e.to_string()),
+            Backend::Uring(d) => d.submit_ring(0, None).map(|_| None).map_err(|e| e.to_string()),
             Backend::Memory(d) if sleep => {
                 // Delayed completions (fault injection) are due at a known time.
                 let wait = d.next_due_at().map_or(IDLE_WAIT, |at| {

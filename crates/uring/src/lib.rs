@@ -28,8 +28,10 @@ mod waker;
 
 pub use completion::{TransferError, check_status, check_transfer};
 pub use device::{Access, Capabilities, Device, DeviceError, DeviceKind, FILE_LOGICAL_BLOCK_BYTES};
+/// The entry of a vectored op's buffer list ([`Op::Readv`], [`Op::Writev`]).
+pub use libc::iovec;
 pub use ring::{
-    Op, REGISTERED_BUFFERS_MAX, REGISTERED_FILES_MAX, RING_ENTRIES_MAX, Ring, RingError,
-    USER_DATA_RESERVED,
+    IOVECS_MAX, Op, REGISTERED_BUFFERS_MAX, REGISTERED_FILES_MAX, RING_ENTRIES_MAX, Ring,
+    RingError, USER_DATA_RESERVED,
 };
 pub use waker::Waker;

@@ -75,6 +75,8 @@ pub const RING_ENTRIES_MAX: u32 = 4096;
 pub const REGISTERED_FILES_MAX: usize = 1024;
 /// Most buffers one ring may register.
 pub const REGISTERED_BUFFERS_MAX: usize = 1024;
+/// Most buffers one `Readv`/`Writev` may name (the kernel's `UIO_MAXIOV` is 1024).
+pub const IOVECS_MAX: u32 = 1024;
 /// The one `user_data` value callers may not use: it tags the ring's own waker read.
 pub const USER_DATA_RESERVED: u64 = u64::MAX;
 
@@ -109,6 +111,13 @@ pub enum Op {
         buf_index: u16,
         fua: bool,
     },
+    /// Read consecutive bytes at `offset_bytes` into the `count` buffers `iovecs` names, in
+    /// order (`preadv`). Every buffer's address and length are aligned as for `Read`; at most
+    /// [`IOVECS_MAX`] entries.
+    Readv { file: u32, offset_bytes: u64, iovecs: *const libc::iovec, count: u32 },
+    /// Write the `count` buffers `iovecs` names to consecutive bytes at `offset_bytes`
+    /// (`pwritev`); see [`Op::Readv`]. Never durable on completion: no FUA form.
+    Writev { file: u32, offset_bytes: u64, iovecs: *const libc::iovec, count: u32 },
     /// `fdatasync`: writes completed before this was pushed are durable when it completes.
     Flush { file: u32 },
     /// Files: punch a hole (reads back zeroes). Block devices: `BLKDISCARD`, run
@@ -154,6 +163,8 @@ pub enum RingError {
     RegisterBuffers { count: usize, source: io::Error },
     #[error("buffer index {buf_index} is not registered ({registered} buffers registered)")]
     UnknownBuffer { buf_index: u16, registered: usize },
+    #[error("a vectored op names {count} buffers: must be 1 to {IOVECS_MAX}")]
+    IovecCount { count: u32 },
     #[error(
         "file {file}: offset {offset_bytes}, length {len_bytes} and buffer address {address:#x} \
          must be multiples of the logical block ({logical_block_bytes} bytes)"
@@ -363,9 +374,11 @@ impl Ring {
     /// operations are in flight: submit and reap, then retry; nothing was queued.
     ///
     /// # Safety
-    /// Any memory the op points to (`ptr .. ptr + len_bytes`) must stay valid, and must not be
-    /// accessed by the caller (read or written, for reads; written, for writes), until the
-    /// completion carrying `user_data` has been reaped, or the ring has been dropped.
+    /// Any memory the op points to (`ptr .. ptr + len_bytes`; for `Readv`/`Writev` the iovec
+    /// array and every buffer it names) must stay valid, and must not be accessed by the
+    /// caller (read or written, for reads; written, for writes and for the iovec array),
+    /// until the completion carrying `user_data` has been reaped, or the ring has been
+    /// dropped.
     pub unsafe fn push(&mut self, op: Op, user_data: u64) -> Result<(), RingError> {
         if user_data == USER_DATA_RESERVED {
             return Err(RingError::ReservedUserData);
@@ -414,6 +427,16 @@ impl Ring {
                     .offset(offset_bytes)
                     .rw_flags(rw_flags)
                     .build()
+            }
+            Op::Readv { file, offset_bytes, iovecs, count } => {
+                let len_bytes = self.check_iovecs(file, offset_bytes, iovecs, count)?;
+                let fd = self.fixed(file, offset_bytes, len_bytes)?;
+                opcode::Readv::new(fd, iovecs, count).offset(offset_bytes).build()
+            }
+            Op::Writev { file, offset_bytes, iovecs, count } => {
+                let len_bytes = self.check_iovecs(file, offset_bytes, iovecs, count)?;
+                let fd = self.fixed(file, offset_bytes, len_bytes)?;
+                opcode::Writev::new(fd, iovecs, count).offset(offset_bytes).build()
             }
             Op::Flush { file } => {
                 let fd = self.fixed(file, 0, 0)?;
@@ -604,6 +627,33 @@ impl Ring {
             return Ok(());
         }
         Err(RingError::Misaligned { file, offset_bytes, len_bytes, address, logical_block_bytes })
+    }
+
+    /// Check a vectored op's entries as `check_aligned` checks one buffer; returns the total
+    /// length. Only called from `push`, whose contract makes `iovecs..iovecs + count` valid.
+    fn check_iovecs(
+        &self,
+        file: u32,
+        offset_bytes: u64,
+        iovecs: *const libc::iovec,
+        count: u32,
+    ) -> Result<u64, RingError> {
+        if index(file) >= self.files.len() {
+            return Err(RingError::UnknownFile { file, registered: self.files.len() });
+        }
+        if count == 0 || count > IOVECS_MAX || iovecs.is_null() {
+            return Err(RingError::IovecCount { count });
+        }
+        // SAFETY: `push`'s contract: the iovec array the op names is valid and untouched by
+        // the caller until completion; `count` entries were checked above to be a sane number.
+        let entries = unsafe { std::slice::from_raw_parts(iovecs, count as usize) };
+        let mut total_bytes = 0u64;
+        for entry in entries {
+            let len_bytes = u64::try_from(entry.iov_len).expect("usize fits in u64");
+            self.check_aligned(file, offset_bytes, len_bytes, entry.iov_base.addr())?;
+            total_bytes += len_bytes;
+        }
+        Ok(total_bytes)
     }
 
     fn check_buffer(&self, buf_index: u16) -> Result<(), RingError> {

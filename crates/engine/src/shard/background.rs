@@ -429,9 +429,7 @@ impl Shard {
 
     /// First stripe this shard owns at or after `stripe`.
     pub(super) fn own_stripe_from(&self, stripe: u64) -> u64 {
-        let count = u64::from(self.shard_count);
-        let index = u64::from(self.shard_index);
-        stripe + (index + count - stripe % count) % count
+        self.ownership.first_owned_from(self.shard_index, stripe)
     }
 
     pub(super) fn first_stripe_of_resync_region(&self) -> u64 {
@@ -482,7 +480,7 @@ impl Shard {
             self.stripes.insert(StripeIndex(stripe), entry).expect("sized for every op slot");
             self.ops[op_slot] = Some(op);
             self.resync_in_flight += 1;
-            self.resync_next_stripe = stripe + u64::from(self.shard_count);
+            self.resync_next_stripe = self.next_owned(stripe);
             self.begin(op_slot);
         }
         let finished = self.resync_region_index >= self.resync_regions.len()

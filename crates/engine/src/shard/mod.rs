@@ -32,6 +32,7 @@ use crate::EngineError;
 use crate::bitmap::{Acquired, WriteIntent};
 use crate::config::ShardConfig;
 use crate::io::{Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
+use crate::owner::Ownership;
 use crate::plan::{ChunkRange, ChunkSet, WritePlan, bit, has};
 use crate::request::{
     Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow,
@@ -416,6 +417,8 @@ pub struct Shard {
     codec: Option<Codec>,
     shard_index: u32,
     shard_count: u32,
+    /// Which stripes are this shard's (runs of neighbours, see `crate::owner`).
+    ownership: Ownership,
     config: ShardConfig,
     data_offset_bytes: u64,
     bitmap_offset_bytes: u64,
@@ -579,6 +582,7 @@ impl Shard {
             codec,
             shard_index: setup.shard_index,
             shard_count: setup.shard_count,
+            ownership: Ownership::for_geometry(&g, setup.shard_count),
             config: setup.config,
             data_offset_bytes: setup.data_offset_bytes,
             bitmap_offset_bytes: setup.bitmap.area_offset_bytes
@@ -655,9 +659,20 @@ impl Shard {
         self.members[member.get()].health
     }
 
-    /// Whether this shard owns `stripe` (stripes are dealt round-robin to shards).
+    /// Whether this shard owns `stripe` (runs of stripes are dealt round-robin to shards).
     pub fn owns(&self, stripe: StripeIndex) -> bool {
-        stripe.0 % u64::from(self.shard_count) == u64::from(self.shard_index)
+        self.ownership.shard_of(stripe.0) == self.shard_index
+    }
+
+    /// This shard's next stripe after `stripe`.
+    pub(super) fn next_owned(&self, stripe: u64) -> u64 {
+        self.ownership.next_owned(self.shard_index, stripe)
+    }
+
+    /// How many of this shard's stripes lie in `from..to` (`from <= to`).
+    pub(super) fn owned_between(&self, from: u64, to: u64) -> u64 {
+        let below = |s| self.ownership.owned_below(self.shard_index, s);
+        below(to) - below(from)
     }
 
     /// Nothing in flight, queued or pending: safe to stop.

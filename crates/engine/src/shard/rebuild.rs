@@ -195,8 +195,7 @@ impl Shard {
 
     pub fn rebuild_status(&self) -> Option<RebuildStatus> {
         let r = self.rebuild.as_ref()?;
-        let count = u64::from(self.shard_count);
-        let owned_below = |s: u64| s.saturating_sub(u64::from(self.shard_index)).div_ceil(count);
+        let owned_below = |s: u64| self.ownership.owned_below(self.shard_index, s);
         let stripes = self.geometry.stripes();
         let ahead = u64::from(r.done_ahead.count_ones());
         Some(RebuildStatus {
@@ -247,7 +246,7 @@ impl Shard {
         {
             return true;
         }
-        let ahead = (stripe.0 - r.low_water) / u64::from(self.shard_count);
+        let ahead = self.owned_between(r.low_water, stripe.0);
         ahead < REBUILD_WINDOW_STRIPES && r.done_ahead & (1 << ahead) != 0
     }
 
@@ -266,7 +265,6 @@ impl Shard {
             return;
         }
         let stripes = self.geometry.stripes();
-        let step = u64::from(self.shard_count);
         let chunk = u64::from(self.geometry.chunk_bytes());
         // Foreground requests in flight: the rebuild steps back to its busy share; requests
         // in the last moments: to its busy rate.
@@ -284,7 +282,7 @@ impl Shard {
                 || r.waiting.is_some()
                 || r.in_flight >= in_flight_max
                 || r.next >= stripes
-                || r.next >= r.low_water + REBUILD_WINDOW_STRIPES * step
+                || self.owned_between(r.low_water, r.next) >= REBUILD_WINDOW_STRIPES
                 || self.free_ops.is_empty()
             {
                 break;
@@ -300,7 +298,7 @@ impl Shard {
             if recently_busy {
                 r.busy_pace.take(chunk);
             }
-            r.next += step;
+            r.next = self.ownership.next_owned(self.shard_index, r.next);
             r.in_flight += 1;
             if self.stripes.get(stripe).is_some() {
                 // Busy: it goes next, before the requests queued behind that operation.
@@ -320,9 +318,11 @@ impl Shard {
         let region = self.region_of(stripe);
         let per_region = self.stripes_per_region();
         let stripes = self.geometry.stripes();
-        let step = u64::from(self.shard_count);
         let next_region_stripe = (u64::from(region) + 1) * per_region;
         let next_owned = self.own_stripe_from(next_region_stripe.min(stripes));
+        let (ownership, shard) = (self.ownership, self.shard_index);
+        let ahead_of =
+            |low: u64, s: u64| ownership.owned_below(shard, s) - ownership.owned_below(shard, low);
         let Some(r) = self.rebuild.as_mut() else { return false };
         let Some(missed) = &r.missed else { return false };
         if missed[usize::try_from(region).expect("fits")] {
@@ -331,15 +331,16 @@ impl Shard {
         if r.next == r.low_water {
             // Nothing started below: the window is empty (`done_ahead` is 0).
             debug_assert_eq!(r.done_ahead, 0);
-            r.low_water = next_owned.max(r.next + step).min(stripes.max(r.next));
+            r.low_water =
+                next_owned.max(ownership.next_owned(shard, r.next)).min(stripes.max(r.next));
             r.next = r.low_water;
         } else {
-            let ahead = (stripe.0 - r.low_water) / step;
+            let ahead = ahead_of(r.low_water, stripe.0);
             r.done_ahead |= 1 << ahead;
-            r.next += step;
+            r.next = ownership.next_owned(shard, r.next);
             while r.done_ahead & 1 != 0 {
                 r.done_ahead >>= 1;
-                r.low_water += step;
+                r.low_water = ownership.next_owned(shard, r.low_water);
             }
         }
         true
@@ -589,7 +590,7 @@ impl Shard {
 
     /// A rebuild operation finished (from `finish_op`).
     pub(super) fn rebuild_op_done(&mut self, stripe: StripeIndex, generation: u32, rebuilt: bool) {
-        let step = u64::from(self.shard_count);
+        let (ownership, shard) = (self.ownership, self.shard_index);
         if generation != self.rebuild_generation {
             return;
         }
@@ -604,12 +605,13 @@ impl Shard {
             }
             return;
         }
-        let ahead = (stripe.0 - r.low_water) / step;
+        let ahead =
+            ownership.owned_below(shard, stripe.0) - ownership.owned_below(shard, r.low_water);
         assert!(ahead < REBUILD_WINDOW_STRIPES, "rebuild finished outside its window");
         r.done_ahead |= 1 << ahead;
         while r.done_ahead & 1 != 0 {
             r.done_ahead >>= 1;
-            r.low_water += step;
+            r.low_water = ownership.next_owned(shard, r.low_water);
         }
         if r.low_water >= self.geometry.stripes() {
             r.low_water = self.geometry.stripes().max(r.low_water);

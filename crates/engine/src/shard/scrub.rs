@@ -97,9 +97,7 @@ impl Shard {
     /// Start a scrub of every stripe this shard owns (`repair`: rewrite what disagrees). A
     /// scrub already running is restarted.
     pub fn start_scrub(&mut self, repair: bool, rate_bytes_per_s: u64) {
-        let count = u64::from(self.shard_count);
-        let owned =
-            self.geometry.stripes().saturating_sub(u64::from(self.shard_index)).div_ceil(count);
+        let owned = self.ownership.owned_below(self.shard_index, self.geometry.stripes());
         self.scrub_generation = self.scrub_generation.wrapping_add(1);
         self.scrub = Some(ScrubState {
             repair,
@@ -162,7 +160,6 @@ impl Shard {
             }
         }
         let stripes = self.geometry.stripes();
-        let step = u64::from(self.shard_count);
         let bytes = self.scrub_stripe_bytes();
         loop {
             let Some(s) = self.scrub.as_ref() else { return };
@@ -182,7 +179,7 @@ impl Shard {
             if !s.pace.take(bytes) {
                 break;
             }
-            s.next += step;
+            s.next = self.ownership.next_owned(self.shard_index, s.next);
             s.in_flight += 1;
             self.stripes.insert(stripe, StripeEntry::default()).expect("sized for every op slot");
             let op_slot = self.free_ops.pop().expect("checked");
