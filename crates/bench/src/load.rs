@@ -246,8 +246,12 @@ fn raw_job(
             };
             let offset_bytes = area.offset_bytes + block_index * block;
             let file = u32::try_from(member).expect("fits");
+            let write = pattern.draw_write(&mut rng);
+            if write {
+                stamp(bufs[slot].as_mut_slice(), offset_bytes);
+            }
             let ptr = bufs[slot].as_mut_ptr();
-            let op = if pattern.draw_write(&mut rng) {
+            let op = if write {
                 Op::Write {
                     file,
                     offset_bytes,
@@ -361,6 +365,7 @@ fn memory_job(
         let turn = usize::try_from(ios % bufs.len() as u64).expect("below the buffer count");
         let buf = &mut bufs[turn];
         if pattern.draw_write(&mut rng) {
+            stamp(buf, offset_bytes);
             members[member].write(buf, offset_bytes)?;
         } else {
             members[member].read(buf, offset_bytes)?;
@@ -505,7 +510,6 @@ fn array_job(
 ) -> Result<Split, String> {
     let mut session = array.session().map_err(|e| e.to_string())?;
     let block = u64::from(pattern.block_bytes);
-    let data = vec![0x5au8; usize::try_from(block).expect("fits")];
     let mut ops = OpGen::new(size, pattern, job, jobs, seed);
     let mut started = vec![Instant::now(); queue_depth];
     let mut writes = vec![false; queue_depth];
@@ -516,7 +520,7 @@ fn array_job(
         let op = ops.next();
         started[slot] = Instant::now();
         writes[slot] = matches!(op, ArrayOp::Write { .. });
-        submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
+        submit_retrying(&mut session, op, slot as u64)?;
     }
     let mut in_flight = queue_depth;
     let mut finished: Vec<usize> = Vec::with_capacity(queue_depth);
@@ -532,7 +536,7 @@ fn array_job(
                 let op = ops.next();
                 started[slot] = Instant::now();
                 writes[slot] = matches!(op, ArrayOp::Write { .. });
-                submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
+                submit_retrying(&mut session, op, slot as u64)?;
             } else {
                 in_flight -= 1;
             }
@@ -576,7 +580,6 @@ fn paced_job(
 ) -> Result<(u64, u64, Histogram), String> {
     let mut session = array.session().map_err(|e| e.to_string())?;
     let block = u64::from(pattern.block_bytes);
-    let data = vec![0x5au8; usize::try_from(block).expect("fits")];
     let mut ops = OpGen::new(size, pattern, job, jobs, seed);
     let start = Instant::now();
     let mut started = vec![start; queue_depth];
@@ -594,7 +597,7 @@ fn paced_job(
             let Some(slot) = free.pop() else { break };
             let op = ops.next();
             started[slot] = start + Duration::from_secs_f64(issued as f64 / iops);
-            submit_retrying(&mut session, op, write_data(&op, &data), slot as u64)?;
+            submit_retrying(&mut session, op, slot as u64)?;
             issued += 1;
         }
         let in_flight = queue_depth - free.len();
@@ -689,7 +692,6 @@ impl OpGen {
 struct PollerJob {
     session: flashraid_runtime::Session,
     ops: OpGen,
-    data: Vec<u8>,
     started: Vec<Instant>,
     finished: Vec<usize>,
     queue_depth: usize,
@@ -707,8 +709,7 @@ impl PollerJob {
     fn submit(&mut self, slot: usize, now: Instant) -> Result<(), String> {
         let op = self.ops.next();
         self.started[slot] = now;
-        let data = write_data(&op, &self.data);
-        submit_retrying(&mut self.session, op, data, slot as u64)
+        submit_retrying(&mut self.session, op, slot as u64)
     }
 
     fn turn(&mut self) -> JobStatus {
@@ -788,7 +789,6 @@ pub fn run_array_pollers(
         let mut state = PollerJob {
             session: array.session().map_err(|e| e.to_string())?,
             ops: OpGen::new(size, pattern, job, jobs, seed),
-            data: vec![0x5au8; pattern.block_bytes as usize],
             started: vec![now; queue_depth.max(1)],
             finished: Vec::with_capacity(queue_depth),
             queue_depth,
@@ -813,20 +813,38 @@ pub fn run_array_pollers(
     combine(rx.iter(), wall, cpu)
 }
 
-/// The payload of `op` if it writes.
-fn write_data<'a>(op: &ArrayOp, data: &'a [u8]) -> Option<&'a [u8]> {
-    matches!(op, ArrayOp::Write { .. }).then_some(data)
+/// Write the offset of every 4 KiB block of `buf` into its first 8 bytes: the data a load's
+/// write produces. Both columns do it per write (the raw generators in their IO buffer, the
+/// array's clients in the session's buffers), so each write carries data of its own at the
+/// same small cost on both sides.
+pub(crate) fn stamp(buf: &mut [u8], offset_bytes: u64) {
+    for (i, block) in buf.chunks_mut(STAMP_BLOCK_BYTES).enumerate() {
+        let at = offset_bytes + (i * STAMP_BLOCK_BYTES) as u64;
+        let n = block.len().min(8);
+        block[..n].copy_from_slice(&at.to_le_bytes()[..n]);
+    }
 }
 
-/// Submit one request. The bench sizes the session's buffers for its queue depth, so a
-/// full session means that sizing is wrong: say so rather than measure something else.
+const STAMP_BLOCK_BYTES: usize = 4096;
+
+/// Submit one request. A write's data is produced in place, in the session's own buffers
+/// (`Session::submit_filled`, which the NBD server uses for a payload it reads from its
+/// socket), as a client that avoids a copy does; see [`stamp`]. The bench sizes the
+/// session's buffers for its queue depth, so a full session means that sizing is wrong: say
+/// so rather than measure something else.
 fn submit_retrying(
     session: &mut flashraid_runtime::Session,
     op: ArrayOp,
-    data: Option<&[u8]>,
     tag: u64,
 ) -> Result<(), String> {
-    match session.submit(op, data, tag) {
+    let result = match op {
+        ArrayOp::Write { offset, .. } => session.submit_filled(op, tag, &mut |at, piece| {
+            stamp(piece, offset.0 + at);
+            Ok(())
+        }),
+        _ => session.submit(op, None, tag),
+    };
+    match result {
         Ok(()) => Ok(()),
         Err(flashraid_runtime::SubmitError::Full) => {
             Err("session buffers exhausted: the bench's session_buffer_bytes is too small"
@@ -851,6 +869,17 @@ mod tests {
         assert_eq!(h.percentile_us(1.0), 100.0);
         h.record(Duration::from_secs(10));
         assert_eq!(h.percentile_us(1.0), HISTOGRAM_US_MAX as f64);
+    }
+
+    #[test]
+    fn a_stamp_marks_every_block_with_its_offset() {
+        let mut buf = vec![0u8; 3 * 4096];
+        stamp(&mut buf, 1 << 20);
+        for i in 0..3 {
+            let at = u64::from_le_bytes(buf[i * 4096..i * 4096 + 8].try_into().unwrap());
+            assert_eq!(at, (1 << 20) + (i as u64) * 4096);
+            assert!(buf[i * 4096 + 8..(i + 1) * 4096].iter().all(|&b| b == 0));
+        }
     }
 
     #[test]

@@ -184,6 +184,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "failed": s.failed,
         "resyncing": s.resyncing,
         "bitmap_regions_dirty": s.bitmap_regions_set,
+        "member_reads_retried": s.member_reads_retried,
         "shards": s.shards,
         "event": s.event,
         "spares": s.spares,

@@ -153,6 +153,9 @@ pub struct ArrayStatus {
     pub failed: bool,
     pub resyncing: bool,
     pub bitmap_regions_set: usize,
+    /// Merged member reads that failed and were read again part by part (see
+    /// `runtime::driver`): errors a second read did not repeat are not otherwise seen.
+    pub member_reads_retried: u64,
     pub counters: ShardCounters,
     pub shards: usize,
     pub event: u64,
@@ -2148,6 +2151,7 @@ impl Controller {
             events: self.events.recent.iter().cloned().collect(),
             tunables: sb.tunables,
             bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
+            member_reads_retried: shards.iter().map(|s| s.member_reads_retried).sum(),
             counters,
             shards: shards.len(),
             event: sb.event,

@@ -61,6 +61,8 @@ pub struct ShardStatus {
     pub health: Vec<Health>,
     pub resyncing: bool,
     pub bitmap_regions_set: usize,
+    /// Merged member reads that failed and were read again part by part (io_uring only).
+    pub member_reads_retried: u64,
     pub idle: bool,
     pub rebuild: Option<flashraid_engine::RebuildStatus>,
     pub scrub: Option<flashraid_engine::ScrubStatus>,
@@ -243,8 +245,11 @@ impl Backend {
 
 /// Runs one shard until told to stop.
 pub(crate) struct Reactor {
-    pub shard: Shard,
+    // Field order is drop order: the driver (its ring waits in `drop` for every IO in flight)
+    // goes before the shard, whose buffers that IO reads and writes. A reactor stopped with
+    // IO in flight (an `Array` dropped without `shutdown`) must not free them first.
     pub driver: Backend,
+    pub shard: Shard,
     pub bell: Arc<Doorbell>,
     pub inbox: Receiver<ToReactor>,
     pub events: Sender<crate::array::ToController>,
@@ -519,6 +524,10 @@ impl Reactor {
                 .collect(),
             resyncing: self.shard.is_resyncing(),
             bitmap_regions_set: self.shard.bitmap_regions_set(),
+            member_reads_retried: match &self.driver {
+                Backend::Uring(d) => d.reads_retried(),
+                Backend::Memory(_) => 0,
+            },
             idle: self.shard.is_idle(),
             rebuild: self.shard.rebuild_status(),
             scrub: self.shard.scrub_status(),

@@ -57,7 +57,8 @@ pub(super) struct RebuildState {
     member: u16,
     /// Every owned stripe below this is rebuilt.
     low_water: u64,
-    /// Bit `i`: owned stripe `low_water + i * shard_count` is rebuilt.
+    /// Bit `i`: the `i`-th owned stripe from `low_water` (`low_water` itself is bit 0) is
+    /// rebuilt.
     done_ahead: u64,
     /// Next owned stripe to start.
     next: u64,
@@ -383,9 +384,11 @@ impl Shard {
     }
 
     /// Stripes (array numbering) between two progress reports.
+    /// (An array-wide distance: this shard's stripes are spread over the whole array, one
+    /// in `shard_count` on average, so the cursor moves about that many per owned stripe.)
     fn rebuild_report_every(&self) -> u64 {
         let count = u64::from(self.shard_count);
-        let owned = self.geometry.stripes().div_ceil(count);
+        let owned = self.ownership.owned_below(self.shard_index, self.geometry.stripes());
         (owned / REBUILD_REPORTS_MIN).clamp(1, REBUILD_REPORT_STRIPES) * count
     }
 
