@@ -27,6 +27,7 @@ struct Case {
     chunk_bytes: u64,
     member_data_bytes: u64,
     shard_count: u32,
+    run_member_bytes: u64,
     piece_bytes_max: u64,
     ops: Vec<ArrayOp>,
 }
@@ -48,6 +49,7 @@ impl<'a> Arbitrary<'a> for Case {
             .map_err(|_| Error::IncorrectFormat)?;
         let chunk = u64::from(geometry.chunk_bytes());
         let shard_count = u.int_in_range(1..=64u32)?;
+        let run_member_bytes = chunk * u.int_in_range(0..=20u64)?;
         let piece_bytes_max = match u.int_in_range(0..=3u8)? {
             0 => u.int_in_range(chunk..=u64::MAX)?,
             _ => chunk * u.int_in_range(1..=64u64)? + u.int_in_range(0..=chunk - 1)?,
@@ -62,6 +64,7 @@ impl<'a> Arbitrary<'a> for Case {
             chunk_bytes,
             member_data_bytes,
             shard_count,
+            run_member_bytes,
             piece_bytes_max,
             ops,
         })
@@ -72,7 +75,8 @@ fuzz_target!(|case: Case| {
     let geometry =
         Geometry::new(case.level, case.members, case.chunk_bytes, case.member_data_bytes)
             .expect("accepted when the case was built");
-    let router = Router::new(geometry, case.shard_count, case.piece_bytes_max);
+    let router =
+        Router::new(geometry, case.shard_count, case.run_member_bytes, case.piece_bytes_max);
     for &op in &case.ops {
         split_and_check(&router, &geometry, case.piece_bytes_max, op);
     }

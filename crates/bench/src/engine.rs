@@ -136,6 +136,7 @@ pub struct Config {
     pub repetitions: usize,
     pub workloads: Vec<Workload>,
     pub merge_window_us: u64,
+    pub stripe_run_member_bytes: u64,
     pub backend: Backend,
     pub drive: Drive,
 }
@@ -168,6 +169,9 @@ pub struct Report {
     pub dir: String,
     pub backend: Backend,
     pub drive: Drive,
+    /// Bytes of every member a shard's run of stripes covers (0: one stripe per run).
+    #[serde(default)]
+    pub stripe_run_member_bytes: u64,
     pub rows: Vec<Row>,
 }
 
@@ -291,6 +295,7 @@ fn run_inner(
     let mut options = OpenOptions::recommended();
     options.shards = Some(config.shards);
     options.config.merge_window_us = config.merge_window_us;
+    options.config.stripe_run_member_bytes = config.stripe_run_member_bytes;
     // Enough session buffers for every job's queue of the largest requests (1 MiB reads).
     options.session_buffer_bytes = (config.queue_depth * (2 << 20) * 2).max(32 << 20);
     let array = match members {
@@ -421,6 +426,7 @@ fn run_inner(
         dir: config.dir.display().to_string(),
         backend: config.backend,
         drive: config.drive,
+        stripe_run_member_bytes: config.stripe_run_member_bytes,
         rows,
     })
 }

@@ -112,6 +112,10 @@ pub struct EngineArgs {
     /// Merge window for partial-stripe writes, microseconds.
     #[arg(long, default_value_t = 0)]
     merge_window_us: u64,
+    /// KiB of every member each shard's run of neighbouring stripes covers (0: one stripe);
+    /// longer runs let io_uring members merge neighbouring chunks into one IO under load.
+    #[arg(long, default_value_t = 0)]
+    stripe_run_kib: u64,
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -251,6 +255,7 @@ fn run_engine(args: EngineArgs) -> Result<()> {
         repetitions: args.repetitions,
         workloads,
         merge_window_us: args.merge_window_us,
+        stripe_run_member_bytes: args.stripe_run_kib << 10,
         backend: if args.backend == "memory" { Backend::Memory } else { Backend::Files },
         drive: if args.drive == "threads" { Drive::Threads } else { Drive::Pollers },
     };

@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// Reactor threads (default: one per CPU).
     #[arg(long)]
     shards: Option<u32>,
+    /// KiB of every member each shard's run of neighbouring stripes covers (default 0: one
+    /// stripe). Longer runs let neighbouring chunks of large requests be merged into one
+    /// member IO while the members are busy; see docs/PERFORMANCE.md before raising it.
+    /// Not stored with the array.
+    #[arg(long, value_name = "KIB", default_value_t = 0)]
+    stripe_run_kib: u64,
     /// Start a dirty, degraded array (see the refusal message for what that risks).
     #[arg(long)]
     force: bool,
@@ -309,6 +315,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.shards.is_some() {
         options.shards = args.shards;
     }
+    options.config.stripe_run_member_bytes = args.stripe_run_kib << 10;
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }

@@ -37,6 +37,12 @@ pub struct ShardConfig {
     /// whole array; 0: no separate limit. Like md's speed_limit_min: the rebuild runs at full
     /// speed when idle and steps down to this under load.
     pub rebuild_busy_rate_bytes_per_s: u64,
+    /// Bytes of every member one shard's run of neighbouring stripes covers (0: one stripe
+    /// per run, stripes dealt to shards one by one). Longer runs let neighbouring chunks of
+    /// a large request be merged into one member IO on io_uring members, at the cost of
+    /// putting more of one large request on one shard (see `crate::owner`). Not stored on
+    /// disk; the router and every shard must be built with the same value.
+    pub stripe_run_member_bytes: u64,
 }
 
 impl ShardConfig {
@@ -55,11 +61,15 @@ impl ShardConfig {
             scrub_stripes_max: 4,
             rebuild_rate_bytes_per_s: 0,
             rebuild_busy_rate_bytes_per_s: 200 << 20,
+            stripe_run_member_bytes: 0,
         }
     }
 
     pub fn validate(&self) -> Result<(), EngineError> {
         let bad = |what| Err(EngineError::Config(what));
+        if self.stripe_run_member_bytes > 64 << 20 {
+            return bad("stripe_run_member_bytes must be at most 64 MiB");
+        }
         if self.requests_max == 0 || self.requests_max > 1 << 20 {
             return bad("requests_max must be 1 to 1048576");
         }

@@ -2,10 +2,16 @@
 //!
 //! Owns: the one rule the router and every shard agree on. Stripes are dealt to shards in
 //! runs of `run_stripes` consecutive stripes, round-robin: stripe `s` belongs to shard
-//! `(s / run_stripes) mod shard_count`. A run covers [`RUN_MEMBER_BYTES`] of every member
-//! (at least one stripe), so the chunks a large request reads or writes on one member are
-//! mostly neighbours served by one shard, and the IO layer can merge them into one member IO
-//! (`runtime::driver`). Random small requests still spread evenly over the shards.
+//! `(s / run_stripes) mod shard_count`. A run covers `ShardConfig::stripe_run_member_bytes`
+//! of every member (at least one stripe; the default, 0, is one stripe). With longer runs the
+//! chunks a large request reads or writes on one member are mostly neighbours served by one
+//! shard, and the IO layer can merge them into one member IO (`runtime::driver`). Random
+//! small requests spread evenly over the shards either way.
+//!
+//! Why one stripe is the default: measured on 2 vCPUs (docs/PERFORMANCE.md), 64 KiB runs
+//! made a lone 1 MiB request at queue depth 1 13-25% slower (more of it on one shard), while
+//! the gain under deep sequential load was within this machine's run-to-run noise. Devices
+//! where a member IO costs more than a memory copy may want longer runs.
 //!
 //! Invariants: `shard_of` is a function of the stripe alone (for a given geometry and shard
 //! count), so every stripe has exactly one owner; `first_owned_from`, `next_owned` and
@@ -18,13 +24,6 @@
 //! shard count or run length is therefore safe.
 
 use flashraid_layout::Geometry;
-
-/// Bytes of every member one run of stripes covers: the largest member IO the merging of
-/// neighbouring chunks can build. Larger runs merge more but put more of one large request
-/// on one shard: with 2 shards, 256 KiB runs halved a lone 1 MiB read at queue depth 1 on
-/// in-memory members (one shard did most of the copying); 64 KiB runs cost it about 15%, and
-/// still turn a 1 MiB read at 16 KiB chunks into about 25 member IOs instead of 66.
-pub const RUN_MEMBER_BYTES: u64 = 64 << 10;
 
 /// The stripe-to-shard rule. See the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,9 +38,10 @@ impl Ownership {
         Self { shard_count: u64::from(shard_count), run_stripes }
     }
 
-    /// The rule for an array: runs of [`RUN_MEMBER_BYTES`] per member.
-    pub fn for_geometry(geometry: &Geometry, shard_count: u32) -> Self {
-        let run = (RUN_MEMBER_BYTES / u64::from(geometry.chunk_bytes())).max(1);
+    /// The rule for an array whose runs cover `run_member_bytes` of every member (rounded
+    /// down to whole stripes, at least one).
+    pub fn for_geometry(geometry: &Geometry, shard_count: u32, run_member_bytes: u64) -> Self {
+        let run = (run_member_bytes / u64::from(geometry.chunk_bytes())).max(1);
         Self::new(shard_count, run)
     }
 
@@ -112,12 +112,14 @@ mod tests {
     }
 
     #[test]
-    fn runs_cover_64_kib_of_a_member() {
+    fn runs_cover_whole_stripes_of_the_member_bytes_asked() {
         use flashraid_layout::Level;
         let g = |chunk: u64| Geometry::new(Level::Raid6, 8, chunk, 64 << 20).expect("valid");
-        assert_eq!(Ownership::for_geometry(&g(16 << 10), 2).run_stripes(), 4);
-        assert_eq!(Ownership::for_geometry(&g(4 << 10), 2).run_stripes(), 16);
-        assert_eq!(Ownership::for_geometry(&g(64 << 10), 2).run_stripes(), 1);
-        assert_eq!(Ownership::for_geometry(&g(1 << 20), 2).run_stripes(), 1);
+        let run = |chunk, bytes| Ownership::for_geometry(&g(chunk), 2, bytes).run_stripes();
+        assert_eq!(run(16 << 10, 64 << 10), 4);
+        assert_eq!(run(4 << 10, 64 << 10), 16);
+        assert_eq!(run(64 << 10, 64 << 10), 1);
+        assert_eq!(run(1 << 20, 64 << 10), 1);
+        assert_eq!(run(16 << 10, 0), 1, "the default: one stripe per run");
     }
 }

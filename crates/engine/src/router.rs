@@ -92,10 +92,17 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(geometry: Geometry, shard_count: u32, piece_bytes_max: u64) -> Self {
+    /// `stripe_run_member_bytes`: the shards' `ShardConfig` value (the same rule must route
+    /// and serve).
+    pub fn new(
+        geometry: Geometry,
+        shard_count: u32,
+        stripe_run_member_bytes: u64,
+        piece_bytes_max: u64,
+    ) -> Self {
         assert!(shard_count >= 1);
         assert!(piece_bytes_max >= u64::from(geometry.chunk_bytes()));
-        let ownership = Ownership::for_geometry(&geometry, shard_count);
+        let ownership = Ownership::for_geometry(&geometry, shard_count, stripe_run_member_bytes);
         Self { geometry, shard_count, ownership, piece_bytes_max }
     }
 
@@ -255,7 +262,7 @@ mod tests {
 
     fn router(shards: u32) -> Router {
         let g = Geometry::new(Level::Raid6, 6, 16384, 16384 * 100).unwrap();
-        Router::new(g, shards, 32768)
+        Router::new(g, shards, 0, 32768)
     }
 
     #[test]

@@ -593,7 +593,8 @@ impl Array {
         let reactors = Arc::new(links);
         let stripe = geometry.stripe_data_bytes();
         let piece_bytes_max = stripe.clamp(u64::from(geometry.chunk_bytes()), 4 << 20);
-        let router = Router::new(geometry, shards, piece_bytes_max);
+        let run_bytes = options.config.stripe_run_member_bytes;
+        let router = Router::new(geometry, shards, run_bytes, piece_bytes_max);
         let array = Array {
             controller: controller_tx,
             reactors: reactors.clone(),

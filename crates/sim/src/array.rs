@@ -211,7 +211,8 @@ impl SimArray {
             .collect();
         let pool_classes: Vec<(usize, usize)> =
             vec![(4096, 4096), (16384, 1024), (65536, 512), (262144, 128)];
-        let router = Router::new(geometry, options.shards, PIECE_BYTES_MAX);
+        let run_bytes = options.config.stripe_run_member_bytes;
+        let router = Router::new(geometry, options.shards, run_bytes, PIECE_BYTES_MAX);
         let rng = StdRng::seed_from_u64(options.seed ^ 0x5eed);
         Ok(Self {
             devices,

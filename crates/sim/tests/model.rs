@@ -55,6 +55,12 @@ fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool
     run_model_with_spares(level, members, seed, ops, failures, 0);
 }
 
+// Shards own runs of 1-4 stripes (`ShardConfig::stripe_run_member_bytes`; the run drawn
+// from the seed, not the random stream, so the other tests' seeds replay as before).
+thread_local! {
+    static STRIPE_RUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// `spares` hot spares take over failed roles and are rebuilt while the load runs; at the
 /// end every rebuild finishes, the array must equal the model, and it must still equal it
 /// with other members failed (so the rebuilt chunks are what the reads reconstruct from).
@@ -75,6 +81,11 @@ fn run_model_with_spares(
     options.shards = rng.random_range(1..=3);
     options.member_bytes = 3 << 20;
     options.config.merge_window_us = 0;
+    if STRIPE_RUNS.get() {
+        let run_stripes = 1 + (seed / 1000 + seed) % 4;
+        options.config.stripe_run_member_bytes = options.chunk_bytes * run_stripes;
+        eprintln!("stripe runs of {run_stripes} stripes");
+    }
     options.init = Init::Zero;
     options.spares = spares;
     if spares > 0 {
@@ -379,6 +390,18 @@ fn model_with_failures_and_hot_spares() {
     for (level, n) in levels().into_iter().filter(|(l, _)| *l != Level::Raid0) {
         for seed in seeds() {
             run_model_with_spares(level, n, seed * 1000 + 3, 800, true, 2);
+        }
+    }
+}
+
+/// The same with shards owning runs of neighbouring stripes: routing, resync, rebuild
+/// windows and cursors step through a shard's stripes by the run rule.
+#[test]
+fn model_with_stripe_runs_failures_and_hot_spares() {
+    STRIPE_RUNS.set(true);
+    for (level, n) in levels().into_iter().filter(|(l, _)| *l != Level::Raid0) {
+        for seed in seeds() {
+            run_model_with_spares(level, n, seed * 1000 + 4, 800, true, 2);
         }
     }
 }

@@ -582,7 +582,11 @@ impl Shard {
             codec,
             shard_index: setup.shard_index,
             shard_count: setup.shard_count,
-            ownership: Ownership::for_geometry(&g, setup.shard_count),
+            ownership: Ownership::for_geometry(
+                &g,
+                setup.shard_count,
+                setup.config.stripe_run_member_bytes,
+            ),
             config: setup.config,
             data_offset_bytes: setup.data_offset_bytes,
             bitmap_offset_bytes: setup.bitmap.area_offset_bytes
