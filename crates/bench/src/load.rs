@@ -246,6 +246,8 @@ fn raw_job(
             };
             let offset_bytes = area.offset_bytes + block_index * block;
             let file = u32::try_from(member).expect("fits");
+            // Timed from here, so the stamp counts as it does on the array's side.
+            started[slot] = Instant::now();
             let write = pattern.draw_write(&mut rng);
             if write {
                 stamp(bufs[slot].as_mut_slice(), offset_bytes);
@@ -262,7 +264,6 @@ fn raw_job(
             } else {
                 Op::Read { file, offset_bytes, ptr, len_bytes: pattern.block_bytes }
             };
-            started[slot] = Instant::now();
             // SAFETY: the buffer for `slot` is not touched until its completion is reaped (the
             // slot is reused only after that), and the ring outlives every op it holds.
             unsafe { ring.push(op, slot as u64) }.map_err(|e| e.to_string())

@@ -185,6 +185,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "resyncing": s.resyncing,
         "bitmap_regions_dirty": s.bitmap_regions_set,
         "member_reads_retried": s.member_reads_retried,
+        "member_ios_merged": s.member_ios_merged,
         "shards": s.shards,
         "event": s.event,
         "spares": s.spares,

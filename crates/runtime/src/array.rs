@@ -156,6 +156,8 @@ pub struct ArrayStatus {
     /// Merged member reads that failed and were read again part by part (see
     /// `runtime::driver`): errors a second read did not repeat are not otherwise seen.
     pub member_reads_retried: u64,
+    /// Member IOs that carried several of the engine's IOs (neighbouring chunks merged).
+    pub member_ios_merged: u64,
     pub counters: ShardCounters,
     pub shards: usize,
     pub event: u64,
@@ -2153,6 +2155,7 @@ impl Controller {
             tunables: sb.tunables,
             bitmap_regions_set: shards.iter().map(|s| s.bitmap_regions_set).sum(),
             member_reads_retried: shards.iter().map(|s| s.member_reads_retried).sum(),
+            member_ios_merged: shards.iter().map(|s| s.member_ios_merged).sum(),
             counters,
             shards: shards.len(),
             event: sb.event,

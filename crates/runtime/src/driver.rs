@@ -12,8 +12,8 @@
 //! file, same direction, starting at the run's next byte) joins it, and the run goes to the
 //! kernel as one `Readv`/`Writev`. Stripes are owned by shards in runs of neighbours
 //! (`flashraid_engine::owner`), so the chunks a large request reads or writes on one member
-//! meet here: a 1 MiB read on RAID 6 x8 with 16 KiB chunks is about 25 member IOs instead
-//! of 66.
+//! meet here: a 1 MiB read on RAID 6 x8 with 16 KiB chunks and 64 KiB runs is 26-32
+//! member IOs instead of 64.
 //! - A merged write that fails (or is short) fails every part with its error: any write
 //!   error fails the member, whichever part it hit, so the engine ends where it would have
 //!   unmerged. A merged IO whose device is gone fails every part as `Gone` at once.
@@ -27,8 +27,9 @@
 //!   so holding reads and cached writes until the end of the turn changes no ordering the
 //!   engine relies on; they reach the kernel in the same `io_uring_enter` as before.
 //!
-//! Only a busy ring merges: with fewer than [`MERGE_IN_FLIGHT_MIN`] IOs in flight, IOs go
-//! unmerged. On files io_uring hands each IO to a kernel worker, so separate IOs are copied in
+//! Only a busy ring merges: when fewer than [`MERGE_IN_FLIGHT_MIN`] IOs were in flight after
+//! the last reaping, IOs go unmerged. (Counted then, not as this turn's IOs are pushed, so a
+//! lone large request does not make its own ring look busy.) On files io_uring hands each IO to a kernel worker, so separate IOs are copied in
 //! parallel; a lone 1 MiB read at queue depth 1 ran at 2.2-3.3 GB/s merged against 4.6-6.8
 //! unmerged on tmpfs (a threshold of 32 still merged part of it: 1.5-5.2 GB/s). Under load
 //! there is parallelism to spare and the saving per IO counts.
@@ -132,6 +133,9 @@ pub struct UringDriver {
     reads_retried: u64,
     /// [`MERGE_IN_FLIGHT_MIN`], lowered by tests.
     merge_in_flight_min: usize,
+    /// IOs in flight right after the last `poll` reaped: how busy the ring was before this
+    /// turn's IOs came.
+    in_flight_after_reap: usize,
 }
 
 // SAFETY: the raw pointers a driver holds (staged and in-flight runs) name buffers of the
@@ -158,6 +162,7 @@ impl UringDriver {
             merged_pushed: 0,
             reads_retried: 0,
             merge_in_flight_min: MERGE_IN_FLIGHT_MIN,
+            in_flight_after_reap: 0,
         }
     }
 
@@ -268,8 +273,7 @@ impl UringDriver {
         Ok(())
     }
 
-    /// Merged IOs pushed so far (read by tests; kept in release builds for profiling).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Merged IOs pushed so far (`member_ios_merged` in `status --json`).
     pub fn merged_pushed(&self) -> u64 {
         self.merged_pushed
     }
@@ -285,7 +289,7 @@ impl UringDriver {
         };
         let role = io.member.get();
         let part = Part { token: io.token.0, ptr, len_bytes };
-        if self.ring.in_flight() < self.merge_in_flight_min && self.open[role].is_none() {
+        if self.in_flight_after_reap < self.merge_in_flight_min && self.open[role].is_none() {
             // A quiet ring: parallel IOs serve better than fewer ones (module docs).
             return if pushed(self.push_plain(file, write, offset_bytes, part)) {
                 Ok(())
@@ -399,6 +403,7 @@ impl Driver for UringDriver {
             };
             sink(MemberCompletion { token: IoToken(user_data), result: outcome.map_err(io_error) });
         });
+        self.in_flight_after_reap = self.ring.in_flight();
     }
 }
 
@@ -475,6 +480,19 @@ mod tests {
         }
     }
 
+    fn write(token: u64, block: usize, buf: &IoBuf, durability: Durability) -> MemberIo {
+        MemberIo {
+            token: IoToken(token),
+            member: MemberIndex(0),
+            kind: MemberIoKind::Write {
+                offset_bytes: (block * BLOCK) as u64,
+                ptr: buf.as_slice().as_ptr(),
+                len_bytes: BLOCK as u32,
+                durability,
+            },
+        }
+    }
+
     /// Submit, then collect `count` completions.
     fn run(d: &mut UringDriver, ios: Vec<MemberIo>, count: usize) -> Vec<MemberCompletion> {
         for io in ios {
@@ -524,16 +542,6 @@ mod tests {
         for (i, buf) in bufs.iter_mut().enumerate() {
             buf.as_mut_slice().fill(0xa0 + i as u8);
         }
-        let write = |token: u64, block: usize, buf: &IoBuf, durability| MemberIo {
-            token: IoToken(token),
-            member: MemberIndex(0),
-            kind: MemberIoKind::Write {
-                offset_bytes: (block * BLOCK) as u64,
-                ptr: buf.as_slice().as_ptr(),
-                len_bytes: BLOCK as u32,
-                durability,
-            },
-        };
         let ios = vec![
             write(1, 1, &bufs[0], Durability::Cached),
             write(2, 2, &bufs[1], Durability::Cached),
@@ -581,17 +589,11 @@ mod tests {
         let read_only = std::fs::File::open(path).unwrap();
         let mut d = driver(&[&read_only]);
         let bufs: [IoBuf; 2] = std::array::from_fn(|_| IoBuf::new(BLOCK));
-        let write = |token: u64, block: usize, buf: &IoBuf| MemberIo {
-            token: IoToken(token),
-            member: MemberIndex(0),
-            kind: MemberIoKind::Write {
-                offset_bytes: (block * BLOCK) as u64,
-                ptr: buf.as_slice().as_ptr(),
-                len_bytes: BLOCK as u32,
-                durability: Durability::Cached,
-            },
-        };
-        let done = run(&mut d, vec![write(1, 0, &bufs[0]), write(2, 1, &bufs[1])], 2);
+        let ios = vec![
+            write(1, 0, &bufs[0], Durability::Cached),
+            write(2, 1, &bufs[1], Durability::Cached),
+        ];
+        let done = run(&mut d, ios, 2);
         assert_eq!(d.merged_pushed(), 1);
         assert!(done.iter().all(|c| c.result == Err(IoError::Media)), "{done:?}");
         assert_eq!(d.reads_retried(), 0);

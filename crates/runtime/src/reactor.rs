@@ -63,6 +63,8 @@ pub struct ShardStatus {
     pub bitmap_regions_set: usize,
     /// Merged member reads that failed and were read again part by part (io_uring only).
     pub member_reads_retried: u64,
+    /// Member IOs that carried several of the engine's IOs (io_uring only).
+    pub member_ios_merged: u64,
     pub idle: bool,
     pub rebuild: Option<flashraid_engine::RebuildStatus>,
     pub scrub: Option<flashraid_engine::ScrubStatus>,
@@ -526,6 +528,10 @@ impl Reactor {
             bitmap_regions_set: self.shard.bitmap_regions_set(),
             member_reads_retried: match &self.driver {
                 Backend::Uring(d) => d.reads_retried(),
+                Backend::Memory(_) => 0,
+            },
+            member_ios_merged: match &self.driver {
+                Backend::Uring(d) => d.merged_pushed(),
                 Backend::Memory(_) => 0,
             },
             idle: self.shard.is_idle(),

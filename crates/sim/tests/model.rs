@@ -52,13 +52,7 @@ fn free_range(
 }
 
 fn run_model(level: Level, members: usize, seed: u64, ops: usize, failures: bool) {
-    run_model_with_spares(level, members, seed, ops, failures, 0);
-}
-
-// Shards own runs of 1-4 stripes (`ShardConfig::stripe_run_member_bytes`; the run drawn
-// from the seed, not the random stream, so the other tests' seeds replay as before).
-thread_local! {
-    static STRIPE_RUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    run_model_with_spares(level, members, seed, ops, failures, 0, 1);
 }
 
 /// `spares` hot spares take over failed roles and are rebuilt while the load runs; at the
@@ -71,6 +65,7 @@ fn run_model_with_spares(
     ops: usize,
     failures: bool,
     spares: usize,
+    run_stripes: u64,
 ) {
     eprintln!(
         "model {level} x{members} +{spares} spares seed {seed} (replay with FLASHRAID_SEED={seed})"
@@ -81,9 +76,9 @@ fn run_model_with_spares(
     options.shards = rng.random_range(1..=3);
     options.member_bytes = 3 << 20;
     options.config.merge_window_us = 0;
-    if STRIPE_RUNS.get() {
-        let run_stripes = 1 + (seed / 1000 + seed) % 4;
-        options.config.stripe_run_member_bytes = options.chunk_bytes * run_stripes;
+    // Shards own runs of `run_stripes` neighbouring stripes (1: the default rule).
+    options.config.stripe_run_member_bytes = options.chunk_bytes * run_stripes;
+    if run_stripes > 1 {
         eprintln!("stripe runs of {run_stripes} stripes");
     }
     options.init = Init::Zero;
@@ -389,7 +384,7 @@ fn model_with_failures_within_tolerance() {
 fn model_with_failures_and_hot_spares() {
     for (level, n) in levels().into_iter().filter(|(l, _)| *l != Level::Raid0) {
         for seed in seeds() {
-            run_model_with_spares(level, n, seed * 1000 + 3, 800, true, 2);
+            run_model_with_spares(level, n, seed * 1000 + 3, 800, true, 2, 1);
         }
     }
 }
@@ -398,10 +393,11 @@ fn model_with_failures_and_hot_spares() {
 /// windows and cursors step through a shard's stripes by the run rule.
 #[test]
 fn model_with_stripe_runs_failures_and_hot_spares() {
-    STRIPE_RUNS.set(true);
     for (level, n) in levels().into_iter().filter(|(l, _)| *l != Level::Raid0) {
         for seed in seeds() {
-            run_model_with_spares(level, n, seed * 1000 + 4, 800, true, 2);
+            // Runs of 2-4 stripes, varied with the seed; replay with the same run.
+            let run_stripes = 2 + seed % 3;
+            run_model_with_spares(level, n, seed * 1000 + 4, 800, true, 2, run_stripes);
         }
     }
 }
