@@ -10,10 +10,10 @@
 //! none). Reads and cached writes are staged until the reactor submits
 //! ([`UringDriver::submit_ring`]). A staged IO that continues the run staged for its role (same
 //! file, same direction, starting at the run's next byte) joins it, and the run goes to the
-//! kernel as one `Readv`/`Writev`. Stripes are owned by shards in runs of neighbours
-//! (`flashraid_engine::owner`), so the chunks a large request reads or writes on one member
-//! meet here: a 1 MiB read on RAID 6 x8 with 16 KiB chunks and 64 KiB runs is 26-32
-//! member IOs instead of 64.
+//! kernel as one `Readv`/`Writev`. Neighbouring chunks of one member meet here when one
+//! shard owns neighbouring stripes: with runs of stripes (`flashraid_engine::owner`, a
+//! setting whose default is one stripe) or a single shard. A 1 MiB read on RAID 6 x8 with
+//! 16 KiB chunks and 64 KiB runs is then 26-32 member IOs instead of 64.
 //! - A merged write that fails (or is short) fails every part with its error: any write
 //!   error fails the member, whichever part it hit, so the engine ends where it would have
 //!   unmerged. A merged IO whose device is gone fails every part as `Gone` at once.
@@ -29,10 +29,10 @@
 //!
 //! Only a busy ring merges: when fewer than [`MERGE_IN_FLIGHT_MIN`] IOs were in flight after
 //! the last reaping, IOs go unmerged. (Counted then, not as this turn's IOs are pushed, so a
-//! lone large request does not make its own ring look busy.) On files io_uring hands each IO to a kernel worker, so separate IOs are copied in
-//! parallel; a lone 1 MiB read at queue depth 1 ran at 2.2-3.3 GB/s merged against 4.6-6.8
-//! unmerged on tmpfs (a threshold of 32 still merged part of it: 1.5-5.2 GB/s). Under load
-//! there is parallelism to spare and the saving per IO counts.
+//! lone large request does not make its own ring look busy.) On files io_uring hands each IO
+//! to a kernel worker, so separate IOs are copied in parallel; a lone 1 MiB read at queue
+//! depth 1 ran at 2.2-3.3 GB/s merged against 4.6-6.8 unmerged on tmpfs. Under load there is
+//! parallelism to spare and the saving per IO counts.
 //!
 //! Bounds: [`MERGED_RUNS_MAX`] runs staged or in flight, each of at most [`MERGE_PARTS_MAX`]
 //! parts and [`MERGE_BYTES_MAX`] bytes; parts waiting to be pushed again after a failed
