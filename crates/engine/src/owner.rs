@@ -49,6 +49,10 @@ impl Ownership {
         self.run_stripes
     }
 
+    pub fn shard_count(&self) -> u32 {
+        u32::try_from(self.shard_count).expect("built from a u32")
+    }
+
     pub fn shard_of(&self, stripe: u64) -> u32 {
         u32::try_from(stripe / self.run_stripes % self.shard_count).expect("below shard count")
     }
@@ -59,6 +63,11 @@ impl Ownership {
         let run_start = u64::from(shard) * self.run_stripes;
         let in_cycle = (stripe % cycle).saturating_sub(run_start).min(self.run_stripes);
         stripe / cycle * self.run_stripes + in_cycle
+    }
+
+    /// How many stripes of `shard` lie in `from..to` (`from <= to`).
+    pub fn owned_between(&self, shard: u32, from: u64, to: u64) -> u64 {
+        self.owned_below(shard, to) - self.owned_below(shard, from)
     }
 
     /// The first stripe at or after `stripe` that belongs to `shard`.

@@ -86,7 +86,6 @@ pub enum RouteError {
 #[derive(Clone, Copy, Debug)]
 pub struct Router {
     geometry: Geometry,
-    shard_count: u32,
     ownership: Ownership,
     piece_bytes_max: u64,
 }
@@ -103,7 +102,7 @@ impl Router {
         assert!(shard_count >= 1);
         assert!(piece_bytes_max >= u64::from(geometry.chunk_bytes()));
         let ownership = Ownership::for_geometry(&geometry, shard_count, stripe_run_member_bytes);
-        Self { geometry, shard_count, ownership, piece_bytes_max }
+        Self { geometry, ownership, piece_bytes_max }
     }
 
     pub fn shard_of(&self, stripe: StripeIndex) -> u32 {
@@ -111,7 +110,7 @@ impl Router {
     }
 
     pub fn shard_count(&self) -> u32 {
-        self.shard_count
+        self.ownership.shard_count()
     }
 
     pub fn ownership(&self) -> Ownership {
@@ -137,7 +136,7 @@ impl Router {
     pub fn split(&self, op: ArrayOp, sink: &mut dyn FnMut(Piece)) -> Result<(), RouteError> {
         match op {
             ArrayOp::Flush => {
-                for shard in 0..self.shard_count {
+                for shard in 0..self.shard_count() {
                     sink(Piece { shard, op: PieceOp::Flush });
                 }
             }

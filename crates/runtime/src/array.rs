@@ -1260,19 +1260,11 @@ impl Controller {
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let result = self.metadata.fail_members(&refs, members);
-        let all = match &result {
-            Ok(all) => all.clone(),
-            Err(_) => members.to_vec(),
+        let all: &[MemberIndex] = match &result {
+            Ok(all) => all,
+            Err(_) => members,
         };
-        self.broadcast(|| Control::ApplyFailed(all.clone()));
-        if self.rebuild.as_ref().is_some_and(|r| all.contains(&r.role)) {
-            self.events.record(
-                &self.metadata,
-                "rebuild-abandoned",
-                "the member being rebuilt failed: its rebuild is abandoned",
-            );
-            self.rebuild = None;
-        }
+        self.apply_failed(all);
         if result.is_ok() {
             self.take_spare_if_wanted();
         }
@@ -1943,15 +1935,21 @@ impl Controller {
                 let message = format!("member {} failed (its superblock write failed)", m.get());
                 self.events.record(&self.metadata, "member-failed", &message);
             }
-            self.broadcast(|| Control::ApplyFailed(failed.clone()));
-            if self.rebuild.as_ref().is_some_and(|r| failed.contains(&r.role)) {
-                self.events.record(
-                    &self.metadata,
-                    "rebuild-abandoned",
-                    "the member being rebuilt failed: its rebuild is abandoned",
-                );
-                self.rebuild = None;
-            }
+            self.apply_failed(&failed);
+        }
+    }
+
+    /// Tell every shard that `failed` (durably recorded) are out of service; a rebuild onto
+    /// one of them is abandoned.
+    fn apply_failed(&mut self, failed: &[MemberIndex]) {
+        self.broadcast(|| Control::ApplyFailed(failed.to_vec()));
+        if self.rebuild.as_ref().is_some_and(|r| failed.contains(&r.role)) {
+            self.events.record(
+                &self.metadata,
+                "rebuild-abandoned",
+                "the member being rebuilt failed: its rebuild is abandoned",
+            );
+            self.rebuild = None;
         }
     }
 

@@ -416,7 +416,6 @@ pub struct Shard {
     geometry: Geometry,
     codec: Option<Codec>,
     shard_index: u32,
-    shard_count: u32,
     /// Which stripes are this shard's (runs of neighbours, see `crate::owner`).
     ownership: Ownership,
     config: ShardConfig,
@@ -581,7 +580,6 @@ impl Shard {
             geometry: g,
             codec,
             shard_index: setup.shard_index,
-            shard_count: setup.shard_count,
             ownership: Ownership::for_geometry(
                 &g,
                 setup.shard_count,
@@ -675,8 +673,7 @@ impl Shard {
 
     /// How many of this shard's stripes lie in `from..to` (`from <= to`).
     pub(super) fn owned_between(&self, from: u64, to: u64) -> u64 {
-        let below = |s| self.ownership.owned_below(self.shard_index, s);
-        below(to) - below(from)
+        self.ownership.owned_between(self.shard_index, from, to)
     }
 
     /// Nothing in flight, queued or pending: safe to stop.

@@ -322,8 +322,6 @@ impl Shard {
         let next_region_stripe = (u64::from(region) + 1) * per_region;
         let next_owned = self.own_stripe_from(next_region_stripe.min(stripes));
         let (ownership, shard) = (self.ownership, self.shard_index);
-        let ahead_of =
-            |low: u64, s: u64| ownership.owned_below(shard, s) - ownership.owned_below(shard, low);
         let Some(r) = self.rebuild.as_mut() else { return false };
         let Some(missed) = &r.missed else { return false };
         if missed[usize::try_from(region).expect("fits")] {
@@ -336,7 +334,7 @@ impl Shard {
                 next_owned.max(ownership.next_owned(shard, r.next)).min(stripes.max(r.next));
             r.next = r.low_water;
         } else {
-            let ahead = ahead_of(r.low_water, stripe.0);
+            let ahead = ownership.owned_between(shard, r.low_water, stripe.0);
             r.done_ahead |= 1 << ahead;
             r.next = ownership.next_owned(shard, r.next);
             while r.done_ahead & 1 != 0 {
@@ -387,7 +385,7 @@ impl Shard {
     /// (An array-wide distance: this shard's stripes are spread over the whole array, one
     /// in `shard_count` on average, so the cursor moves about that many per owned stripe.)
     fn rebuild_report_every(&self) -> u64 {
-        let count = u64::from(self.shard_count);
+        let count = u64::from(self.ownership.shard_count());
         let owned = self.ownership.owned_below(self.shard_index, self.geometry.stripes());
         (owned / REBUILD_REPORTS_MIN).clamp(1, REBUILD_REPORT_STRIPES) * count
     }
@@ -608,8 +606,7 @@ impl Shard {
             }
             return;
         }
-        let ahead =
-            ownership.owned_below(shard, stripe.0) - ownership.owned_below(shard, r.low_water);
+        let ahead = ownership.owned_between(shard, r.low_water, stripe.0);
         assert!(ahead < REBUILD_WINDOW_STRIPES, "rebuild finished outside its window");
         r.done_ahead |= 1 << ahead;
         while r.done_ahead & 1 != 0 {
