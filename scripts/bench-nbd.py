@@ -6,6 +6,8 @@ Servers (each started, measured, stopped in turn, on a Unix socket and on TCP lo
   qemu-nbd-tmpfs     qemu-nbd over a raw file on tmpfs (cache=none, aio=io_uring)
   flashraid-raid0    flashraid serve --memory 8xSIZE --level 0
   flashraid-raid6    flashraid serve --memory 8xSIZE --level 6
+  flashraid-raid0-threads, flashraid-raid6-threads
+                     the same with --connection-threads (a thread per connection)
 
 Loads: 4k random read, 4k random write, 128k sequential read, 128k sequential write; the
 same fio job for every server. Each figure is the median of --repetitions runs; the servers
@@ -14,6 +16,7 @@ server process's CPU time per IO (utime+stime from /proc), next to fio's.
 
 Usage: scripts/bench-nbd.py [--seconds 4] [--repetitions 3] [--jobs 2] [--qd 32]
                             [--json results/nbd.json] [--transports unix,tcp]
+                            [--servers LIST] [--loads randread-4k,randwrite-4k,...]
 """
 import argparse
 import json
@@ -69,11 +72,12 @@ class Server:
                         "-x", "", *where, image]
             self.export = ""
         else:
-            level = "0" if name.endswith("raid0") else "6"
+            level = "0" if "raid0" in name else "6"
             data = 8 if level == "0" else 6
+            threads = ["--connection-threads"] if name.endswith("-threads") else []
             self.cmd = [FLASHRAID, "serve", "--memory", f"8x{size_bytes // data + (64 << 20)}",
                         "--level", level, "--name", "bench",
-                        "--control", os.path.join(work, f"{name}.control"), *tcp]
+                        "--control", os.path.join(work, f"{name}.control"), *tcp, *threads]
             self.export = "bench"
         if transport == "unix":
             self.uri = f"nbd+unix:///{self.export}?socket={self.sock}"
@@ -130,8 +134,15 @@ def main():
     p.add_argument("--size", type=int, default=2 << 30, help="export size in bytes")
     p.add_argument("--servers", default="nbdkit-memory,qemu-nbd-tmpfs,flashraid-raid0,flashraid-raid6")
     p.add_argument("--transports", default="unix,tcp")
+    p.add_argument("--loads", default=",".join(name for name, _, _ in LOADS),
+                   help="comma-separated subset of the loads")
     p.add_argument("--json")
     a = p.parse_args()
+    chosen = a.loads.split(",")
+    unknown = [name for name in chosen if name not in {n for n, _, _ in LOADS}]
+    if unknown:
+        raise SystemExit(f"unknown loads: {', '.join(unknown)}")
+    loads = [entry for entry in LOADS if entry[0] in chosen]
     for tool in ["fio", "nbdinfo", "nbdkit", "qemu-nbd"]:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is missing: scripts/test.sh installs it")
@@ -147,7 +158,7 @@ def main():
                     with Server(name, work, a.size, transport) as server:
                         # Fill once so reads touch written memory on every server alike.
                         run_fio(server.uri, "write", "1m", None, 1, 8, a.size)
-                        for load, rw, bs in LOADS:
+                        for load, rw, bs in loads:
                             cpu0 = cpu_seconds(server.proc.pid)
                             r = run_fio(server.uri, rw, bs, a.seconds, a.jobs, a.qd, a.size)
                             r["server_cpu_us_per_io"] = (cpu_seconds(server.proc.pid) - cpu0) * 1e6 / max(r["ios"], 1)
@@ -165,7 +176,7 @@ def main():
     print("|" + "---|" * (len(servers) + 3))
     table = []
     for transport in a.transports.split(","):
-        for load, _, _ in LOADS:
+        for load, _, _ in loads:
             cells, values = [], {}
             for name in servers:
                 rs = results[(transport, load, name)]

@@ -45,6 +45,12 @@ pub struct ServeArgs {
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
+    /// Serve each connection on a thread of its own after the handshake (as TLS connections
+    /// always are). By default a connection runs inside a reactor, with no thread between
+    /// its socket and the engine: fewer threads share the cores, and on two cores 4k
+    /// random IO no longer falls into slow runs (docs/PERFORMANCE.md).
+    #[arg(long)]
+    connection_threads: bool,
     /// Only the array with this name (exports are named after their arrays); with --memory,
     /// the new array's name.
     #[arg(long)]
@@ -369,6 +375,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
             })
             .collect(),
         tls,
+        connection_threads: args.connection_threads,
     };
     let names: Vec<String> = plan.iter().map(|(n, _)| n.clone()).collect();
     let server = match Server::start(exports, listeners) {

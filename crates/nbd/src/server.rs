@@ -86,6 +86,10 @@ pub struct ExportConfig {
     pub exports: Vec<Export>,
     /// When set, TLS is required: clients must STARTTLS before anything else.
     pub tls: Option<crate::tls::TlsSetup>,
+    /// Serve each connection on a thread of its own after the handshake, as TLS
+    /// connections always are. Otherwise (the default) a connection's requests are read,
+    /// submitted and answered inside a reactor, as one of its jobs.
+    pub connection_threads: bool,
 }
 
 impl ExportConfig {
@@ -94,6 +98,7 @@ impl ExportConfig {
         ExportConfig {
             exports: vec![Export { name: name.to_string(), read_only, array }],
             tls: None,
+            connection_threads: false,
         }
     }
 
@@ -299,8 +304,63 @@ pub fn serve_connection(
     let Some((stream, export)) = handshake(stream, exports, stop)? else {
         return Ok(());
     };
+    if exports.tls.is_none() && !exports.connection_threads {
+        return serve_in_reactor(stream, export, stop);
+    }
     let session = export.array.session_with_bell()?;
     Transmission::new(stream, session, export.array.size_bytes(), export.read_only).run(stop)
+}
+
+/// Transmission inside a reactor thread, as one of its jobs: no thread of this connection
+/// between the socket and the engine. This thread only waits for the job to end and passes
+/// the server's stop on to it.
+fn serve_in_reactor(
+    stream: Box<dyn Stream>,
+    export: &Export,
+    stop: &AtomicBool,
+) -> Result<(), ConnectionError> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let index = NEXT.fetch_add(1, Ordering::Relaxed);
+    let session = export.array.job_session(index)?;
+    let mut transmission =
+        Transmission::new(stream, session, export.array.size_bytes(), export.read_only);
+    transmission.in_reactor = true;
+    let job_stop = Arc::new(AtomicBool::new(false));
+    let (result_tx, result_rx) = std::sync::mpsc::channel();
+    let mut ending = Ending::default();
+    let flag = job_stop.clone();
+    let job: flashraid_runtime::ShardJob =
+        Box::new(move || match transmission.step(&flag, &mut ending) {
+            Step::Went { progress: false } => {
+                let (fd, events) = transmission.socket_events();
+                if transmission.is_quiet() {
+                    flashraid_runtime::JobStatus::Parked { fd, events }
+                } else {
+                    flashraid_runtime::JobStatus::Waiting { fd, events }
+                }
+            }
+            Step::Went { .. } => flashraid_runtime::JobStatus::Running,
+            Step::Done(result) => {
+                let _ = result_tx.send(result);
+                flashraid_runtime::JobStatus::Finished
+            }
+        });
+    let done = export.array.start_job(index, job)?;
+    loop {
+        match done.recv_timeout(STOP_POLL) {
+            Ok(Ok(())) => break,
+            Ok(Err(e)) => return Err(ConnectionError::Array(ArrayError::Other(e))),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Relaxed) {
+                    job_stop.store(true, Ordering::Relaxed);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(ConnectionError::Array(ArrayError::Stopped));
+            }
+        }
+    }
+    result_rx.try_recv().unwrap_or(Ok(()))
 }
 
 fn transmission_flags(read_only: bool) -> u16 {
@@ -566,6 +626,12 @@ struct Transmission {
     stepping: Vec<usize>,
     /// Slots whose engine request finished in this poll (scratch, at most one per slot).
     done_scratch: Vec<usize>,
+    /// Run as a reactor's job: nothing may block, so a large write's payload is read
+    /// straight into the session's buffers only once the socket holds all of it.
+    in_reactor: bool,
+    /// (In a reactor) the slot of the write whose payload is being read from the socket
+    /// into the session's buffers (`Session::stage_write`); nothing else is read meanwhile.
+    staging: Option<usize>,
 }
 
 impl Transmission {
@@ -601,7 +667,20 @@ impl Transmission {
             stalled: false,
             stepping: Vec::with_capacity(CONNECTION_REQUESTS_MAX),
             done_scratch: Vec::with_capacity(CONNECTION_REQUESTS_MAX),
+            in_reactor: false,
+            staging: None,
         }
+    }
+
+    /// Nothing in flight, half received or waiting to be sent: only the client can make
+    /// anything happen.
+    fn is_quiet(&self) -> bool {
+        self.in_flight() == 0
+            && self.rstart == self.rend
+            && self.skip_bytes == 0
+            && self.backlog() == 0
+            && !self.stream.output_waiting()
+            && !self.closing
     }
 
     fn in_flight(&self) -> usize {
@@ -612,59 +691,15 @@ impl Transmission {
         self.out_bytes
     }
 
+    /// Serve on this thread until the connection ends, sleeping in `poll(2)` when idle.
     fn run(mut self, stop: &AtomicBool) -> Result<(), ConnectionError> {
-        let mut protocol_error = None;
-        let mut stopping_since: Option<Instant> = None;
+        let mut ending = Ending::default();
         let mut idle_since: Option<Instant> = None;
         loop {
-            if stop.load(Ordering::Relaxed) && stopping_since.is_none() {
-                stopping_since = Some(Instant::now());
-                // Requests already received are answered, not dropped.
-                self.refuse_received(proto::ESHUTDOWN);
-                self.closing = true;
-            }
-            if let Some(since) = stopping_since
-                && since.elapsed() > STOP_DRAIN_TIMEOUT
-            {
-                // A client that does not read its replies must not hold the shutdown.
-                self.dead = true;
-            }
-            let mut progress = false;
-            let can_take = !self.closing
-                && !self.dead
-                && !self.stalled
-                && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
-            if can_take {
-                match self.receive() {
-                    Ok(p) => progress |= p,
-                    Err(e) => {
-                        self.closing = true;
-                        self.dead = true;
-                        protocol_error.get_or_insert(ConnectionError::Io(e));
-                    }
-                }
-            }
-            if !self.closing {
-                match self.process(stop) {
-                    Ok(p) => progress |= p,
-                    Err(e) => {
-                        // Bytes that can never be a request: nothing more can be parsed.
-                        self.closing = true;
-                        self.rstart = self.rend;
-                        protocol_error.get_or_insert(e);
-                    }
-                }
-            }
-            progress |= self.complete() > 0;
-            progress |= self.advance_ranges();
-            progress |= self.send_replies();
-            let all_sent = self.backlog() == 0 && !self.stream.output_waiting();
-            if self.closing && self.in_flight() == 0 && (all_sent || self.dead) {
-                if !self.dead {
-                    self.stream.close();
-                }
-                return protocol_error.map_or(Ok(()), Err);
-            }
+            let progress = match self.step(stop, &mut ending) {
+                Step::Done(result) => return result,
+                Step::Went { progress } => progress,
+            };
             match (progress, idle_since) {
                 (true, _) => idle_since = None,
                 (false, None) => idle_since = Some(Instant::now()),
@@ -682,6 +717,65 @@ impl Transmission {
                 }
             }
         }
+    }
+
+    /// One pass: take what the socket has, submit, collect, answer. Never blocks (but see
+    /// the direct payload path in `process`, which blocks only on a thread of its own).
+    fn step(&mut self, stop: &AtomicBool, ending: &mut Ending) -> Step {
+        if stop.load(Ordering::Relaxed) && ending.stopping_since.is_none() {
+            ending.stopping_since = Some(Instant::now());
+            // Requests already received are answered, not dropped.
+            self.refuse_received(proto::ESHUTDOWN);
+            self.closing = true;
+        }
+        if let Some(since) = ending.stopping_since
+            && since.elapsed() > STOP_DRAIN_TIMEOUT
+        {
+            // A client that does not read its replies must not hold the shutdown.
+            self.dead = true;
+        }
+        let mut progress = false;
+        let can_take = !self.closing
+            && !self.dead
+            && !self.stalled
+            && self.staging.is_none()
+            && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
+        if can_take {
+            match self.receive() {
+                Ok(p) => progress |= p,
+                Err(e) => {
+                    self.closing = true;
+                    self.dead = true;
+                    ending.protocol_error.get_or_insert(ConnectionError::Io(e));
+                }
+            }
+        }
+        if !self.closing {
+            match self.process(stop) {
+                Ok(p) => progress |= p,
+                Err(e) => {
+                    // Bytes that can never be a request: nothing more can be parsed.
+                    self.closing = true;
+                    self.rstart = self.rend;
+                    ending.protocol_error.get_or_insert(e);
+                }
+            }
+        }
+        if self.closing || self.dead {
+            // The rest of a payload is no longer read: its write is given up.
+            self.abandon_staged();
+        }
+        progress |= self.complete() > 0;
+        progress |= self.advance_ranges();
+        progress |= self.send_replies();
+        let all_sent = self.backlog() == 0 && !self.stream.output_waiting();
+        if self.closing && self.in_flight() == 0 && (all_sent || self.dead) {
+            if !self.dead {
+                self.stream.close();
+            }
+            return Step::Done(ending.protocol_error.take().map_or(Ok(()), Err));
+        }
+        Step::Went { progress }
     }
 
     /// Answer every whole request already received with `errno`, without submitting it
@@ -754,6 +848,12 @@ impl Transmission {
         let mut progress = false;
         self.stalled = false;
         loop {
+            if self.staging.is_some() {
+                progress |= self.fill_staged()?;
+                if self.staging.is_some() {
+                    return Ok(progress);
+                }
+            }
             if self.skip_bytes > 0 {
                 let n = (self.rend - self.rstart)
                     .min(usize::try_from(self.skip_bytes).unwrap_or(usize::MAX));
@@ -833,6 +933,56 @@ impl Transmission {
             // skipped).
             self.rstart = if direct { self.rend } else { self.rstart + need };
             progress = true;
+        }
+    }
+
+    /// Read more of the staged write's payload from the socket, and send the write once it
+    /// is whole. True if bytes came. A socket that fails or closes mid-payload ends the
+    /// connection; the write is given up unsent and unanswered (the client never finished
+    /// sending it).
+    fn fill_staged(&mut self) -> Result<bool, ConnectionError> {
+        let slot = self.staging.expect("a write being staged");
+        let stream = &mut self.stream;
+        let mut came = false;
+        let full = self.session.fill_staged(&mut |targets| {
+            loop {
+                match stream.read_vectored(targets) {
+                    Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                    Ok(n) => {
+                        came = true;
+                        return Ok(n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        match full {
+            Ok(false) => Ok(came),
+            Ok(true) => {
+                self.staging = None;
+                if let Err(e) = self.session.submit_staged() {
+                    // Only a stopped array refuses a reserved request; the payload is all
+                    // read, so the stream is in step and the write can be answered.
+                    assert_eq!(e, SubmitError::Stopped, "a staged write refused: {e}");
+                    self.finish(slot, proto::ESHUTDOWN);
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                self.abandon_staged();
+                Err(ConnectionError::Io(e))
+            }
+        }
+    }
+
+    /// Give up a write whose payload will not come (the connection ends).
+    fn abandon_staged(&mut self) {
+        if let Some(slot) = self.staging.take() {
+            self.session.cancel_staged();
+            self.slots[slot].live = false;
+            self.release(slot);
         }
     }
 
@@ -947,7 +1097,29 @@ impl Transmission {
         };
         let direct = from_socket.filter(|_| r.kind == proto::CMD_WRITE);
         let mut fill_error = None;
-        let submitted = if let Some(stop) = direct {
+        let staged = direct.is_some() && self.in_reactor;
+        let submitted = if staged {
+            // A job cannot wait for the payload: stage the write, put in what has arrived,
+            // and read the rest as it comes (`fill_staged`).
+            self.session.stage_write(op, slot as u64).map(|()| {
+                let mut received = &self.rbuf[start..self.rend];
+                let full = self.session.fill_staged(&mut |targets| {
+                    let mut n = 0;
+                    for target in targets.iter_mut() {
+                        let take = target.len().min(received.len());
+                        target[..take].copy_from_slice(&received[..take]);
+                        received = &received[take..];
+                        n += take;
+                    }
+                    Ok(n)
+                });
+                assert!(
+                    matches!(full, Ok(false)) && received.is_empty(),
+                    "a direct write's payload is larger than what has arrived"
+                );
+                self.staging = Some(slot);
+            })
+        } else if let Some(stop) = direct {
             let received = &self.rbuf[start..self.rend];
             let stream = &mut self.stream;
             let deadline = Instant::now() + PAYLOAD_TIMEOUT;
@@ -1224,6 +1396,26 @@ impl Transmission {
         self.out_bytes = 0;
     }
 
+    /// What to wait for on the socket when there is nothing to do: readable while requests
+    /// are taken, writable while replies wait. A socket waited on for nothing would still
+    /// report POLLHUP and spin the caller, so then the descriptor is -1 (`poll` skips it).
+    fn socket_events(&self) -> (RawFd, i16) {
+        let want_read = !self.closing
+            && !self.dead
+            && (self.staging.is_some()
+                || (!self.stalled
+                    && !self.free.is_empty()
+                    && self.backlog() < REPLY_BACKLOG_BYTES_MAX));
+        let mut events = 0;
+        if want_read {
+            events |= libc::POLLIN | libc::POLLRDHUP;
+        }
+        if (self.backlog() > 0 || self.stream.output_waiting()) && !self.dead {
+            events |= libc::POLLOUT;
+        }
+        (if events == 0 { -1 } else { self.stream.as_raw_fd() }, events)
+    }
+
     /// Nothing to do: sleep until the socket or the session has something.
     fn sleep(&mut self) {
         if self.stream.input_waiting()
@@ -1236,21 +1428,7 @@ impl Transmission {
         if !self.session.prepare_to_sleep() {
             return;
         }
-        let want_read = !self.closing
-            && !self.dead
-            && !self.stalled
-            && !self.free.is_empty()
-            && self.backlog() < REPLY_BACKLOG_BYTES_MAX;
-        let mut events = 0;
-        if want_read {
-            events |= libc::POLLIN | libc::POLLRDHUP;
-        }
-        if (self.backlog() > 0 || self.stream.output_waiting()) && !self.dead {
-            events |= libc::POLLOUT;
-        }
-        // A socket we wait on for nothing would still report POLLHUP and spin the loop:
-        // leave it out (poll ignores negative descriptors).
-        let socket = if events == 0 { -1 } else { self.stream.as_raw_fd() };
+        let (socket, events) = self.socket_events();
         let notify = self.session.notify_fd().expect("a session with a bell");
         let mut fds = [
             libc::pollfd { fd: socket, events, revents: 0 },
@@ -1260,6 +1438,19 @@ impl Transmission {
         unsafe { libc::poll(fds.as_mut_ptr(), 2, STOP_POLL.as_millis() as i32) };
         self.session.woke();
     }
+}
+
+/// How a connection is ending: the first protocol error, and when the server's stop was seen.
+#[derive(Default)]
+struct Ending {
+    protocol_error: Option<ConnectionError>,
+    stopping_since: Option<Instant>,
+}
+
+/// What one pass of a connection did.
+enum Step {
+    Went { progress: bool },
+    Done(Result<(), ConnectionError>),
 }
 
 /// A reply waiting for the socket.

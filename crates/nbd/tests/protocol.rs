@@ -12,6 +12,43 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+thread_local! {
+    /// How the fixture's server runs its connections: set per test by `in_both_modes!`.
+    static CONNECTION_THREADS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run each named test twice: connections inside the reactors (the default) and on
+/// threads of their own (`--connection-threads`, and every TLS connection).
+macro_rules! in_both_modes {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn in_reactors() {
+                    super::CONNECTION_THREADS.set(false);
+                    super::$name()
+                }
+                #[test]
+                fn on_threads() {
+                    super::CONNECTION_THREADS.set(true);
+                    super::$name()
+                }
+            }
+        )*
+    };
+}
+
+in_both_modes!(
+    requests_get_the_errors_the_protocol_names_and_the_connection_survives,
+    pipelined_requests_all_complete_with_their_cookies,
+    bad_magic_closes_and_a_client_vanishing_mid_write_harms_nothing,
+    large_write_payloads_read_from_the_socket_keep_the_stream_in_step,
+    a_refused_write_is_answered_only_after_its_payload,
+    trims_and_zeroes_larger_than_the_payload_limit_work_in_steps,
+    stopping_does_not_wait_for_a_silent_client,
+    a_read_only_export_refuses_changes,
+);
+
 struct Fixture {
     _dir: tempfile::TempDir,
     socket: std::path::PathBuf,
@@ -36,7 +73,8 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("s");
         let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
-        let export = ExportConfig::single("t", array.clone(), read_only);
+        let mut export = ExportConfig::single("t", array.clone(), read_only);
+        export.connection_threads = CONNECTION_THREADS.get();
         let server = Server::start(export, vec![listener]).unwrap();
         Fixture { _dir: dir, socket, server: Some(server), array: Some(array) }
     }
@@ -247,7 +285,6 @@ fn negotiation_answers_every_option_and_refuses_what_it_must() {
     assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), f.open().size);
 }
 
-#[test]
 fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     let f = Fixture::new(false);
     let mut c = f.open();
@@ -312,7 +349,6 @@ fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     assert!(closed(&mut c.s));
 }
 
-#[test]
 fn pipelined_requests_all_complete_with_their_cookies() {
     let f = Fixture::new(false);
     let mut c = f.open();
@@ -346,7 +382,6 @@ fn pipelined_requests_all_complete_with_their_cookies() {
     }
 }
 
-#[test]
 fn bad_magic_closes_and_a_client_vanishing_mid_write_harms_nothing() {
     let f = Fixture::new(false);
     let mut c = f.open();
@@ -375,7 +410,6 @@ fn bad_magic_closes_and_a_client_vanishing_mid_write_harms_nothing() {
     assert_eq!(c.read(0, data.len() as u32), (0, data));
 }
 
-#[test]
 fn large_write_payloads_read_from_the_socket_keep_the_stream_in_step() {
     // Large payloads that have not all arrived go from the socket straight into the
     // session's buffers; refused ones are skipped. Send them in dribs, with pauses, so the
@@ -430,7 +464,6 @@ fn large_write_payloads_read_from_the_socket_keep_the_stream_in_step() {
 /// A refused write's reply comes only after its whole payload has arrived: libnbd counts a
 /// request in flight only once it has sent all of it and drops the connection on a reply
 /// that comes earlier ("no matching cookie"; seen with a 16 MiB `nbd_pwrite`).
-#[test]
 fn a_refused_write_is_answered_only_after_its_payload() {
     let f = Fixture::new(false);
     let mut c = f.open();
@@ -463,7 +496,6 @@ fn a_refused_write_is_answered_only_after_its_payload() {
     assert_eq!(c.read(4096, 8192), (0, data));
 }
 
-#[test]
 fn trims_and_zeroes_larger_than_the_payload_limit_work_in_steps() {
     // 4 data members of 100 MiB: the export is larger than one step (RANGE_STEP_BYTES).
     let f = Fixture::with_members(false, 6, 100 << 20);
@@ -481,13 +513,14 @@ fn trims_and_zeroes_larger_than_the_payload_limit_work_in_steps() {
     assert_eq!(c.read(size - (64 << 10), 64 << 10), (0, vec![0u8; 64 << 10]));
 }
 
-#[test]
 fn stopping_does_not_wait_for_a_silent_client() {
     let mut f = Fixture::new(false);
     // One client connects and says nothing; another is mid-negotiation.
     let mut idle = f.connect();
     let mut half = f.connect();
     greet(&mut half);
+    // And one through the handshake that sends no request (in a reactor: a parked job).
+    let mut quiet = f.open();
     std::thread::sleep(Duration::from_millis(100));
     let server = f.server.take().unwrap();
     let started = std::time::Instant::now();
@@ -498,9 +531,9 @@ fn stopping_does_not_wait_for_a_silent_client() {
     let mut g = [0u8; 18];
     let _ = idle.read_exact(&mut g);
     assert!(closed(&mut idle));
+    assert!(closed(&mut quiet.s));
 }
 
-#[test]
 fn a_read_only_export_refuses_changes() {
     let f = Fixture::new(true);
     let mut c = f.open();
@@ -557,6 +590,7 @@ fn several_exports_are_listed_and_chosen_by_name() {
             flashraid_nbd::Export { name: "b".into(), read_only: true, array: b.clone() },
         ],
         tls: None,
+        connection_threads: false,
     };
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s");

@@ -664,6 +664,14 @@ impl Array {
         self.new_session(Some(Arc::new(Doorbell::new(waker))))
     }
 
+    /// A session for a job that will run on reactor `index % shards` ([`Array::start_job`])
+    /// and may say `JobStatus::Waiting`: replies from the other shards ring that reactor's
+    /// doorbell, so a reactor asleep on its jobs' descriptors wakes for them.
+    pub fn job_session(&self, index: usize) -> Result<Session, ArrayError> {
+        let bell = self.reactors[index % self.reactors.len()].bell.clone();
+        self.new_session(Some(bell))
+    }
+
     fn new_session(&self, bell: Option<Arc<Doorbell>>) -> Result<Session, ArrayError> {
         let reused = self.free_sessions.lock().expect("not poisoned").pop();
         let id = match reused {
@@ -713,13 +721,7 @@ impl Array {
     pub fn run_on_shards(&self, jobs: Vec<ShardJob>) -> Result<(), ArrayError> {
         let mut done = Vec::with_capacity(jobs.len());
         for (index, job) in jobs.into_iter().enumerate() {
-            let link = &self.reactors[index % self.reactors.len()];
-            let (tx, rx) = mpsc::channel();
-            link.tx
-                .send(ToReactor::Control(Control::RunJob(job, tx)))
-                .map_err(|_| ArrayError::Stopped)?;
-            link.bell.ring();
-            done.push(rx);
+            done.push(self.start_job(index, job)?);
         }
         let mut first_error = None;
         for rx in done {
@@ -735,6 +737,23 @@ impl Array {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Start `job` inside reactor `index % shards` and return at once; the receiver hears
+    /// when it finished (or why not; a reactor that stopped first drops the sender). See
+    /// [`Array::run_on_shards`] for what a job must and must not do.
+    pub fn start_job(
+        &self,
+        index: usize,
+        job: ShardJob,
+    ) -> Result<mpsc::Receiver<Result<(), String>>, ArrayError> {
+        let link = &self.reactors[index % self.reactors.len()];
+        let (tx, rx) = mpsc::channel();
+        link.tx
+            .send(ToReactor::Control(Control::RunJob(job, tx)))
+            .map_err(|_| ArrayError::Stopped)?;
+        link.bell.ring();
+        Ok(rx)
     }
 
     pub fn status(&self) -> Result<ArrayStatus, ArrayError> {

@@ -15,9 +15,14 @@
 //! reactor is never woken by syscall.
 //!
 //! Jobs ("poller" mode): a closure placed on a shard runs once per turn inside the reactor
-//! thread, like an SPDK poller: a client with no thread of its own (a benchmark worker, later
-//! an NBD connection) submits and collects with no thread hand-off on its side. While a shard
-//! has jobs its reactor never sleeps.
+//! thread, like an SPDK poller: a client with no thread of its own (a benchmark worker, an
+//! NBD connection) submits and collects with no thread hand-off on its side. A job that says
+//! `Running` keeps its reactor polling. One that says `Waiting` names the descriptor it
+//! waits on; when every job waits, the reactor may sleep as it does without jobs, in
+//! `poll(2)` on those descriptors and on what wakes it anyway (its ring's descriptor, which
+//! turns readable with a completion or a ring of the doorbell, or for memory members the
+//! doorbell's own descriptor). The replies to a waiting job's requests that other shards send
+//! ring this reactor's doorbell (`Array::job_session`).
 //!
 //! Limits: sessions per array `SESSIONS_MAX`; jobs per shard `SHARD_JOBS_MAX`; messages
 //! queued to a reactor bounded by its channel; requests taken from the channel and not yet
@@ -40,8 +45,9 @@ use std::time::{Duration, Instant};
 
 /// Sessions (clients) one array serves at once.
 pub const SESSIONS_MAX: usize = 4096;
-/// Jobs one shard runs at once.
-pub const SHARD_JOBS_MAX: usize = 64;
+/// Jobs one shard runs at once (as many as the NBD server's connections, which may all land
+/// on one shard).
+pub const SHARD_JOBS_MAX: usize = 128;
 /// Requests a reactor holds after taking them from its channel while the shard is busy.
 const HELD_REQUESTS_MAX: usize = 4096;
 /// User data of the waker's completion (shard tokens never have origin 0).
@@ -51,6 +57,8 @@ pub(crate) const WAKER_TAG: u64 = 0;
 pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 /// A polling reactor with nothing to do yields its core once per this many idle turns.
 const YIELD_EVERY_IDLE_TURNS: u32 = 8;
+/// A parked job is called at least once per this many turns.
+const PARKED_CALL_EVERY_TURNS: u32 = 64;
 /// How long an idle reactor sleeps before ticking the shard's timers.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
@@ -84,6 +92,15 @@ pub(crate) fn in_reactor_thread() -> bool {
 pub enum JobStatus {
     /// Call again next turn.
     Running,
+    /// Nothing to do until descriptor `fd` reports one of `events` (`poll(2)` flags; `fd`
+    /// -1: nothing but a reply) or a request of the job's session finishes. Called again
+    /// next turn all the same; the reactor only may sleep in between.
+    Waiting { fd: std::os::fd::RawFd, events: i16 },
+    /// Nothing in flight and nothing to do until `fd` reports one of `events`: the reactor
+    /// calls the job again only when one `poll(2)` per turn over all such jobs says so, or
+    /// every `PARKED_CALL_EVERY_TURNS` turns (a job may watch a flag, such as a stop), so
+    /// a shard with many quiet connections pays one system call per turn, not one each.
+    Parked { fd: std::os::fd::RawFd, events: i16 },
     /// Done: the reactor drops the job and reports it finished.
     Finished,
 }
@@ -214,14 +231,38 @@ impl Backend {
     }
 
     /// Submit queued IO and, when `sleep`, wait until there is something to do. A message
-    /// taken from the inbox while deciding or sleeping is returned.
+    /// taken from the inbox while deciding or sleeping is returned. `job_fds[1..]` are the
+    /// descriptors waiting jobs named (`job_fds[0]` is this function's own).
     fn wait(
         &mut self,
         sleep: bool,
         inbox: &Receiver<ToReactor>,
         bell: &Doorbell,
+        job_fds: &mut [libc::pollfd],
     ) -> Result<Option<ToReactor>, String> {
+        let jobs_wait = job_fds.len() > 1;
         match self {
+            Backend::Uring(d) if sleep && jobs_wait => {
+                bell.announce_sleep();
+                let result = match inbox.try_recv() {
+                    Ok(message) => d.submit_ring(0, None).map(|_| Some(message)),
+                    Err(_) => d.submit_ring(0, None).map(|_| {
+                        // The ring's descriptor turns readable with a completion (the armed
+                        // waker's too); one already taken out of the ring would not.
+                        if !d.ring().has_local_completions() {
+                            job_fds[0] = libc::pollfd {
+                                fd: d.ring().raw_fd(),
+                                events: libc::POLLIN,
+                                revents: 0,
+                            };
+                            sleep_in_poll(job_fds, IDLE_WAIT);
+                        }
+                        None
+                    }),
+                };
+                bell.awake();
+                result.map_err(|e| e.to_string())
+            }
             Backend::Uring(d) if sleep => {
                 bell.announce_sleep();
                 let result = match inbox.try_recv() {
@@ -231,6 +272,22 @@ impl Backend {
                 };
                 bell.awake();
                 result.map_err(|e| e.to_string())
+            }
+            Backend::Memory(d) if sleep && jobs_wait => {
+                let wait = d.next_due_at().map_or(IDLE_WAIT, |at| {
+                    at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+                });
+                bell.announce_sleep();
+                let message = inbox.try_recv().ok();
+                if message.is_none() {
+                    let fd = bell.waker().raw_fd();
+                    job_fds[0] = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                    sleep_in_poll(job_fds, wait);
+                }
+                bell.awake();
+                // Memory members never arm the waker in a ring: its count is read here.
+                bell.waker().drain();
+                Ok(message)
             }
             Backend::Uring(d) => d.submit_ring(0, None).map(|_| None).map_err(|e| e.to_string()),
             Backend::Memory(d) if sleep => {
@@ -243,6 +300,20 @@ impl Backend {
             Backend::Memory(_) => Ok(None),
         }
     }
+}
+
+/// Sleep until one of `fds` reports an event or `timeout` passes. An interrupted or failed
+/// `poll` only ends the sleep early: the reactor's next turn looks at everything again.
+fn sleep_in_poll(fds: &mut [libc::pollfd], timeout: Duration) {
+    // Round a short wait up to a millisecond (poll's unit); zero stays zero: only a look.
+    let millis = if timeout.is_zero() {
+        0
+    } else {
+        i32::try_from(timeout.as_millis().max(1)).unwrap_or(i32::MAX)
+    };
+    let count = libc::nfds_t::try_from(fds.len()).expect("at most SHARD_JOBS_MAX + 1");
+    // SAFETY: `fds` is a valid, exclusively borrowed array of `count` pollfd for the call.
+    unsafe { libc::poll(fds.as_mut_ptr(), count, millis) };
 }
 
 /// Runs one shard until told to stop.
@@ -270,6 +341,19 @@ struct TurnState {
     shutdown_ack: Option<Sender<bool>>,
     woke_with: Option<ToReactor>,
     jobs: Vec<(ShardJob, Sender<Result<(), String>>)>,
+    /// Per job (same index): where it is parked (`JobStatus::Parked`), if it is.
+    parked: Vec<Option<libc::pollfd>>,
+    /// Scratch for the per-turn look at parked jobs' descriptors (at most `SHARD_JOBS_MAX`).
+    parked_fds: Vec<libc::pollfd>,
+    /// Scratch: per job, whether it stays parked this turn.
+    skip: Vec<bool>,
+    /// Turns run, for calling parked jobs now and then.
+    turns: u32,
+    /// Every job said `Waiting` or `Parked` in the last turn (true with no jobs).
+    jobs_waiting: bool,
+    /// Slot 0 for `Backend::wait`, then what waiting jobs wait on (at most
+    /// `SHARD_JOBS_MAX + 1`, allocated once).
+    job_fds: Vec<libc::pollfd>,
 }
 
 /// Whether the reactor goes on after a turn.
@@ -296,6 +380,12 @@ impl Reactor {
             shutdown_ack: None,
             woke_with: None,
             jobs: Vec::with_capacity(SHARD_JOBS_MAX),
+            parked: Vec::with_capacity(SHARD_JOBS_MAX),
+            parked_fds: Vec::with_capacity(SHARD_JOBS_MAX),
+            skip: Vec::with_capacity(SHARD_JOBS_MAX),
+            turns: 0,
+            jobs_waiting: true,
+            job_fds: Vec::with_capacity(SHARD_JOBS_MAX + 1),
         };
         let mut idle_since: Option<Instant> = None;
         let mut idle_turns = 0u32;
@@ -305,11 +395,11 @@ impl Reactor {
                 Next::Exit => return,
             };
             idle_turns = if progress { 0 } else { idle_turns.saturating_add(1) };
-            // Submit what was queued; sleep only when nothing happened for a while and no
-            // job runs. The short spin (yielding the core) catches the next request of a busy
-            // client without the cost of a sleep and a wake-up, which dominate at high IOPS.
-            // With jobs the reactor never sleeps, so it reads no clock for this.
-            let sleep = state.jobs.is_empty()
+            // Submit what was queued; sleep only when nothing happened for a while and
+            // every job waits. The short spin (yielding the core) catches the next request of
+            // a busy client without the cost of a sleep and a wake-up, which dominate at high
+            // IOPS. With a job running the reactor never sleeps, so it reads no clock for this.
+            let sleep = state.jobs_waiting
                 && match (progress, idle_since) {
                     (true, _) => {
                         idle_since = None;
@@ -321,7 +411,7 @@ impl Reactor {
                     }
                     (false, Some(since)) => since.elapsed() >= SPIN_BEFORE_SLEEP,
                 };
-            match self.driver.wait(sleep, &self.inbox, &self.bell) {
+            match self.driver.wait(sleep, &self.inbox, &self.bell, &mut state.job_fds) {
                 Ok(message) => state.woke_with = message,
                 Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
             }
@@ -332,7 +422,7 @@ impl Reactor {
             // on a machine with no core to spare, the clients' threads would otherwise wait
             // for the scheduler to preempt a reactor that never sleeps.
             let background_only =
-                progress && !foreground && state.jobs.is_empty() && self.shard.background_busy();
+                progress && !foreground && state.jobs_waiting && self.shard.background_busy();
             if background_only
                 || (!sleep && idle_turns > 0 && idle_turns.is_multiple_of(YIELD_EVERY_IDLE_TURNS))
             {
@@ -377,6 +467,7 @@ impl Reactor {
                         Control::RunJob(job, done) => {
                             if state.jobs.len() < SHARD_JOBS_MAX {
                                 state.jobs.push((job, done));
+                                state.parked.push(None);
                             } else {
                                 let _ = done.send(Err(format!(
                                     "shard {} already runs {SHARD_JOBS_MAX} jobs",
@@ -490,16 +581,61 @@ impl Reactor {
         }
         // Jobs run last, so what they submit reaches the shard at the top of the next turn
         // (their own replies were routed just above).
-        let mut index = 0;
-        while index < state.jobs.len() {
-            if (state.jobs[index].0)() == JobStatus::Finished {
-                let (_, done) = state.jobs.swap_remove(index);
-                let _ = done.send(Ok(()));
-            } else {
-                index += 1;
+        Self::run_jobs(state);
+        Next::Continue { progress, foreground }
+    }
+
+    /// Call every job that is not parked, and the parked ones whose descriptor is ready
+    /// (or whose turn to be called anyway has come); note what the waiting ones wait on.
+    fn run_jobs(state: &mut TurnState) {
+        state.turns = state.turns.wrapping_add(1);
+        let call_all_parked = state.turns.is_multiple_of(PARKED_CALL_EVERY_TURNS);
+        state.parked_fds.clear();
+        if !call_all_parked {
+            state.parked_fds.extend(state.parked.iter().flatten().copied());
+            if !state.parked_fds.is_empty() {
+                sleep_in_poll(&mut state.parked_fds, Duration::ZERO);
             }
         }
-        Next::Continue { progress, foreground }
+        // Per job: parked and not ready (skipped this turn).
+        let mut ready = state.parked_fds.iter().map(|p| p.revents != 0);
+        state.skip.clear();
+        state.skip.extend(state.parked.iter().map(|parked| {
+            parked.is_some() && !call_all_parked && !ready.next().expect("one entry per parked job")
+        }));
+        state.jobs_waiting = true;
+        state.job_fds.clear();
+        state.job_fds.push(libc::pollfd { fd: -1, events: 0, revents: 0 });
+        let mut index = 0;
+        while index < state.jobs.len() {
+            if state.skip[index] {
+                state.job_fds.push(state.parked[index].expect("skipped jobs are parked"));
+                index += 1;
+                continue;
+            }
+            state.parked[index] = None;
+            match (state.jobs[index].0)() {
+                JobStatus::Finished => {
+                    let (_, done) = state.jobs.swap_remove(index);
+                    state.parked.swap_remove(index);
+                    state.skip.swap_remove(index);
+                    let _ = done.send(Ok(()));
+                    continue;
+                }
+                JobStatus::Running => state.jobs_waiting = false,
+                JobStatus::Waiting { fd, events } => {
+                    if fd >= 0 {
+                        state.job_fds.push(libc::pollfd { fd, events, revents: 0 });
+                    }
+                }
+                JobStatus::Parked { fd, events } => {
+                    let entry = libc::pollfd { fd, events, revents: 0 };
+                    state.parked[index] = Some(entry);
+                    state.job_fds.push(entry);
+                }
+            }
+            index += 1;
+        }
     }
 
     /// Move the shard's IO into the ring until it is full. True if anything moved.

@@ -28,6 +28,8 @@ pub const SESSION_REQUESTS_MAX: usize = 1 << 16;
 /// Pieces (shard requests) one session has in flight at most; also bounds its outbox.
 pub const SESSION_PIECES_MAX: usize = 1 << 16;
 
+/// Slices one `Session::fill_staged` call offers (pieces of a staged write).
+pub const FILL_SLICES_MAX: usize = 16;
 /// How long `poll(wait)` polls for replies, yielding its core, before it blocks.
 const SPIN_BEFORE_BLOCK: Duration = Duration::from_micros(50);
 
@@ -73,6 +75,16 @@ enum WriteSource<'a> {
     Fill(&'a mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>),
 }
 
+/// Where a staged write stands: its ticket, its tag, and how far its pieces are filled.
+#[derive(Debug)]
+struct Staged {
+    slot: usize,
+    tag: u64,
+    /// The piece being filled, and the bytes of it already in place.
+    piece: usize,
+    piece_filled_bytes: usize,
+}
+
 /// A request slot. Slots are reused; `read_pieces` keeps its capacity across requests so a
 /// warmed-up session allocates nothing per request.
 #[derive(Debug)]
@@ -110,6 +122,11 @@ pub struct Session {
     bell: Option<Arc<Doorbell>>,
     /// A reply taken while checking whether it is safe to sleep; handled first by `poll`.
     stashed: Option<ShardReply>,
+    /// The write being filled over time, if any ([`Session::stage_write`]), with its own
+    /// pieces and buffers (kept apart from the scratch every `submit` reuses).
+    staged: Option<Staged>,
+    staged_pieces: Vec<Piece>,
+    staged_bufs: Vec<Option<IoBuf>>,
     /// Where the id goes back when the session is dropped with nothing in flight.
     id_pool: Arc<std::sync::Mutex<Vec<u32>>>,
 }
@@ -120,6 +137,7 @@ impl Drop for Session {
     /// session dropped inside a reactor (a job) cannot wait on its own reactor: if it still
     /// has requests in flight its id is never reused.
     fn drop(&mut self) {
+        self.cancel_staged();
         if !crate::reactor::in_reactor_thread() {
             while !self.is_idle() {
                 if self.poll(true, &mut |_| {}) == 0 && !self.is_idle() {
@@ -173,6 +191,9 @@ impl Session {
             ops: Vec::with_capacity(64),
             bell,
             stashed: None,
+            staged: None,
+            staged_pieces: Vec::with_capacity(64),
+            staged_bufs: Vec::with_capacity(64),
             id_pool,
         }
     }
@@ -218,6 +239,111 @@ impl Session {
         self.submit_from(op, Some(WriteSource::Fill(fill)), tag)
     }
 
+    /// Begin a write whose data arrives over time, for a caller that cannot wait for it
+    /// (an NBD connection run inside a reactor, reading a payload from a non-blocking
+    /// socket): its ticket and buffers are taken now, as by `submit`; [`Session::fill_staged`]
+    /// puts bytes in them, in request order, as they come; [`Session::submit_staged`] sends
+    /// the write once full, or [`Session::cancel_staged`] gives it up. One at a time per
+    /// session. On error nothing is staged.
+    pub fn stage_write(&mut self, op: ArrayOp, tag: u64) -> Result<(), SubmitError> {
+        assert!(self.staged.is_none(), "a session stages one write at a time");
+        assert!(matches!(op, ArrayOp::Write { .. }), "only writes are staged");
+        let mut pieces = std::mem::take(&mut self.staged_pieces);
+        let mut bufs = std::mem::take(&mut self.staged_bufs);
+        pieces.clear();
+        bufs.clear();
+        let reserved = self.reserve(op, &mut pieces, &mut bufs);
+        self.staged_pieces = pieces;
+        self.staged_bufs = bufs;
+        let slot = reserved?;
+        self.staged = Some(Staged { slot, tag, piece: 0, piece_filled_bytes: 0 });
+        Ok(())
+    }
+
+    /// Put more of the staged write's data in place: `fill(targets)` writes up to their
+    /// total length into `targets`, in order (the rest of the staged write, at most
+    /// `FILL_SLICES_MAX` pieces: one `readv` from a socket), and says how many bytes (0:
+    /// none now). Returns true once every byte is in place. An error leaves the write
+    /// staged (cancel it).
+    pub fn fill_staged(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<bool> {
+        let staged = self.staged.as_mut().expect("a staged write to fill");
+        while staged.piece < self.staged_pieces.len() {
+            let mut targets: [std::io::IoSliceMut<'_>; FILL_SLICES_MAX] =
+                std::array::from_fn(|_| std::io::IoSliceMut::new(&mut []));
+            let mut count = 0;
+            let mut room_bytes = 0;
+            let rest = self.staged_pieces[staged.piece..].iter();
+            for (piece, buf) in rest.zip(self.staged_bufs[staged.piece..].iter_mut()) {
+                if count == FILL_SLICES_MAX {
+                    break;
+                }
+                let PieceOp::Write { len_bytes, .. } = piece.op else {
+                    panic!("a staged write cut into a piece that is not a write");
+                };
+                let len = usize::try_from(len_bytes).expect("fits");
+                let from = if count == 0 { staged.piece_filled_bytes } else { 0 };
+                let slice = &mut buf.as_mut().expect("taken").as_mut_slice()[from..len];
+                room_bytes += slice.len();
+                targets[count] = std::io::IoSliceMut::new(slice);
+                count += 1;
+            }
+            let mut n = fill(&mut targets[..count])?;
+            if n == 0 {
+                return Ok(false);
+            }
+            assert!(n <= room_bytes, "fill reported more bytes than it was given room for");
+            while n > 0 {
+                let PieceOp::Write { len_bytes, .. } = self.staged_pieces[staged.piece].op else {
+                    unreachable!("checked above");
+                };
+                let left = usize::try_from(len_bytes).expect("fits") - staged.piece_filled_bytes;
+                if n < left {
+                    staged.piece_filled_bytes += n;
+                    break;
+                }
+                n -= left;
+                staged.piece += 1;
+                staged.piece_filled_bytes = 0;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Send the staged write; every byte must be in place (`fill_staged` said so).
+    pub fn submit_staged(&mut self) -> Result<(), SubmitError> {
+        let staged = self.staged.take().expect("a staged write to submit");
+        let mut pieces = std::mem::take(&mut self.staged_pieces);
+        let mut bufs = std::mem::take(&mut self.staged_bufs);
+        let mut ops = std::mem::take(&mut self.ops);
+        assert_eq!(staged.piece, pieces.len(), "a staged write submitted before it was full");
+        ops.clear();
+        self.tickets[staged.slot].read_pieces.clear();
+        ops.extend(pieces.iter().map(|piece| match piece.op {
+            PieceOp::Write { offset, len_bytes, durability, .. } => {
+                ShardOp::Write { offset, len_bytes, durability }
+            }
+            _ => unreachable!("checked by fill_staged"),
+        }));
+        let result = self.launch(staged.slot, staged.tag, &mut pieces, &mut bufs, &mut ops);
+        self.staged_pieces = pieces;
+        self.staged_bufs = bufs;
+        self.ops = ops;
+        result
+    }
+
+    /// Give up the staged write, if any: its buffers and ticket go back, nothing is sent.
+    pub fn cancel_staged(&mut self) {
+        if let Some(staged) = self.staged.take() {
+            let mut bufs = std::mem::take(&mut self.staged_bufs);
+            self.unreserve(staged.slot, &mut bufs);
+            self.staged_bufs = bufs;
+            self.staged_pieces.clear();
+        }
+    }
+
     fn submit_from(
         &mut self,
         op: ArrayOp,
@@ -246,47 +372,7 @@ impl Session {
         bufs: &mut Vec<Option<IoBuf>>,
         ops: &mut Vec<ShardOp>,
     ) -> Result<(), SubmitError> {
-        self.router.split(op, &mut |p| pieces.push(p))?;
-        if pieces.len() as u64 >= PIECES_MAX || pieces.len() > SESSION_PIECES_MAX {
-            let max = SESSION_PIECES_MAX.min(PIECES_MAX as usize - 1);
-            return Err(SubmitError::TooLarge { pieces: pieces.len(), max });
-        }
-        if self.pieces_in_flight + pieces.len() > SESSION_PIECES_MAX {
-            return Err(SubmitError::Full);
-        }
-        let slot = self.ticket_slot().ok_or(SubmitError::Full)?;
-        // Take every buffer first so a request is sent whole or not at all.
-        for piece in pieces.iter() {
-            let needs = match piece.op {
-                PieceOp::Read { len_bytes, .. } | PieceOp::Write { len_bytes, .. } => {
-                    Some(len_bytes)
-                }
-                PieceOp::WriteZeroes { len_bytes, .. } => Some(len_bytes),
-                PieceOp::Zero { .. } | PieceOp::Flush => None,
-            };
-            match needs.map(|len| self.pool.take(usize::try_from(len).expect("fits"))) {
-                Some(Some(buf)) => bufs.push(Some(buf)),
-                Some(None) => {
-                    for buf in bufs.drain(..).flatten() {
-                        self.pool.give(buf);
-                    }
-                    self.free_tickets.push(slot);
-                    if self.pool.is_full() {
-                        // Every buffer is free and still not enough: waiting cannot help.
-                        let budget_bytes = self
-                            .pool
-                            .class_bytes()
-                            .iter()
-                            .zip(self.pool.built_counts())
-                            .map(|(b, n)| b * n)
-                            .sum();
-                        return Err(SubmitError::NeverFits { budget_bytes });
-                    }
-                    return Err(SubmitError::Full);
-                }
-                None => bufs.push(None),
-            }
-        }
+        let slot = self.reserve(op, pieces, bufs)?;
         // Then put the write data in them (the step that can fail, for a filled write),
         // and only then send anything. Only a read's pieces have entries here: a reply
         // with an entry is read data.
@@ -312,10 +398,7 @@ impl Session {
                         }
                         WriteSource::Fill(fill) => {
                             if let Err(e) = fill(request_offset, target) {
-                                for buf in bufs.drain(..).flatten() {
-                                    self.pool.give(buf);
-                                }
-                                self.free_tickets.push(slot);
+                                self.unreserve(slot, bufs);
                                 return Err(SubmitError::Fill(e.to_string()));
                             }
                         }
@@ -334,6 +417,76 @@ impl Session {
             };
             ops.push(op);
         }
+        self.launch(slot, tag, pieces, bufs, ops)
+    }
+
+    /// Cut `op` into `pieces` and take a ticket and every buffer they need, so a request is
+    /// sent whole or not at all. Returns the ticket's slot.
+    fn reserve(
+        &mut self,
+        op: ArrayOp,
+        pieces: &mut Vec<Piece>,
+        bufs: &mut Vec<Option<IoBuf>>,
+    ) -> Result<usize, SubmitError> {
+        self.router.split(op, &mut |p| pieces.push(p))?;
+        if pieces.len() as u64 >= PIECES_MAX || pieces.len() > SESSION_PIECES_MAX {
+            let max = SESSION_PIECES_MAX.min(PIECES_MAX as usize - 1);
+            return Err(SubmitError::TooLarge { pieces: pieces.len(), max });
+        }
+        if self.pieces_in_flight + pieces.len() > SESSION_PIECES_MAX {
+            return Err(SubmitError::Full);
+        }
+        let slot = self.ticket_slot().ok_or(SubmitError::Full)?;
+        // Take every buffer first so a request is sent whole or not at all.
+        for piece in pieces.iter() {
+            let needs = match piece.op {
+                PieceOp::Read { len_bytes, .. } | PieceOp::Write { len_bytes, .. } => {
+                    Some(len_bytes)
+                }
+                PieceOp::WriteZeroes { len_bytes, .. } => Some(len_bytes),
+                PieceOp::Zero { .. } | PieceOp::Flush => None,
+            };
+            match needs.map(|len| self.pool.take(usize::try_from(len).expect("fits"))) {
+                Some(Some(buf)) => bufs.push(Some(buf)),
+                Some(None) => {
+                    self.unreserve(slot, bufs);
+                    if self.pool.is_full() {
+                        // Every buffer is free and still not enough: waiting cannot help.
+                        let budget_bytes = self
+                            .pool
+                            .class_bytes()
+                            .iter()
+                            .zip(self.pool.built_counts())
+                            .map(|(b, n)| b * n)
+                            .sum();
+                        return Err(SubmitError::NeverFits { budget_bytes });
+                    }
+                    return Err(SubmitError::Full);
+                }
+                None => bufs.push(None),
+            }
+        }
+        Ok(slot)
+    }
+
+    /// Give back what `reserve` took, sending nothing.
+    fn unreserve(&mut self, slot: usize, bufs: &mut Vec<Option<IoBuf>>) {
+        for buf in bufs.drain(..).flatten() {
+            self.pool.give(buf);
+        }
+        self.free_tickets.push(slot);
+    }
+
+    /// Send a reserved request whose data is in place: `ops[i]` is what `pieces[i]` asks
+    /// of its shard, with `bufs[i]`.
+    fn launch(
+        &mut self,
+        slot: usize,
+        tag: u64,
+        pieces: &mut Vec<Piece>,
+        bufs: &mut Vec<Option<IoBuf>>,
+        ops: &mut Vec<ShardOp>,
+    ) -> Result<(), SubmitError> {
         let count = u32::try_from(pieces.len()).expect("fits");
         let ticket = &mut self.tickets[slot];
         ticket.live = true;

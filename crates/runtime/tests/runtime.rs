@@ -275,3 +275,97 @@ fn filled_writes_land_in_order_and_a_failed_fill_sends_nothing() {
     drop(session);
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }
+
+/// A staged write (an NBD connection in a reactor reading a payload as it arrives) takes its
+/// buffers at once, is filled in dribs across pieces in request order, and is sent whole;
+/// one given up sends nothing and gives every buffer back.
+#[test]
+fn staged_writes_fill_in_dribs_and_a_cancelled_one_sends_nothing() {
+    use flashraid_runtime::{MemMember, SubmitError, create_in_memory};
+    let members: Vec<_> = (0..6).map(|i| MemMember::new(&format!("stage{i}"), 24 << 20)).collect();
+    let mut spec = spec(std::path::Path::new("/nonexistent"), Level::Raid6, 6);
+    spec.members.clear();
+    create_in_memory(&spec, &members).unwrap();
+    let mut opts = options();
+    opts.session_buffer_bytes = 1 << 20;
+    let array = Array::open_in_memory(&members, &opts).unwrap();
+    let mut session = array.session().unwrap();
+    let write = |offset: u64, len: usize| ArrayOp::Write {
+        offset: ArrayOffset(offset),
+        len_bytes: len as u64,
+        durability: Durability::Cached,
+    };
+    // 200 KiB from mid-stripe (pieces of several sizes), arriving 777 bytes at a time, with
+    // "nothing now" answers in between.
+    let data = pattern(9, 200 << 10);
+    let offset = 20480u64;
+    session.stage_write(write(offset, data.len()), 7).unwrap();
+    let mut at = 0usize;
+    let mut calls = 0u32;
+    loop {
+        let full = session
+            .fill_staged(&mut |targets| {
+                calls += 1;
+                if calls.is_multiple_of(3) {
+                    return Ok(0);
+                }
+                let mut n = 0;
+                for target in targets.iter_mut() {
+                    let take = target.len().min(777 - n).min(data.len() - at);
+                    target[..take].copy_from_slice(&data[at..at + take]);
+                    at += take;
+                    n += take;
+                    if n == 777 || at == data.len() {
+                        break;
+                    }
+                }
+                Ok(n)
+            })
+            .unwrap();
+        if full {
+            break;
+        }
+        assert!(calls < 10_000, "the staged write never filled");
+    }
+    assert_eq!(at, data.len(), "every byte was asked for, once");
+    session.submit_staged().unwrap();
+    let mut done = 0;
+    while done == 0 {
+        done = session.poll(true, &mut |e| {
+            if let Event::Done { tag, result } = e {
+                assert_eq!(tag, 7);
+                result.unwrap();
+            }
+        });
+    }
+    let mut back = vec![0u8; data.len()];
+    session.read(offset, &mut back).unwrap();
+    assert!(back == data, "the staged write landed whole and in order");
+    // Staged and given up: nothing is written, and every buffer comes back (a request
+    // as large as the whole budget fits again).
+    session.stage_write(write(offset, 512 << 10), 8).unwrap();
+    let mut once = true;
+    let mut zeroes = |targets: &mut [std::io::IoSliceMut<'_>]| -> std::io::Result<usize> {
+        if !std::mem::take(&mut once) {
+            return Ok(0);
+        }
+        targets[0].fill(0);
+        Ok(targets[0].len())
+    };
+    assert!(!session.fill_staged(&mut zeroes).unwrap(), "one piece of several is not all");
+    session.cancel_staged();
+    assert!(session.is_idle());
+    session.read(offset, &mut back).unwrap();
+    assert!(back == data, "a cancelled staged write wrote nothing");
+    // Two more of the same size, one after the other: the budget holds one, so the
+    // second fits only if the cancelled ones gave their buffers back.
+    session.stage_write(write(0, 512 << 10), 9).unwrap();
+    session.cancel_staged();
+    session.stage_write(write(0, 512 << 10), 9).unwrap();
+    session.cancel_staged();
+    // More than the session's buffers can ever hold is refused at staging.
+    let err = session.stage_write(write(0, 2 << 20), 10).unwrap_err();
+    assert!(matches!(err, SubmitError::NeverFits { .. } | SubmitError::TooLarge { .. }), "{err:?}");
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+}

@@ -294,6 +294,18 @@ impl Ring {
         })
     }
 
+    /// The ring's own descriptor: `poll(2)` reports it readable while completions wait in
+    /// the kernel's queue (this ring uses no `DEFER_TASKRUN`, so they get there unasked).
+    pub fn raw_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+
+    /// Completions already taken from the kernel's queue and not yet handed out: a sleep
+    /// on [`Ring::raw_fd`] would not see them.
+    pub fn has_local_completions(&self) -> bool {
+        !self.local_completions.is_empty()
+    }
+
     /// Register `fds` as fixed files: index `i` in every [`Op`] is `fds[i]`. The ring keeps
     /// its own duplicates, so the caller may close its descriptors afterwards (a block device
     /// opened with `O_EXCL` then stays claimed until the ring is dropped). May be called once.
