@@ -331,7 +331,9 @@ fn serve_in_reactor(
     let flag = job_stop.clone();
     let job: flashraid_runtime::ShardJob =
         Box::new(move || match transmission.step(&flag, &mut ending) {
-            Step::Went { progress: false } => {
+            // Pieces a full inbox could not take yet wait in the session: no reply or
+            // socket event would come for them.
+            Step::Went { progress: false } if !transmission.session.has_queued() => {
                 let (fd, events) = transmission.socket_events();
                 if transmission.is_quiet() {
                     flashraid_runtime::JobStatus::Parked { fd, events }
@@ -626,8 +628,8 @@ struct Transmission {
     stepping: Vec<usize>,
     /// Slots whose engine request finished in this poll (scratch, at most one per slot).
     done_scratch: Vec<usize>,
-    /// Run as a reactor's job: nothing may block, so a large write's payload is read
-    /// straight into the session's buffers only once the socket holds all of it.
+    /// Run as a reactor's job: nothing may block, so a large write whose payload has not
+    /// all arrived is staged in the session and filled as the rest comes (`staging`).
     in_reactor: bool,
     /// (In a reactor) the slot of the write whose payload is being read from the socket
     /// into the session's buffers (`Session::stage_write`); nothing else is read meanwhile.
@@ -761,8 +763,13 @@ impl Transmission {
                 }
             }
         }
-        if self.closing || self.dead {
-            // The rest of a payload is no longer read: its write is given up.
+        if (self.closing || self.dead) && self.staging.is_some() {
+            // A payload the socket already holds whole still makes its write (and its
+            // answer, as on a thread, which reads a payload before it looks at the stop);
+            // the rest of one that has not arrived is no longer read: its write is given up.
+            if !self.dead {
+                let _ = self.fill_staged();
+            }
             self.abandon_staged();
         }
         progress |= self.complete() > 0;

@@ -715,9 +715,9 @@ impl Array {
     /// Run `jobs` inside the reactor threads (job `i` on shard `i % shards`), each once per
     /// turn until it returns [`JobStatus::Finished`]; returns when all have. This is the
     /// "poller" mode: a client with no thread of its own, so no hand-off between its thread
-    /// and a reactor's. A job must never block (use `Session::poll(false, ..)`); while a
-    /// shard runs jobs its reactor polls instead of sleeping, so the cores it runs on stay
-    /// busy. At most `SHARD_JOBS_MAX` jobs per shard.
+    /// and a reactor's. A job must never block (use `Session::poll(false, ..)`); while one
+    /// of a shard's jobs says `JobStatus::Running` its reactor polls instead of sleeping, so
+    /// the cores it runs on stay busy. At most `SHARD_JOBS_MAX` jobs per shard.
     pub fn run_on_shards(&self, jobs: Vec<ShardJob>) -> Result<(), ArrayError> {
         let mut done = Vec::with_capacity(jobs.len());
         for (index, job) in jobs.into_iter().enumerate() {

@@ -176,15 +176,20 @@ pub(crate) enum ToReactor {
 pub(crate) struct Doorbell {
     waker: Waker,
     sleeping: AtomicBool,
+    /// Rung since the reactor last cleared it (`take_rung`). A reply for a job's session
+    /// goes to that session's channel, which the reactor does not look at before it
+    /// sleeps; this flag is what it looks at instead.
+    rung: AtomicBool,
 }
 
 impl Doorbell {
     pub fn new(waker: Waker) -> Self {
-        Self { waker, sleeping: AtomicBool::new(false) }
+        Self { waker, sleeping: AtomicBool::new(false), rung: AtomicBool::new(false) }
     }
 
     /// Call after queueing a message: wakes the reactor if it sleeps or is about to.
     pub fn ring(&self) {
+        self.rung.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
             self.waker.wake();
@@ -194,6 +199,14 @@ impl Doorbell {
     pub fn announce_sleep(&self) {
         self.sleeping.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
+    }
+
+    /// Whether the bell rang since the last call (before jobs look at their sessions; after
+    /// `announce_sleep`, a true here means something may have come that no sleep would
+    /// notice: with the fences on both sides, either the ringer saw the announcement or
+    /// this sees the ring).
+    pub fn take_rung(&self) -> bool {
+        self.rung.swap(false, Ordering::Relaxed)
     }
 
     pub fn awake(&self) {
@@ -240,12 +253,15 @@ impl Backend {
         bell: &Doorbell,
         job_fds: &mut [libc::pollfd],
     ) -> Result<Option<ToReactor>, String> {
-        let jobs_wait = job_fds.len() > 1;
+        // With jobs (`job_fds` holds the wait's own slot then), sleep in poll(2): jobs wait
+        // on their descriptors, and on replies that ring the doorbell.
+        let jobs_wait = !job_fds.is_empty();
         match self {
             Backend::Uring(d) if sleep && jobs_wait => {
                 bell.announce_sleep();
                 let result = match inbox.try_recv() {
                     Ok(message) => d.submit_ring(0, None).map(|_| Some(message)),
+                    Err(_) if bell.take_rung() => d.submit_ring(0, None).map(|_| None),
                     Err(_) => d.submit_ring(0, None).map(|_| {
                         // The ring's descriptor turns readable with a completion (the armed
                         // waker's too); one already taken out of the ring would not.
@@ -279,7 +295,7 @@ impl Backend {
                 });
                 bell.announce_sleep();
                 let message = inbox.try_recv().ok();
-                if message.is_none() {
+                if message.is_none() && !bell.take_rung() {
                     let fd = bell.waker().raw_fd();
                     job_fds[0] = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
                     sleep_in_poll(job_fds, wait);
@@ -352,7 +368,7 @@ struct TurnState {
     /// Every job said `Waiting` or `Parked` in the last turn (true with no jobs).
     jobs_waiting: bool,
     /// Slot 0 for `Backend::wait`, then what waiting jobs wait on (at most
-    /// `SHARD_JOBS_MAX + 1`, allocated once).
+    /// `SHARD_JOBS_MAX + 1`, allocated once); empty when the shard has no jobs.
     job_fds: Vec<libc::pollfd>,
 }
 
@@ -581,6 +597,11 @@ impl Reactor {
         }
         // Jobs run last, so what they submit reaches the shard at the top of the next turn
         // (their own replies were routed just above).
+        if !state.jobs.is_empty() {
+            // Before the jobs look at their sessions: a ring from now on means a reply (or a
+            // message) may have come after they looked (`Backend::wait`).
+            self.bell.take_rung();
+        }
         Self::run_jobs(state);
         Next::Continue { progress, foreground }
     }
@@ -605,6 +626,7 @@ impl Reactor {
         }));
         state.jobs_waiting = true;
         state.job_fds.clear();
+        // Slot 0 belongs to `Backend::wait`; the list stays empty with no jobs.
         state.job_fds.push(libc::pollfd { fd: -1, events: 0, revents: 0 });
         let mut index = 0;
         while index < state.jobs.len() {
@@ -635,6 +657,9 @@ impl Reactor {
                 }
             }
             index += 1;
+        }
+        if state.jobs.is_empty() {
+            state.job_fds.clear();
         }
     }
 

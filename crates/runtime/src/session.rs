@@ -695,6 +695,12 @@ impl Session {
         }
     }
 
+    /// Messages wait for room in a reactor's inbox: call `poll` or `kick` again soon (no
+    /// reply need come to prompt it).
+    pub fn has_queued(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
     /// Nothing in flight.
     pub fn is_idle(&self) -> bool {
         self.live_tickets == 0
