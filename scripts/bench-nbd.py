@@ -149,6 +149,10 @@ def main():
     if not os.path.exists(FLASHRAID):
         raise SystemExit("build first: cargo build --release -p flashraid-cli")
     servers = a.servers.split(",")
+    known = {"nbdkit-memory", "qemu-nbd-tmpfs", "flashraid-raid0", "flashraid-raid6",
+             "flashraid-raid0-threads", "flashraid-raid6-threads"}
+    if [name for name in servers if name not in known]:
+        raise SystemExit(f"unknown servers: {', '.join(n for n in servers if n not in known)}")
     results = {}
     work = tempfile.mkdtemp(prefix="flashraid-bench-nbd.", dir="/dev/shm")
     try:

@@ -767,8 +767,10 @@ impl Transmission {
             // A payload the socket already holds whole still makes its write (and its
             // answer, as on a thread, which reads a payload before it looks at the stop);
             // the rest of one that has not arrived is no longer read: its write is given up.
-            if !self.dead {
-                let _ = self.fill_staged();
+            if !self.dead
+                && let Err(e) = self.fill_staged()
+            {
+                ending.protocol_error.get_or_insert(e);
             }
             self.abandon_staged();
         }

@@ -521,6 +521,17 @@ fn stopping_does_not_wait_for_a_silent_client() {
     greet(&mut half);
     // And one through the handshake that sends no request (in a reactor: a parked job).
     let mut quiet = f.open();
+    // And one that sent a 1 MiB write's header and a tenth of its payload, then stalls (in
+    // a reactor: a staged write; on a thread: the payload read): the stop gives the write
+    // up, and nothing of it reaches the array.
+    let mut stalled = f.open();
+    let mut b = vec![];
+    proto::encode_request(
+        &Request { flags: 0, kind: proto::CMD_WRITE, cookie: 9, offset: 1 << 20, len: 1 << 20 },
+        &mut b,
+    );
+    b.extend_from_slice(&[0x5au8; 100 << 10]);
+    stalled.s.write_all(&b).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let server = f.server.take().unwrap();
     let started = std::time::Instant::now();
@@ -532,6 +543,11 @@ fn stopping_does_not_wait_for_a_silent_client() {
     let _ = idle.read_exact(&mut g);
     assert!(closed(&mut idle));
     assert!(closed(&mut quiet.s));
+    assert!(closed(&mut stalled.s), "the stalled write got a reply or the connection stayed");
+    let mut session = f.array.as_ref().unwrap().session().unwrap();
+    let mut back = vec![0xffu8; 1 << 20];
+    session.read(1 << 20, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0), "a write given up at stop reached the array");
 }
 
 fn a_read_only_export_refuses_changes() {

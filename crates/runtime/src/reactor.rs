@@ -189,7 +189,8 @@ impl Doorbell {
 
     /// Call after queueing a message: wakes the reactor if it sleeps or is about to.
     pub fn ring(&self) {
-        self.rung.store(true, Ordering::Relaxed);
+        // Release: a reactor that clears the flag (Acquire) sees the message queued before.
+        self.rung.store(true, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
             self.waker.wake();
@@ -206,7 +207,7 @@ impl Doorbell {
     /// notice: with the fences on both sides, either the ringer saw the announcement or
     /// this sees the ring).
     pub fn take_rung(&self) -> bool {
-        self.rung.swap(false, Ordering::Relaxed)
+        self.rung.swap(false, Ordering::AcqRel)
     }
 
     pub fn awake(&self) {
@@ -415,18 +416,19 @@ impl Reactor {
             // every job waits. The short spin (yielding the core) catches the next request of
             // a busy client without the cost of a sleep and a wake-up, which dominate at high
             // IOPS. With a job running the reactor never sleeps, so it reads no clock for this.
-            let sleep = state.jobs_waiting
-                && match (progress, idle_since) {
-                    (true, _) => {
-                        idle_since = None;
-                        false
-                    }
-                    (false, None) => {
-                        idle_since = Some(Instant::now());
-                        false
-                    }
-                    (false, Some(since)) => since.elapsed() >= SPIN_BEFORE_SLEEP,
-                };
+            // A job that did something says `Running`: that counts as work for the spin.
+            let busy = progress || !state.jobs_waiting;
+            let sleep = match (busy, idle_since) {
+                (true, _) => {
+                    idle_since = None;
+                    false
+                }
+                (false, None) => {
+                    idle_since = Some(Instant::now());
+                    false
+                }
+                (false, Some(since)) => since.elapsed() >= SPIN_BEFORE_SLEEP,
+            };
             match self.driver.wait(sleep, &self.inbox, &self.bell, &mut state.job_fds) {
                 Ok(message) => state.woke_with = message,
                 Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
