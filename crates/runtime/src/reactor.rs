@@ -3,10 +3,11 @@
 //!
 //! A turn: take messages (requests from sessions, control from the controller), let time
 //! pass, move the shard's member IO into the ring, hand completions back, route replies to
-//! their sessions and events to the controller, and run the jobs placed on this shard. When a
-//! turn did nothing and no job runs, the reactor sleeps: in the ring (files) until a
-//! completion, a ring of its doorbell or a short timeout (for the shard's timers), or on its
-//! inbox (memory members).
+//! their sessions and events to the controller, and run the jobs placed on this shard. When
+//! turns did nothing for `SPIN_BEFORE_SLEEP` and no job said `Running`, the reactor sleeps:
+//! with no jobs in the ring (files) until a completion, a ring of its doorbell or a short
+//! timeout (for the shard's timers), or on its inbox (memory members); with jobs in `poll(2)`
+//! (below).
 //!
 //! Doorbell: a thread that queued a message rings the doorbell, which costs a syscall only if
 //! the reactor said it is about to sleep. The reactor announces sleep, then looks at its inbox
