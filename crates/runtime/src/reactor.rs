@@ -260,26 +260,11 @@ impl Backend {
         let jobs_wait = !job_fds.is_empty();
         match self {
             Backend::Uring(d) if sleep && jobs_wait => {
-                bell.announce_sleep();
-                let result = match inbox.try_recv() {
-                    Ok(message) => d.submit_ring(0, None).map(|_| Some(message)),
-                    Err(_) if bell.take_rung() => d.submit_ring(0, None).map(|_| None),
-                    Err(_) => d.submit_ring(0, None).map(|_| {
-                        // The ring's descriptor turns readable with a completion (the armed
-                        // waker's too); one already taken out of the ring would not.
-                        if !d.ring().has_local_completions() {
-                            job_fds[0] = libc::pollfd {
-                                fd: d.ring().raw_fd(),
-                                events: libc::POLLIN,
-                                revents: 0,
-                            };
-                            sleep_in_poll(job_fds, IDLE_WAIT);
-                        }
-                        None
-                    }),
-                };
-                bell.awake();
-                result.map_err(|e| e.to_string())
+                d.submit_ring(0, None).map_err(|e| e.to_string())?;
+                // The ring's descriptor turns readable with a completion (the armed waker's
+                // too); one already taken out of the ring would not: then no sleep.
+                let own_fd = (!d.ring().has_local_completions()).then(|| d.ring().raw_fd());
+                Ok(sleep_with_jobs(bell, inbox, job_fds, own_fd, IDLE_WAIT))
             }
             Backend::Uring(d) if sleep => {
                 bell.announce_sleep();
@@ -295,14 +280,8 @@ impl Backend {
                 let wait = d.next_due_at().map_or(IDLE_WAIT, |at| {
                     at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
                 });
-                bell.announce_sleep();
-                let message = inbox.try_recv().ok();
-                if message.is_none() && !bell.take_rung() {
-                    let fd = bell.waker().raw_fd();
-                    job_fds[0] = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-                    sleep_in_poll(job_fds, wait);
-                }
-                bell.awake();
+                let message =
+                    sleep_with_jobs(bell, inbox, job_fds, Some(bell.waker().raw_fd()), wait);
                 // Memory members never arm the waker in a ring: its count is read here.
                 bell.waker().drain();
                 Ok(message)
@@ -318,6 +297,26 @@ impl Backend {
             Backend::Memory(_) => Ok(None),
         }
     }
+}
+
+/// A reactor with jobs, all waiting: announce the sleep and, unless a message or a ring came
+/// meanwhile (or `own_fd` is `None`), sleep in `poll(2)` on `own_fd` (what wakes the reactor
+/// anyway) and the jobs' descriptors (`job_fds[1..]`). Returns a message taken meanwhile.
+fn sleep_with_jobs(
+    bell: &Doorbell,
+    inbox: &Receiver<ToReactor>,
+    job_fds: &mut [libc::pollfd],
+    own_fd: Option<std::os::fd::RawFd>,
+    timeout: Duration,
+) -> Option<ToReactor> {
+    bell.announce_sleep();
+    let message = inbox.try_recv().ok();
+    if let Some(fd) = own_fd.filter(|_| message.is_none() && !bell.take_rung()) {
+        job_fds[0] = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        sleep_in_poll(job_fds, timeout);
+    }
+    bell.awake();
+    message
 }
 
 /// Sleep until one of `fds` reports an event or `timeout` passes. An interrupted or failed
@@ -359,12 +358,11 @@ struct TurnState {
     shutdown_ack: Option<Sender<bool>>,
     woke_with: Option<ToReactor>,
     jobs: Vec<(ShardJob, Sender<Result<(), String>>)>,
-    /// Per job (same index): where it is parked (`JobStatus::Parked`), if it is.
+    /// Per job (same index): where it is parked (`JobStatus::Parked`), if it is; `revents`
+    /// holds this turn's look at it.
     parked: Vec<Option<libc::pollfd>>,
     /// Scratch for the per-turn look at parked jobs' descriptors (at most `SHARD_JOBS_MAX`).
     parked_fds: Vec<libc::pollfd>,
-    /// Scratch: per job, whether it stays parked this turn.
-    skip: Vec<bool>,
     /// Turns run, for calling parked jobs now and then.
     turns: u32,
     /// Every job said `Waiting` or `Parked` in the last turn (true with no jobs).
@@ -400,7 +398,6 @@ impl Reactor {
             jobs: Vec::with_capacity(SHARD_JOBS_MAX),
             parked: Vec::with_capacity(SHARD_JOBS_MAX),
             parked_fds: Vec::with_capacity(SHARD_JOBS_MAX),
-            skip: Vec::with_capacity(SHARD_JOBS_MAX),
             turns: 0,
             jobs_waiting: true,
             job_fds: Vec::with_capacity(SHARD_JOBS_MAX + 1),
@@ -621,20 +618,24 @@ impl Reactor {
                 sleep_in_poll(&mut state.parked_fds, Duration::ZERO);
             }
         }
-        // Per job: parked and not ready (skipped this turn).
-        let mut ready = state.parked_fds.iter().map(|p| p.revents != 0);
-        state.skip.clear();
-        state.skip.extend(state.parked.iter().map(|parked| {
-            parked.is_some() && !call_all_parked && !ready.next().expect("one entry per parked job")
-        }));
+        // The look's answers go back to the parked entries, in job order (`revents` 0: not
+        // ready, skipped this turn).
+        let mut looked = state.parked_fds.iter();
+        for parked in state.parked.iter_mut().flatten() {
+            parked.revents = if call_all_parked {
+                libc::POLLIN
+            } else {
+                looked.next().expect("one entry per parked job").revents
+            };
+        }
         state.jobs_waiting = true;
         state.job_fds.clear();
         // Slot 0 belongs to `Backend::wait`; the list stays empty with no jobs.
         state.job_fds.push(libc::pollfd { fd: -1, events: 0, revents: 0 });
         let mut index = 0;
         while index < state.jobs.len() {
-            if state.skip[index] {
-                state.job_fds.push(state.parked[index].expect("skipped jobs are parked"));
+            if let Some(parked) = state.parked[index].filter(|p| p.revents == 0) {
+                state.job_fds.push(parked);
                 index += 1;
                 continue;
             }
@@ -643,7 +644,6 @@ impl Reactor {
                 JobStatus::Finished => {
                     let (_, done) = state.jobs.swap_remove(index);
                     state.parked.swap_remove(index);
-                    state.skip.swap_remove(index);
                     let _ = done.send(Ok(()));
                     continue;
                 }

@@ -75,6 +75,14 @@ enum WriteSource<'a> {
     Fill(&'a mut dyn FnMut(u64, &mut [u8]) -> std::io::Result<()>),
 }
 
+/// The length of a staged write's piece (a write is cut into write pieces only).
+fn staged_piece_bytes(piece: &Piece) -> usize {
+    let PieceOp::Write { len_bytes, .. } = piece.op else {
+        panic!("a staged write cut into a piece that is not a write");
+    };
+    usize::try_from(len_bytes).expect("fits")
+}
+
 /// Where a staged write stands: its ticket, its tag, and how far its pieces are filled.
 #[derive(Debug)]
 struct Staged {
@@ -280,10 +288,7 @@ impl Session {
                 if count == FILL_SLICES_MAX {
                     break;
                 }
-                let PieceOp::Write { len_bytes, .. } = piece.op else {
-                    panic!("a staged write cut into a piece that is not a write");
-                };
-                let len = usize::try_from(len_bytes).expect("fits");
+                let len = staged_piece_bytes(piece);
                 let from = if count == 0 { staged.piece_filled_bytes } else { 0 };
                 let slice = &mut buf.as_mut().expect("taken").as_mut_slice()[from..len];
                 room_bytes += slice.len();
@@ -296,10 +301,8 @@ impl Session {
             }
             assert!(n <= room_bytes, "fill reported more bytes than it was given room for");
             while n > 0 {
-                let PieceOp::Write { len_bytes, .. } = self.staged_pieces[staged.piece].op else {
-                    unreachable!("checked above");
-                };
-                let left = usize::try_from(len_bytes).expect("fits") - staged.piece_filled_bytes;
+                let left = staged_piece_bytes(&self.staged_pieces[staged.piece])
+                    - staged.piece_filled_bytes;
                 if n < left {
                     staged.piece_filled_bytes += n;
                     break;
@@ -325,7 +328,7 @@ impl Session {
             PieceOp::Write { offset, len_bytes, durability, .. } => {
                 ShardOp::Write { offset, len_bytes, durability }
             }
-            _ => unreachable!("checked by fill_staged"),
+            _ => unreachable!("checked by staged_piece_bytes while filling"),
         }));
         let result = self.launch(staged.slot, staged.tag, &mut pieces, &mut bufs, &mut ops);
         self.staged_pieces = pieces;

@@ -183,16 +183,29 @@ fn in_memory_members_write_read_shutdown_reopen() {
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }
 
-#[test]
-fn session_ids_are_reused_so_a_server_never_runs_out() {
+/// A new array on `count` in-memory members of `member_bytes` each (names `prefix0..`),
+/// opened with `options()` and sessions of `session_buffer_bytes`.
+fn in_memory_array(
+    prefix: &str,
+    level: Level,
+    count: usize,
+    member_bytes: u64,
+    session_buffer_bytes: usize,
+) -> Array {
     use flashraid_runtime::{MemMember, create_in_memory};
-    let members: Vec<_> = (0..4).map(|i| MemMember::new(&format!("mem{i}"), 8 << 20)).collect();
-    let mut spec = spec(std::path::Path::new("/nonexistent"), Level::Raid5, 4);
+    let members: Vec<_> =
+        (0..count).map(|i| MemMember::new(&format!("{prefix}{i}"), member_bytes)).collect();
+    let mut spec = spec(std::path::Path::new("/nonexistent"), level, count);
     spec.members.clear();
     create_in_memory(&spec, &members).unwrap();
     let mut o = options();
-    o.session_buffer_bytes = 1 << 20;
-    let array = Array::open_in_memory(&members, &o).unwrap();
+    o.session_buffer_bytes = session_buffer_bytes;
+    Array::open_in_memory(&members, &o).unwrap()
+}
+
+#[test]
+fn session_ids_are_reused_so_a_server_never_runs_out() {
+    let array = in_memory_array("mem", Level::Raid5, 4, 8 << 20, 1 << 20);
     // More sessions over the array's life than it serves at once, each dropped with a
     // request still in flight (the drop waits for it) or idle.
     for i in 0..(flashraid_runtime::SESSIONS_MAX as u64 + 100) {
@@ -223,12 +236,8 @@ fn session_ids_are_reused_so_a_server_never_runs_out() {
 
 #[test]
 fn filled_writes_land_in_order_and_a_failed_fill_sends_nothing() {
-    use flashraid_runtime::{MemMember, SubmitError, create_in_memory};
-    let members: Vec<_> = (0..6).map(|i| MemMember::new(&format!("fill{i}"), 24 << 20)).collect();
-    let mut spec = spec(std::path::Path::new("/nonexistent"), Level::Raid6, 6);
-    spec.members.clear();
-    create_in_memory(&spec, &members).unwrap();
-    let array = Array::open_in_memory(&members, &options()).unwrap();
+    use flashraid_runtime::SubmitError;
+    let array = in_memory_array("fill", Level::Raid6, 6, 24 << 20, options().session_buffer_bytes);
     let mut session = array.session().unwrap();
     // 200 KiB starting mid-stripe: several pieces, filled from a "socket" in request order.
     let data = pattern(5, 200 << 10);
@@ -281,14 +290,8 @@ fn filled_writes_land_in_order_and_a_failed_fill_sends_nothing() {
 /// one given up sends nothing and gives every buffer back.
 #[test]
 fn staged_writes_fill_in_dribs_and_a_cancelled_one_sends_nothing() {
-    use flashraid_runtime::{MemMember, SubmitError, create_in_memory};
-    let members: Vec<_> = (0..6).map(|i| MemMember::new(&format!("stage{i}"), 24 << 20)).collect();
-    let mut spec = spec(std::path::Path::new("/nonexistent"), Level::Raid6, 6);
-    spec.members.clear();
-    create_in_memory(&spec, &members).unwrap();
-    let mut opts = options();
-    opts.session_buffer_bytes = 1 << 20;
-    let array = Array::open_in_memory(&members, &opts).unwrap();
+    use flashraid_runtime::SubmitError;
+    let array = in_memory_array("stage", Level::Raid6, 6, 24 << 20, 1 << 20);
     let mut session = array.session().unwrap();
     let write = |offset: u64, len: usize| ArrayOp::Write {
         offset: ArrayOffset(offset),
