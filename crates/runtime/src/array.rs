@@ -730,7 +730,7 @@ impl Array {
                 Ok(Err(e)) => {
                     first_error.get_or_insert(ArrayError::Other(e));
                 }
-                // The reactor stopped (or the job panicked) before the job finished.
+                // The reactor stopped before the job finished.
                 Err(_) => {
                     first_error.get_or_insert(ArrayError::Stopped);
                 }
@@ -740,7 +740,8 @@ impl Array {
     }
 
     /// Start `job` inside reactor `index % shards` and return at once; the receiver hears
-    /// when it finished (or why not; a reactor that stopped first drops the sender). See
+    /// when it finished (or why not: no room on the shard, or it panicked and was dropped;
+    /// a reactor that stopped first drops the sender). See
     /// [`Array::run_on_shards`] for what a job must and must not do.
     pub fn start_job(
         &self,

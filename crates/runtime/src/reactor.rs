@@ -107,7 +107,8 @@ pub enum JobStatus {
 }
 
 /// Work run inside a reactor thread, once per turn. It must not block: it submits and
-/// collects through a session with `poll(false, ..)`.
+/// collects through a session with `poll(false, ..)`. A job that panics is dropped (its
+/// session with it) and its sender hears why; the reactor and its other jobs go on.
 pub type ShardJob = Box<dyn FnMut() -> JobStatus + Send>;
 
 pub(crate) enum Control {
@@ -640,7 +641,30 @@ impl Reactor {
                 continue;
             }
             state.parked[index] = None;
-            match (state.jobs[index].0)() {
+            // A job's state is its own (a connection, its session, its socket): one that
+            // panics is dropped alone and the shard, which it reaches only by message, goes
+            // on serving the others. The shard's own assertions are outside this and still
+            // stop the reactor.
+            let job = &mut state.jobs[index].0;
+            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            let status = match called {
+                Ok(status) => status,
+                Err(payload) => {
+                    let (job, done) = state.jobs.swap_remove(index);
+                    state.parked.swap_remove(index);
+                    // Its drop may panic too, over state the first panic left half done.
+                    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        drop(job);
+                    }));
+                    let why = panic_message(payload.as_ref());
+                    let _ = done.send(Err(match dropped {
+                        Ok(()) => format!("the job panicked: {why}"),
+                        Err(_) => format!("the job panicked ({why}), and again as it was dropped"),
+                    }));
+                    continue;
+                }
+            };
+            match status {
                 JobStatus::Finished => {
                     let (_, done) = state.jobs.swap_remove(index);
                     state.parked.swap_remove(index);
@@ -706,6 +730,17 @@ impl Reactor {
 }
 
 /// Build a ring for a shard with every member registered.
+/// A panic's message, where it carries one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        text
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text
+    } else {
+        "no message"
+    }
+}
+
 pub(crate) fn member_ring(
     fds: &[std::os::fd::RawFd],
     entries: u32,

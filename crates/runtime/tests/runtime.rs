@@ -289,6 +289,83 @@ fn filled_writes_land_in_order_and_a_failed_fill_sends_nothing() {
 /// buffers at once, is filled in dribs across pieces in request order, and is sent whole;
 /// one given up sends nothing and gives every buffer back.
 #[test]
+fn a_job_that_panics_is_dropped_alone_and_its_reactor_serves_on() {
+    use flashraid_runtime::JobStatus;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let array = in_memory_array("panic", Level::Raid6, 6, 24 << 20, 1 << 20);
+    let before = pattern(3, 256 << 10);
+    array.session().unwrap().write(0, &before).unwrap();
+    // A neighbour on the same shard (jobs 0 and 2 both land on shard 0 of 2), called until
+    // told to stop.
+    let calls = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (neighbour_calls, neighbour_stop) = (calls.clone(), stop.clone());
+    let neighbour = array
+        .start_job(
+            0,
+            Box::new(move || {
+                neighbour_calls.fetch_add(1, Ordering::Relaxed);
+                if neighbour_stop.load(Ordering::Relaxed) {
+                    JobStatus::Finished
+                } else {
+                    JobStatus::Running
+                }
+            }),
+        )
+        .unwrap();
+    // The job panics on its third call with writes of its session still in flight, so its
+    // session is dropped in the reactor with requests outstanding.
+    let mut session = array.job_session(2).unwrap();
+    let mut turn = 0u32;
+    let scribble = pattern(200, 64 << 10);
+    let panicking = array
+        .start_job(
+            2,
+            Box::new(move || {
+                turn += 1;
+                if turn == 3 {
+                    panic!("a bug in connection code (this test's)");
+                }
+                for i in 0..4u64 {
+                    let op = ArrayOp::Write {
+                        offset: ArrayOffset((1 << 20) + (u64::from(turn) * 4 + i) * (64 << 10)),
+                        len_bytes: 64 << 10,
+                        durability: Durability::Cached,
+                    };
+                    session.submit(op, Some(&scribble), i).unwrap();
+                }
+                session.poll(false, &mut |_| {});
+                JobStatus::Running
+            }),
+        )
+        .unwrap();
+    let why = panicking.recv_timeout(std::time::Duration::from_secs(10)).unwrap().unwrap_err();
+    assert!(why.contains("panicked") && why.contains("this test's"), "{why}");
+    // The neighbour is still called, the array still reads and writes, and the data written
+    // before is intact.
+    let seen = calls.load(Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while calls.load(Ordering::Relaxed) < seen + 100 {
+        assert!(std::time::Instant::now() < deadline, "the reactor stopped calling jobs");
+        std::thread::yield_now();
+    }
+    let mut client = array.session().unwrap();
+    let mut back = vec![0u8; before.len()];
+    client.read(0, &mut back).unwrap();
+    assert!(back == before, "the data written before the panic reads back");
+    let after = pattern(77, 128 << 10);
+    client.write(8 << 20, &after).unwrap();
+    let mut back = vec![0u8; after.len()];
+    client.read(8 << 20, &mut back).unwrap();
+    assert!(back == after);
+    stop.store(true, Ordering::Relaxed);
+    neighbour.recv_timeout(std::time::Duration::from_secs(10)).unwrap().unwrap();
+    drop(client);
+    array.shutdown().unwrap();
+}
+
+#[test]
 fn staged_writes_fill_in_dribs_and_a_cancelled_one_sends_nothing() {
     use flashraid_runtime::SubmitError;
     let array = in_memory_array("stage", Level::Raid6, 6, 24 << 20, 1 << 20);
