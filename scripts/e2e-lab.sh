@@ -221,13 +221,24 @@ for t in small["targets"]:
     data = t["data"]
     assert data and data["read"]["ios"] > 0 and data["write"]["ios"] > 0, t["name"]
     assert data["sync"]["syncs"] > 0, "fsync=1 but no syncs"
+    # PostMark: a process per filesystem, together doing the quick shape's 2000 files.
+    pm = t["postmark"]
+    want = 6 if t["name"] == "members" else 1
+    assert pm and len(pm["processes"]) == want, (t["name"], pm)
+    assert sum(p["created_alone"] for p in pm["processes"]) == 2000, pm
+    assert all(p["transactions_per_s"] > 0 and p["read"] > 0 for p in pm["processes"]), pm
+    assert pm["wall_seconds"] > 0, pm
 print("   video-frames: 8 frame tests and the large-file ladder that fits on both targets; "
-      "small-files: 6 metadata tests and data")
+      "small-files: 6 metadata tests, data and PostMark")
 EOF
 grep -q "late at 24 fps" "$work/run5/video-frames/report.md" || fail "video-frames: no late frames"
 grep -q "a frame per IO (AJA-like)" "$work/run5/video-frames/report.md" \
     || fail "video-frames: no large-file table"
 grep -q "fsync p99" "$work/run5/small-files/report.md" || fail "small-files: no fsync latency"
+grep -q "small-files: PostMark" "$work/run5/small-files/report.md" || fail "small-files: no PostMark"
+for f in "$work/run5/small-files/0-members/postmark-5.out" "$work/run5/small-files/1-flashraid/postmark-0.out"; do
+    grep -q "seconds of transactions" "$f" || fail "PostMark's report not kept: $f"
+done
 [ "$(grep -o '<svg' "$work/run5/video-frames/report.html" | wc -l)" -ge 17 ] \
     || fail "video-frames: bars, 8 frame-file and 8 large-file MB/s-over-time charts expected"
 "$bin" bench compare "$work/run5" "$work/run5/video-frames/files-run.json" --out "$work/cmp5" \

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # ISA-L: the parity oracle. Then the real NBD clients of the end-to-end test, and Chromium
 # (with PIL to look at its screenshot) for the lab's HTML report.
 need_packages libisal-dev fio nbdkit libnbd-bin python3-libnbd nbdfuse fuse3 qemu-utils openssl \
-    xfsprogs e2fsprogs chromium python3-pil iproute2
+    xfsprogs e2fsprogs chromium python3-pil iproute2 postmark
 need_rust_components rustfmt clippy
 
 echo "== parity kernels on this CPU (the differential tests cover every supported one)"

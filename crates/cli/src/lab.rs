@@ -369,7 +369,10 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
     }
     check_fio(&args.fio, &specs)?;
     if plans.iter().any(|p| matches!(p, Job::Files(_))) {
-        files::check_tools(args.fs, &specs)?;
+        let postmark = plans.iter().any(|p| {
+            matches!(p, Job::Files(flashraid_lab::files::FilesShape::SmallFiles(s)) if s.postmark.is_some())
+        });
+        files::check_tools(args.fs, &specs, postmark)?;
     }
     let out =
         args.out.clone().unwrap_or_else(|| PathBuf::from("lab-reports").join(chrono_like_stamp()));

@@ -16,9 +16,12 @@
 //! per queue depth, one file of the largest frame format written sequentially one frame per
 //! IO, then read back ([`LargeFileRun`]: average and minimum MB/s, frame times).
 //!
+//! small-files also runs P6a, PostMark, when the shape asks for it (its parse and figures
+//! live in [`crate::postmark`]; this module puts its table in the report).
+//!
 //! Limits: a frame's time is its write or read alone: fio opens and closes files outside the
-//! IO it times, which frametest would count. No P5c fill-rate sweep, no PostMark (P6a).
-//! Earlier runs compare through `merge`.
+//! IO it times, which frametest would count. No P5c fill-rate sweep. Earlier runs compare
+//! through `merge`.
 
 use crate::chart::{self, BarChart, LineChart};
 use crate::fio::JobResult;
@@ -532,6 +535,9 @@ pub struct FilesTarget {
     pub large_files: Vec<LargeFileRun>,
     pub metadata: Vec<MetaRun>,
     pub data: Option<JobResult>,
+    /// small-files' PostMark run (absent in reports from before it, or when skipped).
+    #[serde(default)]
+    pub postmark: Option<crate::postmark::PostmarkRun>,
     pub skipped: Vec<SkippedTest>,
 }
 
@@ -735,6 +741,26 @@ fn data_table(report: &FilesReport) -> Table {
     }
 }
 
+fn postmark_table(report: &FilesReport) -> Table {
+    let base = report.targets.first().and_then(|t| t.postmark.as_ref());
+    let rows = report
+        .targets
+        .iter()
+        .filter_map(|t| t.postmark.as_ref().map(|p| (t, p)))
+        .map(|(t, p)| std::iter::once(t.name.clone()).chain(p.cells(base)).collect())
+        .collect();
+    let header =
+        std::iter::once("Target".to_string()).chain(crate::postmark::PostmarkRun::header());
+    Table {
+        title: format!(
+            "small-files: PostMark (file ops/s ratios to {})",
+            report.targets.first().map_or("-", |t| t.name.as_str())
+        ),
+        header: header.collect(),
+        rows,
+    }
+}
+
 fn skipped_lines(report: &FilesReport) -> Vec<String> {
     report
         .targets
@@ -762,8 +788,18 @@ fn tables(report: &FilesReport) -> Vec<Table> {
             }
             tables
         }
-        FilesShape::SmallFiles(_) => vec![metadata_table(report), data_table(report)],
+        FilesShape::SmallFiles(_) => {
+            let mut tables = vec![metadata_table(report), data_table(report)];
+            if report.targets.iter().any(|t| t.postmark.is_some()) {
+                tables.push(postmark_table(report));
+            }
+            tables
+        }
     }
+}
+
+fn has_postmark(report: &FilesReport) -> bool {
+    report.targets.iter().any(|t| t.postmark.is_some())
 }
 
 const FRAMES_NOTE: &str = "A frame's time is its one write or read (fio times the IO, not the \
@@ -780,6 +816,9 @@ pub fn render_files_markdown(report: &FilesReport) -> String {
     }
     for table in tables(report) {
         out.push_str(&md_table(&table));
+    }
+    if has_postmark(report) {
+        let _ = writeln!(out, "{}\n", crate::postmark::POSTMARK_NOTE);
     }
     for line in skipped_lines(report) {
         let _ = writeln!(out, "- {line}");
@@ -880,6 +919,25 @@ fn metadata_bars(report: &FilesReport) -> BarChart {
     )
 }
 
+/// PostMark's rates side by side, one bar per target in each group.
+fn postmark_bars(report: &FilesReport) -> BarChart {
+    use crate::postmark::PostmarkRun;
+    let rate = |run: &PostmarkRun, wall_clock: bool| {
+        if wall_clock { run.file_ops_per_s() } else { run.transactions_per_s() }
+    };
+    bars(
+        report,
+        "PostMark",
+        "per second",
+        &[false, true],
+        |&wall_clock| {
+            if wall_clock { "file ops/s (wall clock)" } else { "transactions/s (PostMark)" }
+                .to_string()
+        },
+        |t, &wall_clock| t.postmark.as_ref().map(|run| rate(run, wall_clock)),
+    )
+}
+
 /// The report as one self-contained HTML page.
 pub fn render_files_html(report: &FilesReport) -> String {
     let mut out = html_open(&title(report));
@@ -913,6 +971,11 @@ pub fn render_files_html(report: &FilesReport) -> String {
         }
         FilesShape::SmallFiles(_) => {
             out.push_str(&chart::bar_chart_svg(&metadata_bars(report)));
+            if has_postmark(report) {
+                let _ =
+                    writeln!(out, "<p>{}</p>", chart::xml_escape(crate::postmark::POSTMARK_NOTE));
+                out.push_str(&chart::bar_chart_svg(&postmark_bars(report)));
+            }
         }
     }
     let skipped = skipped_lines(report);

@@ -22,6 +22,7 @@
 //!   inline SVG charts, and side-by-side comparison of earlier reports.
 //! * [`vm`], [`files`], [`degraded`]: the non-SNIA profiles' job files (where not in
 //!   `profile`), results and reports: vm-images; video-frames and small-files; degraded-rebuild.
+//! * [`postmark`]: small-files' PostMark run (its command file, the parse of its report).
 //!
 //! Honesty rules carried in types: every report has a [`profile::ConformanceLabel`]; quick mode
 //! is always `quick-smoke`; steady state is computed here from per-round values, never taken
@@ -34,6 +35,7 @@ pub mod degraded;
 pub mod files;
 pub mod fio;
 pub mod merge;
+pub mod postmark;
 pub mod profile;
 pub mod report;
 pub mod steady;

@@ -119,10 +119,17 @@ impl SameShape for crate::profile::VmImagesShape {
 
 impl SameShape for crate::files::FilesShape {
     /// Equal, except that a video-frames run from before the large-file ladder (P5a) has
-    /// none: its frame-file tests still compare with a newer run's.
+    /// none, and a small-files run from before PostMark (P6a) has none: their other tests
+    /// still compare with a newer run's.
     fn same_shape(&self, other: &Self) -> bool {
-        use crate::files::FilesShape::VideoFrames;
+        use crate::files::FilesShape::{SmallFiles, VideoFrames};
         match (self, other) {
+            (SmallFiles(a), SmallFiles(b)) if a.postmark.is_none() || b.postmark.is_none() => {
+                let without = |s: &crate::profile::SmallFilesShape| {
+                    crate::profile::SmallFilesShape { postmark: None, ..s.clone() }
+                };
+                without(a) == without(b)
+            }
             (VideoFrames(a), VideoFrames(b))
                 if a.large_file_bytes.is_empty() || b.large_file_bytes.is_empty() =>
             {

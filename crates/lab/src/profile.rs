@@ -909,6 +909,9 @@ pub struct SmallFilesShape {
     pub data_block_bytes: u64,
     pub data_read_percent: u8,
     pub data_runtime_s: u32,
+    /// P6a, PostMark (absent in reports from before it).
+    #[serde(default)]
+    pub postmark: Option<crate::postmark::PostmarkShape>,
 }
 
 /// P7: continuous load across healthy, fail, degraded, rebuild and post-rebuild phases.
@@ -978,6 +981,7 @@ pub fn workload_shape(profile: Profile, mode: Mode) -> Option<WorkloadShape> {
             data_block_bytes: 4 * KIB,
             data_read_percent: 70,
             data_runtime_s: if quick { 10 } else { 300 },
+            postmark: Some(crate::postmark::PostmarkShape::for_mode(quick)),
         }),
         Profile::DegradedRebuild => WorkloadShape::DegradedRebuild(DegradedRebuildShape {
             phase_duration_s: if quick { 15 } else { 600 },

@@ -12,8 +12,12 @@
 //! down in reverse order, also after a failure (the teardown runs on drop); mount points live
 //! in a fresh 0700 directory under the system temp directory, never in a user's path.
 //!
-//! Limits: needs root (mount, losetup), /dev/fuse for NBD targets, and mkfs for the chosen
-//! filesystem. The frames and file counts shrink to the room the filesystem has, and a test
+//! small-files ends with PostMark (P6a): one `postmark` process per filesystem, started
+//! together, each with its share of the files and transactions, timed by the lab's clock
+//! as well as its own; each process's command file and report are kept in the raw folder.
+//!
+//! Limits: needs root (mount, losetup), /dev/fuse for NBD targets, mkfs for the chosen
+//! filesystem, and `postmark` for small-files. The frames and file counts shrink to the room the filesystem has, and a test
 //! with too little room is skipped and listed, not run smaller than its minimum.
 
 use super::{
@@ -28,6 +32,7 @@ use flashraid_lab::files::{
     render_frames, render_large_file, render_metadata, render_small_data,
 };
 use flashraid_lab::fio::parse_fio_output;
+use flashraid_lab::postmark::{PostmarkRun, PostmarkShape, parse_postmark, render_postmark_config};
 use flashraid_lab::profile::{Profile, SmallFilesShape, Target, VideoFramesShape};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +43,8 @@ use std::time::{Duration, Instant};
 const NBDFUSE_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long nbdfuse may take to exit after its unmount.
 const NBDFUSE_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// small-files' P6a benchmark (Debian's postmark).
+const POSTMARK: &str = "postmark";
 /// fio's floor speed for a time limit on a frames phase: slower than this is wedged.
 const WEDGED_BYTES_PER_S: u64 = 1 << 20;
 
@@ -150,7 +157,7 @@ fn free_bytes(dir: &Path) -> Result<u64> {
 }
 
 /// Refuse early, with what is missing, rather than half-way through a run.
-pub(super) fn check_tools(fs: FsKind, specs: &[TargetSpec]) -> Result<()> {
+pub(super) fn check_tools(fs: FsKind, specs: &[TargetSpec], postmark: bool) -> Result<()> {
     if super::current_uid()? != 0 {
         bail!(
             "video-frames and small-files make and mount a filesystem on each target \
@@ -158,6 +165,9 @@ pub(super) fn check_tools(fs: FsKind, specs: &[TargetSpec]) -> Result<()> {
         );
     }
     let mut tools = vec![fs.mkfs()[0], "losetup", "mount", "umount", "df"];
+    if postmark {
+        tools.push(POSTMARK);
+    }
     if specs.iter().any(|s| matches!(s, TargetSpec::Flashraid | TargetSpec::Nbd(_))) {
         tools.extend(["nbdfuse", "fusermount3"]);
         if !Path::new("/dev/fuse").exists() {
@@ -171,7 +181,7 @@ pub(super) fn check_tools(fs: FsKind, specs: &[TargetSpec]) -> Result<()> {
         if !found {
             bail!(
                 "{tool} not found (Debian: e2fsprogs or xfsprogs, mount, coreutils, \
-                 libnbd-bin's nbdfuse, fuse3)"
+                 libnbd-bin's nbdfuse, fuse3, postmark)"
             );
         }
     }
@@ -353,6 +363,7 @@ pub(super) fn run_files(
             large_files: vec![],
             metadata: vec![],
             data: None,
+            postmark: None,
             skipped: vec![],
         };
         let result = (|| -> Result<()> {
@@ -552,6 +563,21 @@ fn run_small(
         }
         clear(fs)?;
     }
+    run_small_data(args, shape, fs, raw_dir, column, target)?;
+    if let Some(postmark) = &shape.postmark {
+        run_postmark(args, postmark, fs, raw_dir, column, target)?;
+    }
+    Ok(())
+}
+
+fn run_small_data(
+    args: &LabRunArgs,
+    shape: &SmallFilesShape,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    column: &str,
+    target: &mut FilesTarget,
+) -> Result<()> {
     let data_bytes = u64::from(shape.data_files) * shape.data_file_size_bytes;
     if data_bytes > fs.free_bytes_min.saturating_mul(fs.dirs.len() as u64) / 2 {
         target.skipped.push(SkippedTest {
@@ -579,5 +605,103 @@ fn run_small(
         data.sync.as_ref().map_or(0, |s| s.syncs)
     );
     target.data = Some(data);
+    clear(fs)
+}
+
+/// P6a: one PostMark process per filesystem, all started together, each with its share of
+/// the files and transactions; its report (and command file) kept in `raw_dir`.
+fn run_postmark(
+    args: &LabRunArgs,
+    shape: &PostmarkShape,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    column: &str,
+    target: &mut FilesTarget,
+) -> Result<()> {
+    let processes = u32::try_from(fs.dirs.len()).context("filesystems")?;
+    // Each process's share of the files at their largest, on its own filesystem.
+    let share_bytes = u64::from(shape.share(0, processes).0) * u64::from(shape.size_max_bytes);
+    if share_bytes > fs.free_bytes_min / 2 {
+        target.skipped.push(SkippedTest {
+            test: "postmark".into(),
+            reason: format!(
+                "its files may take {share_bytes} bytes per filesystem, more than half the free space"
+            ),
+        });
+        return Ok(());
+    }
+    eprintln!(
+        "[small-files] {column}: PostMark, {} files, {} transactions, {processes} process(es)",
+        shape.files, shape.transactions
+    );
+    let limit = Duration::from_secs(u64::from(shape.time_limit_s));
+    let mut children = Vec::with_capacity(fs.dirs.len());
+    let started = Instant::now();
+    for (index, dir) in fs.dirs.iter().enumerate() {
+        let location = Path::new(dir).join("postmark");
+        std::fs::create_dir(&location)?;
+        let location = location.to_str().context("a filesystem path that is not UTF-8")?;
+        let config = render_postmark_config(shape, location, index as u32, processes, args.seed)?;
+        let config_path = raw_dir.join(format!("postmark-{index}.cfg"));
+        std::fs::write(&config_path, config)?;
+        let output = raw_dir.join(format!("postmark-{index}.out"));
+        let mut command = Command::new(POSTMARK);
+        flashraid_nbd::signals::unblock_in_child(&mut command);
+        command
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&output)?)
+            .stderr(Stdio::inherit());
+        children.push((command.spawn().context("running postmark")?, output));
+    }
+    let mut done = vec![false; children.len()];
+    let mut failure = None;
+    while done.iter().any(|d| !d) {
+        for (k, (child, _)) in children.iter_mut().enumerate() {
+            if done[k] {
+                continue;
+            }
+            if let Some(status) = child.try_wait()? {
+                done[k] = true;
+                if !status.success() && failure.is_none() {
+                    failure = Some(format!("postmark {k} on {column} ended with {status}"));
+                }
+            }
+        }
+        let interrupted = super::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+        if failure.is_some() || interrupted || started.elapsed() > limit {
+            for (k, (child, _)) in children.iter_mut().enumerate() {
+                if !done[k] {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+            if interrupted {
+                bail!("interrupted by a signal while PostMark ran on {column}");
+            }
+            bail!(
+                "{}",
+                failure.unwrap_or_else(|| format!(
+                    "PostMark ran {} s on {column}, past its limit: the target seems wedged",
+                    started.elapsed().as_secs()
+                ))
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let mut outputs = Vec::with_capacity(children.len());
+    for (_, path) in &children {
+        let text = std::fs::read_to_string(path)?;
+        outputs.push(parse_postmark(&text).with_context(|| format!("{}", path.display()))?);
+    }
+    let run = PostmarkRun { processes: outputs, wall_seconds };
+    eprintln!(
+        "    {:.0} transactions/s (PostMark), {:.0} file ops/s over {:.1} s",
+        run.transactions_per_s(),
+        run.file_ops_per_s(),
+        run.wall_seconds
+    );
+    target.postmark = Some(run);
     clear(fs)
 }

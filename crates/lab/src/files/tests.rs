@@ -227,6 +227,7 @@ fn frames_report() -> FilesReport {
         large_files: vec![],
         metadata: vec![],
         data: None,
+        postmark: None,
         skipped,
     };
     FilesReport {
@@ -390,4 +391,96 @@ fn large_file_frame_times_at_depth_are_the_gaps_between_completions() {
     let qd1 =
         LargeFileRun::from_samples(&shape, &dci(), 1 << 30, 1, FramePhase::Read, samples).unwrap();
     assert_eq!((qd1.run.frame_ms_p50, qd1.run.frame_ms_max), (24.0, 24.0), "IO times at QD1");
+}
+
+fn postmark_output(created: u64, transactions_per_s: f64) -> crate::postmark::PostmarkOutput {
+    crate::postmark::PostmarkOutput {
+        total_seconds: 3,
+        transaction_seconds: 2,
+        transactions_per_s,
+        created,
+        created_per_s: created as f64 / 3.0,
+        created_alone: 100,
+        created_alone_per_s: 100.0,
+        created_mixed: created - 100,
+        created_mixed_per_s: 10.0,
+        read: 50,
+        read_per_s: 25.0,
+        appended: 50,
+        appended_per_s: 25.0,
+        deleted: created,
+        deleted_per_s: created as f64 / 3.0,
+        deleted_alone: 100,
+        deleted_alone_per_s: 100.0,
+        deleted_mixed: created - 100,
+        deleted_mixed_per_s: 10.0,
+        read_bytes: 2e6,
+        read_bytes_per_s: 1e6,
+        written_bytes: 4e6,
+        written_bytes_per_s: 2e6,
+    }
+}
+
+fn small_report() -> FilesReport {
+    let target = |name: &str, postmark| FilesTarget {
+        name: name.into(),
+        description: name.into(),
+        filesystem: "xfs".into(),
+        frames: vec![],
+        large_files: vec![],
+        metadata: vec![],
+        data: None,
+        postmark,
+        skipped: vec![],
+    };
+    use crate::postmark::PostmarkRun;
+    // Two member filesystems, one process each; the array one process, half the wall time.
+    let members = PostmarkRun {
+        processes: vec![postmark_output(150, 500.0), postmark_output(150, 700.0)],
+        wall_seconds: 4.0,
+    };
+    let array = PostmarkRun { processes: vec![postmark_output(300, 1500.0)], wall_seconds: 2.0 };
+    FilesReport {
+        run_id: "s".into(),
+        mode: Mode::Quick,
+        conformance: ConformanceLabel::QuickSmoke { deviations: vec![] },
+        shape: FilesShape::SmallFiles(small_shape()),
+        manifest: BTreeMap::new(),
+        targets: vec![target("members", Some(members)), target("flashraid", Some(array))],
+    }
+}
+
+#[test]
+fn postmark_gets_a_table_with_wall_clock_ratios_a_note_and_a_chart() {
+    let report = small_report();
+    let md = render_files_markdown(&report);
+    // members: (150+50+50+150) x 2 = 800 file ops in 4 s; the array 700 in 2 s.
+    assert!(md.contains("| members | 2 | 3 / 2 | 1200 |"), "{md}");
+    assert!(md.contains("| 200 (1.00x) |"), "{md}");
+    assert!(md.contains("| flashraid | 1 | 3 / 2 | 1500 |"), "{md}");
+    assert!(md.contains("| 350 (1.75x) |"), "{md}");
+    assert!(md.contains("PostMark times in whole seconds"));
+    let html = render_files_html(&report);
+    assert_eq!(html.matches("<svg").count(), 2, "metadata bars and PostMark bars");
+    let back: FilesReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+/// A small-files run from before PostMark (its shape and targets have none) still reads,
+/// renders without a PostMark table, and compares with a newer run.
+#[test]
+fn small_files_runs_from_before_postmark_still_read_and_compare() {
+    use crate::merge::compare_runs;
+    let new = small_report();
+    let mut json: serde_json::Value = serde_json::to_value(&new).unwrap();
+    json["shape"].as_object_mut().unwrap().remove("postmark");
+    for target in json["targets"].as_array_mut().unwrap() {
+        target.as_object_mut().unwrap().remove("postmark");
+    }
+    json["run_id"] = "old".into();
+    let old: FilesReport = serde_json::from_value(json).unwrap();
+    assert!(old.targets.iter().all(|t| t.postmark.is_none()));
+    assert!(!render_files_markdown(&old).contains("PostMark"));
+    let merged = compare_runs(&[old, new]).unwrap();
+    assert!(render_files_markdown(&merged).contains("small-files: PostMark"));
 }
