@@ -10,6 +10,11 @@
 //! - At most [`Ring::in_flight_max`] operations (the completion queue's size) are in flight
 //!   counting the armed waker read, so the completion queue can never overflow. Reaching the
 //!   limit, or a full submission queue, is [`RingError::Full`]: backpressure, never growth.
+//! - One completion slot and one submission entry are kept for the waker read whether it
+//!   is armed or not, so [`Ring::arm_waker`] never finds the ring full: operations alone
+//!   fill at most `in_flight_max - 1` slots. (Without the reserve, a burst of IO that
+//!   filled the submission queue as the waker's completion was reaped left the waker
+//!   unarmed for good, and its owner slept through every wake from then on.)
 //! - `user_data == USER_DATA_RESERVED` is never accepted from the caller; it tags the waker
 //!   read, so the ring can tell its own completion apart without trusting the caller's
 //!   numbering.
@@ -395,7 +400,7 @@ impl Ring {
         if user_data == USER_DATA_RESERVED {
             return Err(RingError::ReservedUserData);
         }
-        self.check_capacity()?;
+        self.check_capacity(false)?;
         let Some(entry) = self.prepare(op, user_data)? else {
             return Ok(());
         };
@@ -497,7 +502,8 @@ impl Ring {
         if self.waker.is_some() {
             return Err(RingError::WakerArmed);
         }
-        self.check_capacity()?;
+        // Never fails: operations leave one slot and one entry for this read (`push`).
+        self.check_capacity(true)?;
         let buffer = self.waker_buffer.get().cast::<u8>();
         let entry = opcode::Read::new(types::Fd(waker.raw_fd()), buffer, WAKER_READ_BYTES)
             .offset(0)
@@ -596,9 +602,16 @@ impl Ring {
         self.waker.is_some()
     }
 
-    fn check_capacity(&mut self) -> Result<(), RingError> {
+    /// Room to queue one more entry: `for_waker`, the waker read itself; otherwise an
+    /// operation, which must leave the waker read its slot and its entry if it is not armed
+    /// (an armed one holds them already).
+    fn check_capacity(&mut self, for_waker: bool) -> Result<(), RingError> {
+        let reserve = usize::from(!for_waker && self.waker.is_none());
         let in_flight = self.ops_in_flight + usize::from(self.waker.is_some());
-        if in_flight >= self.in_flight_max || self.ring.submission().is_full() {
+        let queue = self.ring.submission();
+        if in_flight + 1 + reserve > self.in_flight_max
+            || queue.len() + 1 + reserve > queue.capacity()
+        {
             return Err(RingError::Full);
         }
         Ok(())

@@ -238,22 +238,33 @@ fn a_full_queue_is_backpressure_and_nothing_is_lost() {
         unsafe { ring.push(op, index) }
     };
 
-    // The submission queue holds 8 entries.
-    for index in 0..8 {
+    // The submission queue holds 8 entries; operations get 7, one is the waker's.
+    for index in 0..7 {
         push(&mut ring, &mut bufs, index).unwrap();
     }
-    assert!(matches!(push(&mut ring, &mut bufs, 8), Err(RingError::Full)));
-    assert_eq!(ring.in_flight(), 8, "the refused push queued nothing");
-    assert_eq!(ring.submit(0, None).unwrap(), 8);
-    // The in-flight limit (16) holds even when the submission queue has room.
-    for index in 8..16 {
+    assert!(matches!(push(&mut ring, &mut bufs, 7), Err(RingError::Full)));
+    assert_eq!(ring.in_flight(), 7, "the refused push queued nothing");
+    assert_eq!(ring.submit(0, None).unwrap(), 7);
+    // The in-flight limit (16, one of them the waker's) holds even when the submission
+    // queue has room.
+    for index in 7..14 {
         push(&mut ring, &mut bufs, index).unwrap();
     }
-    assert_eq!(ring.submit(0, None).unwrap(), 8);
-    assert!(matches!(push(&mut ring, &mut bufs, 16), Err(RingError::Full)));
+    assert_eq!(ring.submit(0, None).unwrap(), 7);
+    push(&mut ring, &mut bufs, 14).unwrap();
+    assert_eq!(ring.submit(0, None).unwrap(), 1);
+    assert!(matches!(push(&mut ring, &mut bufs, 15), Err(RingError::Full)));
+    // The waker can still be armed with operations at their limit (before the reserve, a
+    // reactor whose waker completed while its ring was this full stayed unarmed and slept
+    // through every wake), and once it is armed operations get no more room.
+    let waker = Waker::new().unwrap();
+    ring.arm_waker(&waker, u64::MAX - 7).unwrap();
+    assert!(matches!(push(&mut ring, &mut bufs, 15), Err(RingError::Full)));
+    waker.wake();
+    let mut woken = false;
 
     let mut seen = vec![0u32; ops_total as usize];
-    let mut next = 16;
+    let mut next = 15;
     while seen.iter().sum::<u32>() < ops_total as u32 {
         while next < ops_total {
             match push(&mut ring, &mut bufs, next) {
@@ -264,9 +275,17 @@ fn a_full_queue_is_backpressure_and_nothing_is_lost() {
         }
         ring.submit(1, WAIT).unwrap();
         ring.reap(|user_data, result| {
+            if user_data == u64::MAX - 7 {
+                woken = true;
+                return;
+            }
             check_transfer(result, 4096).unwrap();
             seen[user_data as usize] += 1;
         });
+    }
+    while !woken {
+        ring.submit(1, WAIT).unwrap();
+        ring.reap(|user_data, _| woken |= user_data == u64::MAX - 7);
     }
     assert!(seen.iter().all(|&count| count == 1), "every op completes exactly once");
     let mut read = IoBuf::new(4096);
@@ -432,7 +451,8 @@ fn dropping_a_ring_waits_for_io_in_flight() {
     let device = Device::create_file(temp.path(), 4 * MIB).unwrap();
     let mut bufs: Vec<IoBuf> = (0..16).map(|_| IoBuf::new(64 * 1024)).collect();
     {
-        let mut ring = Ring::new(16).unwrap();
+        // 32 entries: 16 reads fit beside the slot kept for the waker.
+        let mut ring = Ring::new(32).unwrap();
         ring.register_files(&[device.raw_fd()]).unwrap();
         for (index, buf) in bufs.iter_mut().enumerate() {
             let op = read_op(buf, index as u64 * 64 * 1024, 64 * 1024);
