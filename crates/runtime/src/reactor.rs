@@ -740,7 +740,6 @@ impl Reactor {
     }
 }
 
-/// Build a ring for a shard with every member registered.
 /// A panic's message, where it carries one.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     if let Some(text) = payload.downcast_ref::<&str>() {
@@ -752,6 +751,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     }
 }
 
+/// Build a ring for a shard with every member registered.
 pub(crate) fn member_ring(
     fds: &[std::os::fd::RawFd],
     entries: u32,
