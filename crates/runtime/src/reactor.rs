@@ -259,16 +259,6 @@ impl Backend {
         // With jobs (`job_fds` holds the wait's own slot then), sleep in poll(2): jobs wait
         // on their descriptors, and on replies that ring the doorbell.
         let jobs_wait = !job_fds.is_empty();
-        // A ring of the doorbell ends an io_uring sleep only through the armed waker read.
-        // The ring keeps it room, so re-arming after its completion cannot fail; should it
-        // all the same, arm it here, and poll rather than sleep through every wake.
-        let sleep = sleep
-            && match self {
-                Backend::Uring(d) => {
-                    d.ring().is_waker_armed() || d.ring().arm_waker(bell.waker(), WAKER_TAG).is_ok()
-                }
-                Backend::Memory(_) => true,
-            };
         match self {
             Backend::Uring(d) if sleep && jobs_wait => {
                 d.submit_ring(0, None).map_err(|e| e.to_string())?;
@@ -581,8 +571,12 @@ impl Reactor {
             });
         }
         if woken {
-            // Cannot fail (the ring keeps the waker its room); `Backend::wait` checks anyway.
-            let _ = self.driver.arm(&self.bell.waker);
+            // A ring of the doorbell ends an io_uring sleep only through the armed waker
+            // read: unarmed, the reactor would sleep through every wake. The ring keeps the
+            // read its room, so this cannot fail.
+            self.driver.arm(&self.bell.waker).unwrap_or_else(|e| {
+                panic!("reactor {}: re-arming its waker: {e}", self.shard_index)
+            });
         }
         progress |= completed > 0 || woken;
         progress |= self.push_io(&mut state.held_io);
