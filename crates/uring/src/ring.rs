@@ -12,7 +12,7 @@
 //!   limit, or a full submission queue, is [`RingError::Full`]: backpressure, never growth.
 //! - One completion slot and one submission entry are kept for the waker read whether it
 //!   is armed or not, so [`Ring::arm_waker`] never finds the ring full: operations alone
-//!   fill at most `in_flight_max - 1` slots. (Without the reserve, a burst of IO that
+//!   fill at most `in_flight_max - 1` slots and one entry less than the submission queue. (Without the reserve, a burst of IO that
 //!   filled the submission queue as the waker's completion was reaped left the waker
 //!   unarmed for good, and its owner slept through every wake from then on.)
 //! - `user_data == USER_DATA_RESERVED` is never accepted from the caller; it tags the waker
@@ -603,14 +603,16 @@ impl Ring {
     }
 
     /// Room to queue one more entry: `for_waker`, the waker read itself; otherwise an
-    /// operation, which must leave the waker read its slot and its entry if it is not armed
-    /// (an armed one holds them already).
+    /// operation, which must leave the waker read a submission entry always (an armed
+    /// read's entry may have left the queue long before its completion is reaped and the
+    /// read re-armed) and a completion slot if it is not armed (an armed one holds its own).
     fn check_capacity(&mut self, for_waker: bool) -> Result<(), RingError> {
-        let reserve = usize::from(!for_waker && self.waker.is_none());
+        let slot_reserve = usize::from(!for_waker && self.waker.is_none());
+        let entry_reserve = usize::from(!for_waker);
         let in_flight = self.ops_in_flight + usize::from(self.waker.is_some());
         let queue = self.ring.submission();
-        if in_flight + 1 + reserve > self.in_flight_max
-            || queue.len() + 1 + reserve > queue.capacity()
+        if in_flight + 1 + slot_reserve > self.in_flight_max
+            || queue.len() + 1 + entry_reserve > queue.capacity()
         {
             return Err(RingError::Full);
         }
