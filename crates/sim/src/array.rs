@@ -115,6 +115,12 @@ pub struct SimArray {
     rebuild_generation: u32,
     /// A replace copying a member to its replacement (`start_replace`).
     copy: Option<SimCopy>,
+    /// While set, member failures the shards report are not written to the superblocks
+    /// (nor applied): the metadata owner has not got to them yet. A crash then lands between
+    /// a failure and its metadata write.
+    pub hold_failures: bool,
+    /// Failures reported while `hold_failures` was set, in order.
+    pub held_failures: Vec<MemberIndex>,
 }
 
 /// A replace by copy, as the runtime's controller runs it: a step of the copy per harness
@@ -232,6 +238,8 @@ impl SimArray {
             done: BTreeMap::new(),
             rng,
             events: vec![],
+            hold_failures: false,
+            held_failures: vec![],
             metadata_lost: false,
             rebuild_done_below: resumed
                 .map(|(_, from)| vec![from.0; shard_count])
@@ -585,6 +593,13 @@ impl SimArray {
                     _ => {}
                 }
                 self.events.push(event);
+            }
+        }
+        if self.hold_failures {
+            for member in failed.drain(..) {
+                if !self.held_failures.contains(&member) {
+                    self.held_failures.push(member);
+                }
             }
         }
         if !failed.is_empty() {

@@ -10,6 +10,7 @@
 //! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
 
 use flashraid_control::Init;
+use flashraid_engine::{RequestError, ShardEvent};
 use flashraid_format::assembly::DirtyDegraded;
 use flashraid_format::superblock::CURSOR_NONE;
 use flashraid_layout::Level;
@@ -221,4 +222,112 @@ fn a_rebuild_over_stripes_resync_has_not_vouched_for_never_invents_data() {
         rebuild_over_untrusted_stripes(Level::Raid7_3, 7, seed * 100 + 71);
     }
     assert!(verified > 0, "no untrusted stripe was verified and rebuilt: the test tests nothing");
+}
+
+/// A rebuild that meets a stripe it cannot reconstruct (the failed member's chunk, plus bad
+/// sectors on as many other members as the level survives) stops there and says so, and
+/// never writes a guess: the event names the member and the stripe, the shard's status
+/// holds it, the durable cursor stays at or below it, the role stays rebuilding, and the
+/// lost chunks read as errors while every other stripe reads back right. Rewriting the
+/// stripe heals the bad sectors; a restart then resumes the rebuild at the cursor and it
+/// finishes, with the data right even when the array leans on the rebuilt member.
+fn rebuild_stalls_at_a_lost_stripe(level: Level, members: usize, seed: u64) {
+    eprintln!("rebuild stall {level} x{members} seed {seed} (replay with FLASHRAID_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut opts = options(seed, level, members, &mut rng);
+    opts.config.rebuild_rate_bytes_per_s = 0;
+    let mut array = SimArray::create(opts.clone()).unwrap();
+    let size = array.array_bytes();
+    let mut model = vec![0u8; size as usize];
+    write_random(&mut array, &mut model, &mut rng, 150);
+    let g = array.geometry();
+    let stripe = rng.random_range(1..g.stripes() - 1);
+    let stripe_bytes = g.stripe_data_bytes();
+    let failed = rng.random_range(0..members);
+    // Bad sectors on the chunk of `stripe` of as many other members as the level survives:
+    // with `failed` gone too, that stripe is one erasure past what its redundancy can fill.
+    let bad_roles: Vec<usize> = if level == Level::Raid10 {
+        vec![failed ^ 1]
+    } else {
+        (1..members).map(|i| (failed + i) % members).take(g.tolerance()).collect()
+    };
+    let data_offset = array.metadata().superblock().data_offset_bytes;
+    let bad_at = data_offset + g.member_offset(flashraid_layout::StripeIndex(stripe), 0).0;
+    for &role in &bad_roles {
+        let device = array.role_device(role).unwrap();
+        device.state().bad_ranges.push((bad_at, u64::from(g.chunk_bytes())));
+    }
+    array.fail_member(failed);
+    array.run_steps(10);
+    assert!(array.is_rebuilding(), "seed {seed}: the spare did not take over role {failed}");
+    let mut steps = 0u64;
+    while !array.events.iter().any(|e| matches!(e, ShardEvent::RebuildStalled { .. })) {
+        assert!(array.is_rebuilding(), "seed {seed}: the rebuild finished over a lost stripe");
+        array.step();
+        steps += 1;
+        assert!(steps < 2_000_000, "seed {seed}: the rebuild never stalled");
+    }
+    // Let every other shard finish what it can.
+    array.run_steps(20_000);
+    let stalls: Vec<_> = array
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ShardEvent::RebuildStalled { member, stripe } => Some((member.get(), stripe.0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stalls,
+        vec![(failed, stripe)],
+        "seed {seed}: the stall names the member and stripe"
+    );
+    let statuses = array.rebuild_statuses();
+    assert!(
+        statuses
+            .iter()
+            .flatten()
+            .any(|s| s.stalled_at == Some(flashraid_layout::StripeIndex(stripe))),
+        "seed {seed}: no shard's status says where the rebuild stalled: {statuses:?}"
+    );
+    assert!(array.is_rebuilding(), "seed {seed}: the role left rebuilding with a stripe missing");
+    let cursor = array.metadata().superblock().rebuild_cursor_stripes;
+    assert!(
+        cursor <= stripe,
+        "seed {seed}: durable cursor {cursor} passed the lost stripe {stripe}"
+    );
+    // The lost stripe reads as an error, never as invented data; the others read right.
+    let lost = array.read(stripe * stripe_bytes, stripe_bytes);
+    assert_eq!(lost.err(), Some(RequestError::Unreadable), "seed {seed}: the lost stripe read");
+    let before = array.read(0, stripe * stripe_bytes).unwrap();
+    assert!(before == model[..(stripe * stripe_bytes) as usize], "seed {seed}: below the stall");
+    let after = array.read((stripe + 1) * stripe_bytes, size - (stripe + 1) * stripe_bytes);
+    assert!(
+        after.unwrap() == model[((stripe + 1) * stripe_bytes) as usize..],
+        "seed {seed}: above the stall"
+    );
+    // The operator's way out: write the stripe anew (its bad sectors are rewritten), then
+    // restart; the rebuild resumes at the durable cursor and now finishes.
+    let mut fresh = vec![0u8; stripe_bytes as usize];
+    rng.fill(fresh.as_mut_slice());
+    array.write(stripe * stripe_bytes, &fresh).unwrap();
+    array.flush().unwrap();
+    model[(stripe * stripe_bytes) as usize..((stripe + 1) * stripe_bytes) as usize]
+        .copy_from_slice(&fresh);
+    let devices = present(array.shutdown().unwrap());
+    let mut again = SimArray::assemble(devices, opts, DirtyDegraded::Refuse)
+        .unwrap_or_else(|e| panic!("seed {seed}: reassembly after the stall: {e}"));
+    assert!(again.is_rebuilding(), "seed {seed}: the rebuild did not resume");
+    again.run_until_rebuilt();
+    assert!(again.role_in_service(failed), "seed {seed}: role {failed} not back in service");
+    check_all(&mut again, &model, &format!("seed {seed}: after the resumed rebuild"));
+    let (tally, stopped) = again.scrub(false);
+    assert_eq!((tally.mismatches, stopped), (0, None), "seed {seed}: scrub after the rebuild");
+    again.fail_all_but(failed);
+    check_all(&mut again, &model, &format!("seed {seed}: relying on the rebuilt member"));
+}
+
+#[test]
+fn a_rebuild_stalls_at_a_stripe_it_cannot_reconstruct_and_resumes_once_it_can() {
+    flashraid_sim::for_each_redundant_level(rebuild_stalls_at_a_lost_stripe);
 }

@@ -30,7 +30,8 @@
 //!
 //! Limits: one member rebuilt at a time per array. A stripe that cannot be reconstructed
 //! (more members unreadable than the level survives) stalls the rebuild there; the stripes
-//! from it on stay missing on the replacement, and status says so.
+//! from it on stay missing on the replacement, and status says so; only a restart (which
+//! resumes at the durable cursor) tries that stripe again.
 
 use super::pace::Pace;
 use super::{OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StripeEntry};
