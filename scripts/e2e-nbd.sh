@@ -443,6 +443,19 @@ assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost"
 print("data intact after scrub repair")
 '
 
+step "tune: tunables change live and are stored; cores and queue depth at the next start"
+"$F" tune --control "$WORK/control" --merge-window-us 200 --scrub-rate 300M --resync-rate 1G \
+    --shards 2 --queue-depth 256 | tee "$WORK/tune.txt"
+contains "merge window (us): 200 (stored)" <"$WORK/tune.txt" || fail "tune did not say what it set"
+"$F" tune --control "$WORK/control" --shards 0 2>/dev/null && fail "tune accepted 0 reactors"
+"$F" tune --control "$WORK/control" >"$WORK/tunables.json"
+for want in '"merge_window_us": 200' '"scrub_rate_mib_per_s": 300' '"resync_rate_mib_per_s": 1024' \
+    '"shards": 2' '"queue_depth": 256'; do
+    contains "$want" <"$WORK/tunables.json" || { cat "$WORK/tunables.json"; fail "tunables lack $want"; }
+done
+"$F" inspect --json "${MEMBERS[0]}" | contains '"queue_depth": 256' \
+    || fail "the queue depth is not in the superblock"
+
 step "no spare left: a failure degrades; a spare added while serving rebuilds it; replace"
 "$F" fail --control "$WORK/control" 3 | contains "runs degraded" || fail "no degraded notice"
 "$F" status --control "$WORK/control" | contains "state: degraded" || fail "not degraded"
@@ -538,6 +551,8 @@ sed 's/^/   /' "$WORK/refused.log"
 SERVER_PID=$!
 for _ in $(seq 100); do nbdinfo --size "$URI" >/dev/null 2>&1 && break; sleep 0.1; done
 "$F" status --control "$WORK/control" | contains "state: degraded" || fail "forced start not degraded"
+"$F" status --control "$WORK/control" --json | contains '^  "queue_depth": 256' \
+    || fail "the stored queue depth was not used at the restart"
 # The regions dirty at the crash cannot be resynced without the failed member: the array
 # stays dirty (marked in its bitmap) until a rebuild, and says so.
 stop_server dirty

@@ -33,30 +33,82 @@ pub struct CreateArgs {
     /// when every member discards to zeroes, background otherwise.
     #[arg(long)]
     init: Option<String>,
-    /// Cores the array will use (bitmap shard sections).
-    #[arg(long, default_value_t = 2)]
-    shards: u32,
-    /// Rebuild rate limit stored with the array (e.g. 500M per second; 0: none). A server's
-    /// --rebuild-rate overrides it; `flashraid rebuild --rate` changes it live and stores it.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    rebuild_rate: Option<u64>,
-    /// Rebuild rate limit while the array is busy (default 200M; 0: no separate limit):
-    /// the rebuild runs at --rebuild-rate when idle and steps down to this under load.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    rebuild_busy_rate: Option<u64>,
-    /// Scrub rate limit stored with the array (bytes read per second; 0: none).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    scrub_rate: Option<u64>,
-    /// How long a write that leaves its stripe partial waits for its neighbours, in
-    /// microseconds (0: never; sequential writers that fill stripes gain from ~50-200).
-    #[arg(long)]
-    merge_window_us: Option<u32>,
-    /// A check scrub every this many hours while served (0: only when asked).
-    #[arg(long, value_name = "HOURS")]
-    scrub_every_hours: Option<u32>,
+    #[command(flatten)]
+    tunables: TunableArgs,
     /// Members, in role order.
     #[arg(required = true)]
     members: Vec<PathBuf>,
+}
+
+/// The tunables stored with an array: set at `create`, given to `serve` (which stores them),
+/// or changed live with `flashraid tune`. Each is optional: unset keeps what the array
+/// stores, else the default.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TunableArgs {
+    /// Rebuild rate limit, bytes written to the replacement per second for the whole array
+    /// (e.g. 500M; 0: none, the default).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub rebuild_rate: Option<u64>,
+    /// Rebuild rate limit while clients use the array (a request in the last 2 ms), like
+    /// md's speed_limit_min (default 200M; 0: no separate limit): the rebuild runs at
+    /// --rebuild-rate when idle and steps down to this under load.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub rebuild_busy_rate: Option<u64>,
+    /// Background initialisation and resync (after an unclean shutdown) rate limit, bytes of
+    /// each member swept per second (e.g. 100M; 0: none, the default). Lower keeps client
+    /// latency down; the array is exposed to a member failure longer.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub resync_rate: Option<u64>,
+    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none, the default).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub scrub_rate: Option<u64>,
+    /// A check scrub every this many hours while served, counted from the start (0: only
+    /// when asked with `flashraid scrub`, the default).
+    #[arg(long, value_name = "HOURS")]
+    pub scrub_every_hours: Option<u32>,
+    /// How long a partial-stripe write on a parity level waits for neighbouring writes that
+    /// would fill its stripe (then written as one full stripe, with no reads), in
+    /// microseconds (0: never, the default). Helps sequential writers whose requests do not
+    /// line up with stripes; adds up to this much latency to small random writes.
+    #[arg(long, value_name = "US")]
+    pub merge_window_us: Option<u32>,
+    /// Reactor threads: the cores the array's IO runs on (default: one per CPU, at most 64).
+    /// Applies at the next start.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub shards: Option<u32>,
+    /// Member IOs in flight per reactor, its io_uring's size (default 1024; 16 to 32768).
+    /// Applies at the next start.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(16..=32768))]
+    pub queue_depth: Option<u32>,
+}
+
+impl TunableArgs {
+    pub fn to_tunables(&self) -> flashraid_format::superblock::Tunables {
+        flashraid_format::superblock::Tunables {
+            rebuild_rate_mib_per_s: self.rebuild_rate.map(mib_per_s),
+            scrub_rate_mib_per_s: self.scrub_rate.map(mib_per_s),
+            merge_window_us: self.merge_window_us,
+            scrub_interval_hours: self.scrub_every_hours,
+            rebuild_busy_rate_mib_per_s: self.rebuild_busy_rate.map(mib_per_s),
+            resync_rate_mib_per_s: self.resync_rate.map(mib_per_s),
+            shards: self.shards,
+            queue_depth: self.queue_depth,
+        }
+    }
+}
+
+/// The stored tunables as `inspect --json` and `status --json` show them (null: not set).
+pub fn tunables_json(t: &flashraid_format::superblock::Tunables) -> serde_json::Value {
+    serde_json::json!({
+        "rebuild_rate_mib_per_s": t.rebuild_rate_mib_per_s,
+        "rebuild_busy_rate_mib_per_s": t.rebuild_busy_rate_mib_per_s,
+        "resync_rate_mib_per_s": t.resync_rate_mib_per_s,
+        "scrub_rate_mib_per_s": t.scrub_rate_mib_per_s,
+        "scrub_interval_hours": t.scrub_interval_hours,
+        "merge_window_us": t.merge_window_us,
+        "shards": t.shards,
+        "queue_depth": t.queue_depth,
+    })
 }
 
 /// Parse sizes like 4096, 64K, 512M, 2G, 1T (binary units).
@@ -104,14 +156,9 @@ pub fn run_create(args: CreateArgs) -> Result<()> {
         overwrite: if args.force { Overwrite::Force } else { Overwrite::Refuse },
         init,
         bitmap_region_bytes: None,
-        shards: args.shards,
-        tunables: flashraid_format::superblock::Tunables {
-            rebuild_rate_mib_per_s: args.rebuild_rate.map(mib_per_s),
-            scrub_rate_mib_per_s: args.scrub_rate.map(mib_per_s),
-            merge_window_us: args.merge_window_us,
-            scrub_interval_hours: args.scrub_every_hours,
-            rebuild_busy_rate_mib_per_s: args.rebuild_busy_rate.map(mib_per_s),
-        },
+        // Bitmap shard sections to write now; every start writes as many as it runs.
+        shards: args.tunables.shards.unwrap_or(2),
+        tunables: args.tunables.to_tunables(),
     };
     let made = create(&spec).context("create failed; nothing was written to the devices named")?;
     let g = made.geometry;
@@ -226,12 +273,16 @@ fn print_superblock(copy: usize, sb: &Superblock) {
     let t = sb.tunables;
     let show = |v: Option<u32>, unit: &str| v.map_or("-".to_string(), |v| format!("{v}{unit}"));
     println!(
-        "    tunables: rebuild rate {} (busy {}), scrub rate {}, merge window {}, scrub every {}",
+        "    tunables: rebuild rate {} (busy {}), resync rate {}, scrub rate {}, merge window {}, \
+         scrub every {}, shards {}, queue depth {}",
         show(t.rebuild_rate_mib_per_s, " MiB/s"),
         show(t.rebuild_busy_rate_mib_per_s, " MiB/s"),
+        show(t.resync_rate_mib_per_s, " MiB/s"),
         show(t.scrub_rate_mib_per_s, " MiB/s"),
         show(t.merge_window_us, " us"),
         show(t.scrub_interval_hours, " h"),
+        show(t.shards, ""),
+        show(t.queue_depth, ""),
     );
     for (i, m) in sb.members.iter().chain(&sb.spares).enumerate() {
         let failed = if m.state == MemberState::Failed {
@@ -272,13 +323,7 @@ fn inspect_json(name: &str, copies: &[Result<Superblock, String>; 2]) -> serde_j
                 .then_some(sb.rebuild_cursor_stripes),
             "missed_map_since_event": (sb.missed_map_since_event != 0)
                 .then_some(sb.missed_map_since_event),
-            "tunables": {
-                "rebuild_rate_mib_per_s": sb.tunables.rebuild_rate_mib_per_s,
-                "scrub_rate_mib_per_s": sb.tunables.scrub_rate_mib_per_s,
-                "merge_window_us": sb.tunables.merge_window_us,
-                "scrub_interval_hours": sb.tunables.scrub_interval_hours,
-                "rebuild_busy_rate_mib_per_s": sb.tunables.rebuild_busy_rate_mib_per_s,
-            },
+            "tunables": tunables_json(&sb.tunables),
             "slots": sb.members.iter().chain(&sb.spares).map(|m| serde_json::json!({
                 "uuid": m.uuid.to_string(),
                 "state": state_name(m.state),

@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_runtime::{Array, ArrayStatus, ReAdd};
+use flashraid_runtime::{Array, ArrayStatus, ReAdd, Tunable};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -134,10 +134,23 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             ),
             Err(_) => json!({ "error": format!("not a rate in bytes per second: {rate:?}") }),
         },
+        ["tune", key, value] => match (tune_key(key), value.parse::<u64>()) {
+            (Some(make), Ok(v)) => match make(v) {
+                Some(tunable) => answer(context.array.tune(tunable), json!({ "ok": true })),
+                None => json!({ "error": format!("{key} {v} is out of range") }),
+            },
+            (None, _) => json!({
+                "error": format!(
+                    "unknown tunable {key:?}: resync-rate, scrub-rate, scrub-every-hours, \
+                     merge-window-us, shards or queue-depth"
+                )
+            }),
+            (_, Err(_)) => json!({ "error": format!("not a number: {value:?}") }),
+        },
         _ => json!({
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
-                 rebuild-busy-rate BYTES_PER_S, scrub check|repair|stop, \
+                 rebuild-busy-rate BYTES_PER_S, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH or replace ROLE force|keep PATH",
                 line.trim()
             )
@@ -187,6 +200,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "member_reads_retried": s.member_reads_retried,
         "member_ios_merged": s.member_ios_merged,
         "shards": s.shards,
+        "queue_depth": s.queue_depth,
         "event": s.event,
         "spares": s.spares,
         "scrub": s.scrub.as_ref().map(|x| json!({
@@ -233,15 +247,10 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "bitmap_writes": c.bitmap_writes, "resync_stripes": c.resync_stripes,
             "resync_repairs": c.resync_repairs, "rebuild_stripes": c.rebuild_stripes,
             "rebuild_untrusted_stripes": c.rebuild_untrusted_stripes,
+            "merge_waits": c.merge_waits, "merge_filled": c.merge_filled,
         },
         "nbd": { "exports": exports, "connections": connections },
-        "tunables": {
-            "rebuild_rate_mib_per_s": s.tunables.rebuild_rate_mib_per_s,
-            "scrub_rate_mib_per_s": s.tunables.scrub_rate_mib_per_s,
-            "merge_window_us": s.tunables.merge_window_us,
-            "scrub_interval_hours": s.tunables.scrub_interval_hours,
-            "rebuild_busy_rate_mib_per_s": s.tunables.rebuild_busy_rate_mib_per_s,
-        },
+        "tunables": crate::array_cmds::tunables_json(&s.tunables),
         "events": s.events.iter().map(|e| json!({
             "unix_seconds": e.unix_seconds,
             "kind": e.kind,
@@ -606,6 +615,78 @@ pub struct RebuildArgs {
     /// Show a progress bar until the rebuild (and any that follows it) finishes.
     #[arg(long)]
     wait: bool,
+}
+
+/// The `tune` command's keys, each with how it makes its [`Tunable`] from a number (`None`:
+/// out of range for the tunable's type).
+fn tune_key(key: &str) -> Option<fn(u64) -> Option<Tunable>> {
+    Some(match key {
+        "resync-rate" => |v| Some(Tunable::ResyncRate(v)),
+        "scrub-rate" => |v| Some(Tunable::ScrubRate(v)),
+        "scrub-every-hours" => |v| u32::try_from(v).ok().map(Tunable::ScrubEveryHours),
+        "merge-window-us" => |v| u32::try_from(v).ok().map(Tunable::MergeWindowUs),
+        "shards" => |v| u32::try_from(v).ok().map(Tunable::Shards),
+        "queue-depth" => |v| u32::try_from(v).ok().map(Tunable::QueueDepth),
+        _ => return None,
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    tunables: crate::array_cmds::TunableArgs,
+}
+
+/// `flashraid tune`: change a served array's tunables live (each is stored with the array;
+/// shards and queue depth apply at the next start), or show them.
+pub fn run_tune(args: TuneArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    let t = &args.tunables;
+    let rate = |bytes: u64| match bytes {
+        0 => "no limit".to_string(),
+        b => format!("{}/s", crate::array_cmds::human(b)),
+    };
+    let tune = |key: &str, v: u64| format!("tune {key} {v}");
+    // (what, control command, value as shown)
+    let mut changes: Vec<(&str, String, String)> = vec![];
+    if let Some(r) = t.rebuild_rate {
+        changes.push(("rebuild rate", format!("rebuild-rate {r}"), rate(r)));
+    }
+    if let Some(r) = t.rebuild_busy_rate {
+        changes.push(("rebuild rate while busy", format!("rebuild-busy-rate {r}"), rate(r)));
+    }
+    if let Some(r) = t.resync_rate {
+        changes.push(("resync rate", tune("resync-rate", r), rate(r)));
+    }
+    if let Some(r) = t.scrub_rate {
+        changes.push(("scrub rate", tune("scrub-rate", r), rate(r)));
+    }
+    if let Some(h) = t.scrub_every_hours {
+        changes.push(("scrub every (hours)", tune("scrub-every-hours", h.into()), h.to_string()));
+    }
+    if let Some(us) = t.merge_window_us {
+        changes.push(("merge window (us)", tune("merge-window-us", us.into()), us.to_string()));
+    }
+    if let Some(n) = t.shards {
+        changes.push(("shards (from the next start)", tune("shards", n.into()), n.to_string()));
+    }
+    if let Some(n) = t.queue_depth {
+        let what = "queue depth (from the next start)";
+        changes.push((what, tune("queue-depth", n.into()), n.to_string()));
+    }
+    for (what, command, shown) in &changes {
+        ask(&path, command)?;
+        println!("{what}: {shown} (stored)");
+    }
+    if changes.is_empty() {
+        let status = ask(&path, "status")?;
+        println!("{}", serde_json::to_string_pretty(&status["tunables"])?);
+    }
+    Ok(())
 }
 
 /// `flashraid rebuild`: show or steer the rebuild of a served array.

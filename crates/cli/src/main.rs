@@ -46,6 +46,8 @@ enum Command {
     Fail(control::FailArgs),
     /// Show the rebuild of a served array, set its rate, or wait for it with a progress bar.
     Rebuild(control::RebuildArgs),
+    /// Change a served array's tunables live (stored with the array), or show them.
+    Tune(control::TuneArgs),
     /// Check every stripe of a served array (or repair with --repair), with a progress bar.
     Scrub(control::ScrubArgs),
     /// Add a hot spare to a served array: `flashraid spare add DEVICE`.
@@ -79,6 +81,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => control::run_status(args),
         Command::Fail(args) => control::run_fail(args),
         Command::Rebuild(args) => control::run_rebuild(args),
+        Command::Tune(args) => control::run_tune(args),
         Command::Scrub(args) => control::run_scrub(args),
         Command::Spare(args) => control::run_spare(args),
         Command::Replace(args) => control::run_replace(args),

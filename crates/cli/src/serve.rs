@@ -59,9 +59,6 @@ pub struct ServeArgs {
     /// comments). Instead of members on the command line.
     #[arg(long, conflicts_with_all = ["members", "memory", "name"])]
     config: Option<PathBuf>,
-    /// Reactor threads (default: one per CPU).
-    #[arg(long)]
-    shards: Option<u32>,
     /// KiB of every member each shard's run of neighbouring stripes covers (default 0: one
     /// stripe). Longer runs let neighbouring chunks of large requests be merged into one
     /// member IO while the members are busy; see docs/PERFORMANCE.md before raising it.
@@ -71,32 +68,14 @@ pub struct ServeArgs {
     /// Start a dirty, degraded array (see the refusal message for what that risks).
     #[arg(long)]
     force: bool,
-    /// Rebuild rate limit, bytes written to the replacement per second (e.g. 200M; 0: as
-    /// fast as the members allow). Stored with the array (the next start uses it); change it
-    /// live with `flashraid rebuild --rate`. Default: what the array stores, else no limit.
-    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
-    rebuild_rate: Option<u64>,
-    /// Rebuild rate limit while clients are using the array (a request in the last 2 ms);
-    /// e.g. 200M (the default), 0: no separate limit. Like md's speed_limit_min: the rebuild
-    /// runs at --rebuild-rate when idle. Stored with the array.
-    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
-    rebuild_busy_rate: Option<u64>,
-    /// Scrub (check) every this many hours while serving, counted from the start (0: only
-    /// when asked with `flashraid scrub`). Stored with the array.
-    #[arg(long, value_name = "HOURS")]
-    scrub_every_hours: Option<u32>,
-    /// How long a write that leaves its stripe partial waits for its neighbours to fill it,
-    /// microseconds (0: never). Stored with the array.
-    #[arg(long)]
-    merge_window_us: Option<u32>,
+    /// Tunables, stored with each array served (the next start uses them too).
+    #[command(flatten)]
+    tunables: crate::array_cmds::TunableArgs,
     /// A shell command to run on every event of an array (member failed, spare took over,
     /// rebuild finished, scrub found mismatches, ...), like mdadm's PROGRAM: FLASHRAID_EVENT,
     /// FLASHRAID_ARRAY and FLASHRAID_MESSAGE are set.
     #[arg(long, value_name = "COMMAND")]
     on_event: Option<String>,
-    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none). Stored with the array.
-    #[arg(long, value_name = "BYTES", value_parser = crate::array_cmds::parse_size)]
-    scrub_rate: Option<u64>,
     /// Instead of member devices: a new array on this many in-memory members (for
     /// benchmarks and trials; its data is gone when the server stops), e.g. `--memory 8x256M`.
     #[arg(long, value_name = "COUNTxSIZE", conflicts_with = "members")]
@@ -139,7 +118,8 @@ fn memory_array(spec: &str, args: &ServeArgs, options: &OpenOptions) -> Result<A
     let members: Vec<_> = (0..count)
         .map(|i| flashraid_runtime::MemMember::new(&format!("memory{i}"), size))
         .collect();
-    let shards = options
+    let shards = args
+        .tunables
         .shards
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
     let name = args.name.clone().unwrap_or_else(|| "memory".to_string());
@@ -318,21 +298,12 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     }
     let signals = flashraid_nbd::signals::StopSignals::block();
     let mut options = OpenOptions::recommended();
-    if args.shards.is_some() {
-        options.shards = args.shards;
-    }
     options.config.stripe_run_member_bytes = args.stripe_run_kib << 10;
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
     }
     options.event_command = args.on_event.clone();
-    options.tunables = flashraid_format::superblock::Tunables {
-        rebuild_rate_mib_per_s: args.rebuild_rate.map(crate::array_cmds::mib_per_s),
-        scrub_rate_mib_per_s: args.scrub_rate.map(crate::array_cmds::mib_per_s),
-        merge_window_us: args.merge_window_us,
-        scrub_interval_hours: args.scrub_every_hours,
-        rebuild_busy_rate_mib_per_s: args.rebuild_busy_rate.map(crate::array_cmds::mib_per_s),
-    };
+    options.tunables = args.tunables.to_tunables();
     let mut arrays: Vec<(String, Arc<Array>)> = vec![];
     for (name, members) in &plan {
         let opened = match &args.memory {

@@ -15,13 +15,20 @@ pub struct ShardConfig {
     pub scratch_bytes: usize,
     /// Read errors a member may return before the shard fails it.
     pub member_read_errors_max: u32,
-    /// How long a write that leaves its stripe partial may wait for neighbouring writes to
-    /// complete the stripe, in microseconds (0: never wait).
+    /// How long a cached write that leaves its stripe partial (parity levels) may wait for
+    /// neighbouring writes to fill the stripe, in microseconds (0: never wait). A stripe
+    /// filled meanwhile is written whole, with no member reads; otherwise its writes start
+    /// when the window ends. A read, zero or FUA write to the stripe starts it at once.
     pub merge_window_us: u64,
     /// How long a write-intent bitmap region stays set after its last write, in microseconds.
     pub bitmap_clear_delay_us: u64,
-    /// Resync operations in flight (background work after an unclean shutdown).
+    /// Resync operations in flight (background initialisation, and the dirty regions after
+    /// an unclean shutdown).
     pub resync_stripes_max: usize,
+    /// Resync rate limit for the whole array, in bytes of each member swept per second (a
+    /// chunk per stripe; each shard takes its share); 0: as fast as `resync_stripes_max`
+    /// allows.
+    pub resync_rate_bytes_per_s: u64,
     /// Rebuild operations (one stripe each) in flight per shard.
     pub rebuild_stripes_max: usize,
     /// Rebuild operations in flight per shard while foreground requests are in flight (the
@@ -56,6 +63,7 @@ impl ShardConfig {
             merge_window_us: 0,
             bitmap_clear_delay_us: 5_000_000,
             resync_stripes_max: 8,
+            resync_rate_bytes_per_s: 0,
             rebuild_stripes_max: 8,
             rebuild_busy_stripes_max: 1,
             scrub_stripes_max: 4,

@@ -17,6 +17,17 @@ const DATA_OFFSET: u64 = 1 << 20;
 const BITMAP_OFFSET: u64 = 4096 * 4;
 
 fn shard(level: Level, n: usize, failed: &[usize], dirty: &[u32]) -> Shard {
+    let config = ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() };
+    shard_with(config, level, n, failed, dirty)
+}
+
+fn shard_with(
+    config: ShardConfig,
+    level: Level,
+    n: usize,
+    failed: &[usize],
+    dirty: &[u32],
+) -> Shard {
     let geometry = Geometry::new(level, n, CHUNK, 64 * CHUNK).unwrap();
     let members = (0..n)
         .map(|m| MemberSetup {
@@ -28,7 +39,7 @@ fn shard(level: Level, n: usize, failed: &[usize], dirty: &[u32]) -> Shard {
         geometry,
         shard_index: 0,
         shard_count: 1,
-        config: ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() },
+        config,
         kernel: Kernel::best(),
         data_offset_bytes: DATA_OFFSET,
         members,
@@ -281,4 +292,97 @@ fn io_queued_for_a_failed_member_never_reaches_its_replacement() {
     let r = replies(&mut s);
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].result, Ok(()), "the read is served by reconstruction");
+}
+
+/// The merge window: a partial-stripe write waits up to `merge_window_us` for neighbours;
+/// writes that fill the stripe together go out as one full-stripe write (no member reads).
+/// A lone partial write starts when its window ends, never before; a read, a FUA write or a
+/// shutdown starts a waiting stripe at once; with no window nothing waits.
+#[test]
+fn partial_writes_wait_for_the_merge_window_and_fill_the_stripe() {
+    let config =
+        ShardConfig { scratch_bytes: 4 << 20, merge_window_us: 1000, ..ShardConfig::recommended() };
+    // RAID 5 x4: three 16 KiB data chunks per stripe.
+    let mut s = shard_with(config, Level::Raid5, 4, &[], &[]);
+    let stripe_bytes = 3 * CHUNK;
+    s.tick(100);
+    s.submit(write(1, 0, 2 * CHUNK as u32)).unwrap();
+    assert!(ios(&mut s).is_empty(), "a partial write went out inside its window");
+    assert_eq!(s.next_deadline_us(), Some(1100));
+    s.tick(600);
+    assert!(ios(&mut s).is_empty());
+    // The neighbour fills the stripe: one full-stripe write, no reads.
+    s.submit(write(2, 2 * CHUNK, CHUNK as u32)).unwrap();
+    let reads_before = s.counters().member_reads;
+    settle(&mut s, |_| Ok(()));
+    assert_eq!(s.counters().member_reads, reads_before, "the merged stripe read members");
+    assert_eq!((s.counters().merge_waits, s.counters().merge_filled), (1, 1));
+    assert_eq!(s.counters().full_stripe_writes, 1);
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 2);
+    assert!(r.iter().all(|r| r.result == Ok(())));
+
+    // A lone partial write starts when its window ends.
+    s.tick(2000);
+    s.submit(write(3, stripe_bytes, 4096)).unwrap();
+    s.tick(2999);
+    assert!(ios(&mut s).is_empty(), "started before its window ended");
+    s.tick(3000);
+    let started = ios(&mut s);
+    assert!(!started.is_empty(), "the window ended and nothing started");
+    complete(&mut s, started, |_| Ok(()));
+    settle(&mut s, |_| Ok(()));
+    assert_eq!(replies(&mut s)[0].result, Ok(()));
+    assert_eq!(s.next_deadline_us(), None);
+
+    // A read of a waiting stripe starts it at once (the read then sees the write).
+    s.submit(write(4, 2 * stripe_bytes, 4096)).unwrap();
+    assert!(ios(&mut s).is_empty());
+    let read = ShardRequest {
+        id: RequestId(5),
+        op: ShardOp::Read { offset: ArrayOffset(2 * stripe_bytes), len_bytes: 4096 },
+        buf: Some(IoBuf::new(4096)),
+    };
+    s.submit(read).unwrap();
+    assert!(!ios_settled(&mut s).is_empty(), "a read waited behind the window");
+    assert_eq!(replies(&mut s).len(), 2);
+
+    // A FUA write does not wait.
+    let mut fua = write(6, 3 * stripe_bytes, 4096);
+    fua.op = ShardOp::Write {
+        offset: ArrayOffset(3 * stripe_bytes),
+        len_bytes: 4096,
+        durability: Durability::Fua,
+    };
+    s.submit(fua).unwrap();
+    assert!(!ios_settled(&mut s).is_empty(), "a FUA write waited");
+    assert_eq!(replies(&mut s).len(), 1);
+
+    // A shutdown starts what waits.
+    s.submit(write(7, 4 * stripe_bytes, 4096)).unwrap();
+    assert!(ios(&mut s).is_empty());
+    s.begin_shutdown();
+    assert!(!ios_settled(&mut s).is_empty(), "a shutdown left a write waiting");
+    assert_eq!(replies(&mut s)[0].result, Ok(()));
+
+    // With no window, a partial write goes out at once.
+    let mut s = shard(Level::Raid5, 4, &[], &[]);
+    s.submit(write(1, 0, 4096)).unwrap();
+    assert!(!ios(&mut s).is_empty(), "waited with no window");
+}
+
+/// Every IO the shard issues, completed with success until it issues no more.
+fn ios_settled(shard: &mut Shard) -> Vec<MemberIo> {
+    let mut all = vec![];
+    for _ in 0..1000 {
+        let batch = ios(shard);
+        if batch.is_empty() {
+            return all;
+        }
+        for io in batch {
+            shard.complete_io(MemberCompletion { token: io.token, result: Ok(()) });
+            all.push(io);
+        }
+    }
+    panic!("the shard never stopped issuing IO");
 }

@@ -139,9 +139,31 @@ pub struct Tunables {
     pub scrub_interval_hours: Option<u32>,
     /// Rebuild rate limit while the array is busy, MiB/s (0: no separate limit).
     pub rebuild_busy_rate_mib_per_s: Option<u32>,
+    /// Background initialisation and resync rate limit, MiB/s of each member swept (0: no
+    /// limit).
+    pub resync_rate_mib_per_s: Option<u32>,
+    /// Reactor threads (cores used).
+    pub shards: Option<u32>,
+    /// Member IOs in flight per reactor (its io_uring's entries).
+    pub queue_depth: Option<u32>,
 }
 
 const TUNABLES_OFFSET: usize = 232;
+/// Tunables 5 and later: after `missed_map_since_event`, in bytes that were reserved (zero,
+/// so an older superblock reads as "nothing stored"; an older binary ignores them).
+const TUNABLES_EXT_OFFSET: usize = MISSED_SINCE_OFFSET + 8;
+/// Tunables stored at `TUNABLES_OFFSET + 4` (the rest go to `TUNABLES_EXT_OFFSET`).
+const TUNABLES_BASE_COUNT: usize = 5;
+const TUNABLES_COUNT: usize = 8;
+
+/// Where tunable `i`'s value lives.
+fn tunable_offset(i: usize) -> usize {
+    if i < TUNABLES_BASE_COUNT {
+        TUNABLES_OFFSET + 4 + 4 * i
+    } else {
+        TUNABLES_EXT_OFFSET + 4 * (i - TUNABLES_BASE_COUNT)
+    }
+}
 
 impl Tunables {
     fn encode(&self, b: &mut [u8]) {
@@ -150,7 +172,7 @@ impl Tunables {
         for (i, f) in fields.iter().enumerate() {
             if let Some(v) = f {
                 flags |= 1 << i;
-                put_u32(b, TUNABLES_OFFSET + 4 + 4 * i, *v);
+                put_u32(b, tunable_offset(i), *v);
             }
         }
         put_u32(b, TUNABLES_OFFSET, flags);
@@ -158,25 +180,67 @@ impl Tunables {
 
     fn decode(b: &[u8]) -> Self {
         let flags = get_u32(b, TUNABLES_OFFSET);
-        let field =
-            |i: usize| (flags & (1 << i) != 0).then(|| get_u32(b, TUNABLES_OFFSET + 4 + 4 * i));
+        let field = |i: usize| (flags & (1 << i) != 0).then(|| get_u32(b, tunable_offset(i)));
         Tunables {
             rebuild_rate_mib_per_s: field(0),
             scrub_rate_mib_per_s: field(1),
             merge_window_us: field(2),
             scrub_interval_hours: field(3),
             rebuild_busy_rate_mib_per_s: field(4),
+            resync_rate_mib_per_s: field(5),
+            shards: field(6),
+            queue_depth: field(7),
         }
     }
 
-    fn fields(&self) -> [Option<u32>; 5] {
+    fn fields(&self) -> [Option<u32>; TUNABLES_COUNT] {
+        let Tunables {
+            rebuild_rate_mib_per_s,
+            scrub_rate_mib_per_s,
+            merge_window_us,
+            scrub_interval_hours,
+            rebuild_busy_rate_mib_per_s,
+            resync_rate_mib_per_s,
+            shards,
+            queue_depth,
+        } = *self;
+        // Destructured: a tunable added later does not compile until it has its index.
         [
-            self.rebuild_rate_mib_per_s,
-            self.scrub_rate_mib_per_s,
-            self.merge_window_us,
-            self.scrub_interval_hours,
-            self.rebuild_busy_rate_mib_per_s,
+            rebuild_rate_mib_per_s,
+            scrub_rate_mib_per_s,
+            merge_window_us,
+            scrub_interval_hours,
+            rebuild_busy_rate_mib_per_s,
+            resync_rate_mib_per_s,
+            shards,
+            queue_depth,
         ]
+    }
+
+    /// These tunables where set, else `stored`'s (an operator's setting over what the
+    /// array stores).
+    pub fn or(self, stored: Tunables) -> Tunables {
+        let Tunables {
+            rebuild_rate_mib_per_s,
+            scrub_rate_mib_per_s,
+            merge_window_us,
+            scrub_interval_hours,
+            rebuild_busy_rate_mib_per_s,
+            resync_rate_mib_per_s,
+            shards,
+            queue_depth,
+        } = self;
+        Tunables {
+            rebuild_rate_mib_per_s: rebuild_rate_mib_per_s.or(stored.rebuild_rate_mib_per_s),
+            scrub_rate_mib_per_s: scrub_rate_mib_per_s.or(stored.scrub_rate_mib_per_s),
+            merge_window_us: merge_window_us.or(stored.merge_window_us),
+            scrub_interval_hours: scrub_interval_hours.or(stored.scrub_interval_hours),
+            rebuild_busy_rate_mib_per_s: rebuild_busy_rate_mib_per_s
+                .or(stored.rebuild_busy_rate_mib_per_s),
+            resync_rate_mib_per_s: resync_rate_mib_per_s.or(stored.resync_rate_mib_per_s),
+            shards: shards.or(stored.shards),
+            queue_depth: queue_depth.or(stored.queue_depth),
+        }
     }
 }
 

@@ -154,14 +154,25 @@ fn tunables_round_trip_and_unset_stays_unset() {
             merge_window_us: Some(150),
             scrub_interval_hours: Some(168),
             rebuild_busy_rate_mib_per_s: Some(200),
+            resync_rate_mib_per_s: Some(64),
+            shards: Some(4),
+            queue_depth: Some(256),
         },
         Tunables { scrub_interval_hours: Some(0), ..Default::default() },
+        Tunables { queue_depth: Some(0), shards: Some(u32::MAX), ..Default::default() },
     ] {
         sb.tunables = t;
         let back = Superblock::decode(&sb.encode()).unwrap();
         assert_eq!(back.tunables, t, "0 (no limit) must not read back as unset");
         assert_eq!(back, sb);
     }
+    // Tunables 5 and later live in bytes that were reserved: an image written before them
+    // (zeroes there) reads as "not set".
+    sb.tunables = Tunables { merge_window_us: Some(7), ..Default::default() };
+    let image = sb.encode();
+    assert!(image[3336..3348].iter().all(|&b| b == 0), "unset tunables left bytes behind");
+    let back = Superblock::decode(&image).unwrap();
+    assert_eq!((back.tunables.shards, back.tunables.queue_depth), (None, None));
 }
 
 /// The replace record (a spare's entry names the role it is replacing): it round-trips, an

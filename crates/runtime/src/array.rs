@@ -79,6 +79,30 @@ pub struct CreatedArray {
     pub created_files: Vec<PathBuf>,
 }
 
+/// Bounds of the `queue_depth` tunable (a reactor's io_uring entries; the kernel caps a
+/// ring at 32768).
+pub const QUEUE_DEPTH_MIN: u32 = 16;
+pub const QUEUE_DEPTH_MAX: u32 = 32768;
+
+/// A tunable changed while the array runs (`Array::tune`); rates in bytes per second for
+/// the whole array (stored rounded up to MiB/s), 0 meaning no limit. The rebuild's rates
+/// have their own calls (`Array::set_rebuild_rate`), which also reach a running copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tunable {
+    /// Background initialisation and resync: bytes of each member swept per second.
+    ResyncRate(u64),
+    /// Scrub: bytes read per second, also for a scrub already running.
+    ScrubRate(u64),
+    /// A check scrub every this many hours, counted from now (0: only on request).
+    ScrubEveryHours(u32),
+    /// Merge window for partial-stripe writes, microseconds (0: none).
+    MergeWindowUs(u32),
+    /// Reactor threads: stored, used from the next start.
+    Shards(u32),
+    /// Member IOs in flight per reactor: stored, used from the next start.
+    QueueDepth(u32),
+}
+
 /// How to open an array.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
@@ -160,6 +184,9 @@ pub struct ArrayStatus {
     pub member_ios_merged: u64,
     pub counters: ShardCounters,
     pub shards: usize,
+    /// Member IOs in flight per reactor, at most (its io_uring's entries; in-memory members
+    /// have no ring and no such bound).
+    pub queue_depth: u32,
     pub event: u64,
 }
 
@@ -245,6 +272,8 @@ pub(crate) enum ToController {
         busy: bool,
         reply: Sender<Result<(), ArrayError>>,
     },
+    /// Change a tunable live and store it (`Array::tune`).
+    Tune(Tunable, Sender<Result<(), ArrayError>>),
     /// A device to add as a hot spare, and whether it may be overwritten.
     AddSpare(NewSpare, Overwrite, ReAdd, Sender<Result<(), ArrayError>>),
     /// Replace a member: the device is added as a spare (or is one), the member is copied to
@@ -468,22 +497,25 @@ impl Array {
             dirty_degraded: options.dirty_degraded,
         };
         let prepared = flashraid_control::prepare(&refs, &request)?;
-        let shards =
-            options.shards.unwrap_or_else(cpu_count).clamp(1, flashraid_format::bitmap::SHARDS_MAX);
         // Tunables: what the operator gave now, else what the array stores, else the
-        // options' defaults. What was given now is stored (below, once started).
+        // options' defaults. What was given now is stored (below, once started). Reactor
+        // threads: given now, else the caller's `shards`, else stored, else one per CPU.
         let stored = prepared.assembled.superblock.tunables;
         let given = options.tunables;
-        let tunables = Tunables {
-            rebuild_rate_mib_per_s: given.rebuild_rate_mib_per_s.or(stored.rebuild_rate_mib_per_s),
-            scrub_rate_mib_per_s: given.scrub_rate_mib_per_s.or(stored.scrub_rate_mib_per_s),
-            merge_window_us: given.merge_window_us.or(stored.merge_window_us),
-            scrub_interval_hours: given.scrub_interval_hours.or(stored.scrub_interval_hours),
-            rebuild_busy_rate_mib_per_s: given
-                .rebuild_busy_rate_mib_per_s
-                .or(stored.rebuild_busy_rate_mib_per_s),
-        };
+        let tunables = given.or(stored);
+        let shards = given
+            .shards
+            .or(options.shards)
+            .or(stored.shards)
+            .unwrap_or_else(cpu_count)
+            .clamp(1, flashraid_format::bitmap::SHARDS_MAX);
         let mut options = options.clone();
+        if let Some(depth) = tunables.queue_depth {
+            options.ring_entries = depth.clamp(QUEUE_DEPTH_MIN, QUEUE_DEPTH_MAX);
+        }
+        if let Some(mib) = tunables.resync_rate_mib_per_s {
+            options.config.resync_rate_bytes_per_s = u64::from(mib) << 20;
+        }
         if let Some(mib) = tunables.rebuild_rate_mib_per_s {
             options.config.rebuild_rate_bytes_per_s = u64::from(mib) << 20;
         }
@@ -630,6 +662,7 @@ impl Array {
             scrub: None,
             events: EventLog::new(options.event_command.clone()),
             scrub_rate_bytes_per_s: options.scrub_rate_bytes_per_s,
+            ring_entries: options.ring_entries,
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
@@ -777,6 +810,19 @@ impl Array {
 
     fn send_rebuild_rate(&self, bytes_per_s: u64, busy: bool) -> Result<(), ArrayError> {
         self.ask_controller(|reply| ToController::SetRebuildRate { bytes_per_s, busy, reply })
+    }
+
+    /// Change a tunable now (where it can change while running) and store it with the array.
+    pub fn tune(&self, tunable: Tunable) -> Result<(), ArrayError> {
+        let valid = match tunable {
+            Tunable::Shards(n) => (1..=flashraid_format::bitmap::SHARDS_MAX).contains(&n),
+            Tunable::QueueDepth(n) => (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&n),
+            _ => true,
+        };
+        if !valid {
+            return Err(ArrayError::Other(format!("{tunable:?} is out of range")));
+        }
+        self.ask_controller(|reply| ToController::Tune(tunable, reply))
     }
 
     /// Send the controller a command and wait for its answer.
@@ -976,6 +1022,8 @@ struct Controller {
     scrub: Option<RunningScrub>,
     events: EventLog,
     scrub_rate_bytes_per_s: u64,
+    /// Entries of each reactor's io_uring, as started.
+    ring_entries: u32,
     scrub_interval: Option<std::time::Duration>,
     next_scrub_at: Option<std::time::Instant>,
 }
@@ -1198,6 +1246,9 @@ impl Controller {
                     self.apply_metadata_failures();
                     let _ = reply.send(stored.map_err(ArrayError::from));
                 }
+                Some(ToController::Tune(tunable, reply)) => {
+                    let _ = reply.send(self.tune(tunable));
+                }
                 Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
                     self.metadata.note_errors_corrected(member, 1);
                 }
@@ -1267,6 +1318,41 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// Apply a tunable to the running array (`Array::tune`) and store it.
+    fn tune(&mut self, tunable: Tunable) -> Result<(), ArrayError> {
+        let shards = u64::from(self.shard_count);
+        let mib = |bytes: u64| Some(u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+        let mut tunables = self.metadata.superblock().tunables;
+        match tunable {
+            Tunable::ResyncRate(rate) => {
+                self.broadcast(|| Control::SetResyncRate(rate.div_ceil(shards)));
+                tunables.resync_rate_mib_per_s = mib(rate);
+            }
+            Tunable::ScrubRate(rate) => {
+                self.scrub_rate_bytes_per_s = rate;
+                self.broadcast(|| Control::SetScrubRate(rate.div_ceil(shards)));
+                tunables.scrub_rate_mib_per_s = mib(rate);
+            }
+            Tunable::ScrubEveryHours(hours) => {
+                self.scrub_interval =
+                    (hours > 0).then(|| std::time::Duration::from_secs(u64::from(hours) * 3600));
+                self.next_scrub_at = self.scrub_interval.map(|i| std::time::Instant::now() + i);
+                tunables.scrub_interval_hours = Some(hours);
+            }
+            Tunable::MergeWindowUs(us) => {
+                self.broadcast(|| Control::SetMergeWindow(u64::from(us)));
+                tunables.merge_window_us = Some(us);
+            }
+            Tunable::Shards(n) => tunables.shards = Some(n),
+            Tunable::QueueDepth(n) => tunables.queue_depth = Some(n),
+        }
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let stored = self.metadata.set_tunables(&refs, tunables);
+        self.apply_metadata_failures();
+        stored.map_err(ArrayError::from)
     }
 
     fn broadcast(&self, control: impl Fn() -> Control) {
@@ -2176,6 +2262,7 @@ impl Controller {
             member_ios_merged: shards.iter().map(|s| s.member_ios_merged).sum(),
             counters,
             shards: shards.len(),
+            queue_depth: self.ring_entries,
             event: sb.event,
         }
     }

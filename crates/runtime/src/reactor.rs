@@ -142,6 +142,12 @@ pub(crate) enum Control {
     SetRebuildRate(u64),
     /// This shard's share of the busy-time rebuild rate (0: no separate limit).
     SetRebuildBusyRate(u64),
+    /// This shard's share of the resync rate (0: unlimited).
+    SetResyncRate(u64),
+    /// The merge window for partial-stripe writes, microseconds (0: none).
+    SetMergeWindow(u64),
+    /// This shard's share of a running scrub's rate (0: unlimited).
+    SetScrubRate(u64),
     /// Scrub every stripe (`repair`: rewrite what disagrees) at this shard's share of a rate
     /// (bytes read per second; 0: unlimited).
     StartScrub {
@@ -246,12 +252,14 @@ impl Backend {
         }
     }
 
-    /// Submit queued IO and, when `sleep`, wait until there is something to do. A message
-    /// taken from the inbox while deciding or sleeping is returned. `job_fds[1..]` are the
-    /// descriptors waiting jobs named (`job_fds[0]` is this function's own).
+    /// Submit queued IO and, when `sleep`, wait until there is something to do, at most
+    /// `max_wait`. A message taken from the inbox while deciding or sleeping is returned.
+    /// `job_fds[1..]` are the descriptors waiting jobs named (`job_fds[0]` is this
+    /// function's own).
     fn wait(
         &mut self,
         sleep: bool,
+        max_wait: Duration,
         inbox: &Receiver<ToReactor>,
         bell: &Doorbell,
         job_fds: &mut [libc::pollfd],
@@ -265,21 +273,21 @@ impl Backend {
                 // The ring's descriptor turns readable with a completion (the armed waker's
                 // too); one already taken out of the ring would not: then no sleep.
                 let own_fd = (!d.ring().has_local_completions()).then(|| d.ring().raw_fd());
-                Ok(sleep_with_jobs(bell, inbox, job_fds, own_fd, IDLE_WAIT))
+                Ok(sleep_with_jobs(bell, inbox, job_fds, own_fd, max_wait))
             }
             Backend::Uring(d) if sleep => {
                 bell.announce_sleep();
                 let result = match inbox.try_recv() {
                     // A message slipped in: no sleep, but send what is queued.
                     Ok(message) => d.submit_ring(0, None).map(|_| Some(message)),
-                    Err(_) => d.submit_ring(1, Some(IDLE_WAIT)).map(|_| None),
+                    Err(_) => d.submit_ring(1, Some(max_wait)).map(|_| None),
                 };
                 bell.awake();
                 result.map_err(|e| e.to_string())
             }
             Backend::Memory(d) if sleep && jobs_wait => {
-                let wait = d.next_due_at().map_or(IDLE_WAIT, |at| {
-                    at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+                let wait = d.next_due_at().map_or(max_wait, |at| {
+                    at.saturating_duration_since(Instant::now()).min(max_wait)
                 });
                 let message =
                     sleep_with_jobs(bell, inbox, job_fds, Some(bell.waker().raw_fd()), wait);
@@ -290,8 +298,8 @@ impl Backend {
             Backend::Uring(d) => d.submit_ring(0, None).map(|_| None).map_err(|e| e.to_string()),
             Backend::Memory(d) if sleep => {
                 // Delayed completions (fault injection) are due at a known time.
-                let wait = d.next_due_at().map_or(IDLE_WAIT, |at| {
-                    at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+                let wait = d.next_due_at().map_or(max_wait, |at| {
+                    at.saturating_duration_since(Instant::now()).min(max_wait)
                 });
                 Ok(inbox.recv_timeout(wait).ok())
             }
@@ -428,7 +436,17 @@ impl Reactor {
                 }
                 (false, Some(since)) => since.elapsed() >= SPIN_BEFORE_SLEEP,
             };
-            match self.driver.wait(sleep, &self.inbox, &self.bell, &mut state.job_fds) {
+            // A sleep ends by the shard's next timer (writes waiting for the merge window),
+            // or after IDLE_WAIT for the timers read from the clock each turn.
+            let max_wait = match self.shard.next_deadline_us().filter(|_| sleep) {
+                Some(at_us) => {
+                    let now_us =
+                        u64::try_from(state.start.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    Duration::from_micros(at_us.saturating_sub(now_us)).min(IDLE_WAIT)
+                }
+                None => IDLE_WAIT,
+            };
+            match self.driver.wait(sleep, max_wait, &self.inbox, &self.bell, &mut state.job_fds) {
                 Ok(message) => state.woke_with = message,
                 Err(e) => panic!("reactor {}: waiting for IO failed: {e}", self.shard_index),
             }
@@ -525,6 +543,9 @@ impl Reactor {
                         }
                         Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
                         Control::SetRebuildBusyRate(rate) => self.shard.set_rebuild_busy_rate(rate),
+                        Control::SetResyncRate(rate) => self.shard.set_resync_rate(rate),
+                        Control::SetMergeWindow(us) => self.shard.set_merge_window_us(us),
+                        Control::SetScrubRate(rate) => self.shard.set_scrub_rate(rate),
                         Control::StartScrub { repair, rate_bytes_per_s } => {
                             self.shard.start_scrub(repair, rate_bytes_per_s)
                         }

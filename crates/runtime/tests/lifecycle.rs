@@ -10,7 +10,7 @@
 use flashraid_engine::Health;
 use flashraid_layout::Level;
 use flashraid_runtime::{
-    Array, ArrayStatus, CreateSpec, MemMember, OpenOptions, ReAdd, Session, create,
+    Array, ArrayStatus, CreateSpec, MemMember, OpenOptions, ReAdd, Session, Tunable, create,
     create_in_memory_with_spares,
 };
 use std::path::PathBuf;
@@ -324,6 +324,32 @@ fn tunables_given_at_create_or_live_are_stored_and_used_at_the_next_start() {
     array.shutdown().unwrap();
     let again = Array::open(&paths, &options(0)).unwrap();
     assert_eq!(again.status().unwrap().tunables.scrub_interval_hours, Some(24));
+    // Cores and queue depth: stored, used at the next start; the other tunables change
+    // live and are stored.
+    assert_eq!(again.status().unwrap().shards, 2);
+    again.tune(Tunable::Shards(1)).unwrap();
+    again.tune(Tunable::QueueDepth(64)).unwrap();
+    again.tune(Tunable::MergeWindowUs(0)).unwrap();
+    again.tune(Tunable::ResyncRate(30 << 20)).unwrap();
+    again.tune(Tunable::ScrubRate(9 << 20)).unwrap();
+    assert!(again.tune(Tunable::Shards(0)).is_err(), "0 reactors accepted");
+    assert!(again.tune(Tunable::QueueDepth(1 << 20)).is_err(), "an io_uring too large accepted");
+    let t = again.status().unwrap().tunables;
+    assert_eq!(
+        (t.shards, t.queue_depth, t.merge_window_us, t.resync_rate_mib_per_s),
+        (Some(1), Some(64), Some(0), Some(30))
+    );
+    assert_eq!(t.scrub_rate_mib_per_s, Some(9));
+    again.shutdown().unwrap();
+    let mut unset = options(0);
+    unset.shards = None;
+    let again = Array::open(&paths, &unset).unwrap();
+    let s = again.status().unwrap();
+    assert_eq!((s.shards, s.queue_depth), (1, 64), "stored cores and queue depth not used");
+    again.shutdown().unwrap();
+    // A caller's explicit `shards` goes before the stored value.
+    let again = Array::open(&paths, &options(0)).unwrap();
+    assert_eq!(again.status().unwrap().shards, 2);
     again.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

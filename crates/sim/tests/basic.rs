@@ -115,3 +115,46 @@ fn a_member_missing_at_start_is_failed_and_never_used_again() {
     assert!(again.role_device(1).is_none(), "the stale member was used");
     assert!(again.read(0, 1 << 20).unwrap() == new, "stale data returned");
 }
+
+/// Background initialisation keeps to its rate limit (bytes of each member swept per
+/// second, shared by the shards), runs unlimited without one, and the array serves right
+/// meanwhile.
+#[test]
+fn background_init_keeps_to_its_rate_limit() {
+    let rate_bytes_per_s: u64 = 2 << 20;
+    let mut steps_taken = vec![];
+    for limited in [true, false] {
+        let mut options = SimOptions::new(3, Level::Raid5, 4);
+        options.init = flashraid_control::Init::Background;
+        options.member_bytes = 4 << 20;
+        options.config.resync_rate_bytes_per_s = if limited { rate_bytes_per_s } else { 0 };
+        let mut array = SimArray::create(options.clone()).unwrap();
+        let data = pattern(5, 64 << 10);
+        array.write(8192, &data).unwrap();
+        let mut steps = 0u64;
+        loop {
+            let done = array
+                .events
+                .iter()
+                .filter(|e| matches!(e, flashraid_engine::ShardEvent::ResyncDone))
+                .count();
+            if done == options.shards as usize {
+                break;
+            }
+            array.step();
+            steps += 1;
+            assert!(steps < 1_000_000, "background init never finished");
+        }
+        assert_eq!(array.read(8192, data.len() as u64).unwrap(), data);
+        let member_data_bytes = array.metadata().superblock().member_data_bytes;
+        steps_taken.push((steps, member_data_bytes));
+    }
+    // The simulator's step is 10 us.
+    let (limited_steps, member_data_bytes) = steps_taken[0];
+    let expected_steps = member_data_bytes * 100_000 / rate_bytes_per_s;
+    assert!(
+        limited_steps * 10 >= expected_steps * 8 && limited_steps * 10 <= expected_steps * 13,
+        "init took {limited_steps} steps at the limit, expected about {expected_steps}"
+    );
+    assert!(steps_taken[1].0 * 20 < expected_steps, "unlimited init was slow: {steps_taken:?}");
+}

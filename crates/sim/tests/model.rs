@@ -75,7 +75,11 @@ fn run_model_with_spares(
     options.chunk_bytes = if rng.random_bool(0.5) { 4096 } else { 16384 };
     options.shards = rng.random_range(1..=3);
     options.member_bytes = 3 << 20;
-    options.config.merge_window_us = 0;
+    // Half the runs hold partial-stripe writes for a merge window of 1 to 20 steps. Drawn
+    // from a generator of its own, so every other draw (and the regression seeds) stays.
+    let mut window_rng = StdRng::seed_from_u64(seed ^ 0x6d65_7267_6500);
+    options.config.merge_window_us =
+        if window_rng.random_bool(0.5) { window_rng.random_range(10..=200) } else { 0 };
     // Shards own runs of `run_stripes` neighbouring stripes (1: the default rule).
     options.config.stripe_run_member_bytes = options.chunk_bytes * run_stripes;
     if run_stripes > 1 {
@@ -88,7 +92,10 @@ fn run_model_with_spares(
         options.config.rebuild_stripes_max = rng.random_range(1..=4);
     }
     if std::env::var("FLASHRAID_TRACE").is_ok() {
-        eprintln!("trace: chunk {} shards {}", options.chunk_bytes, options.shards);
+        eprintln!(
+            "trace: chunk {} shards {} merge window {} us",
+            options.chunk_bytes, options.shards, options.config.merge_window_us
+        );
     }
     let mut array = SimArray::create(options).unwrap();
     let size = array.array_bytes();
@@ -167,6 +174,10 @@ fn run_model_with_spares(
     array.run_until_idle();
     let again = array.read(0, size).unwrap();
     assert!(again == model, "{level} seed {seed}: second final read differs");
+    if std::env::var("FLASHRAID_TRACE").is_ok() {
+        let c = array.counters();
+        eprintln!("trace: merge window waits {} filled {}", c.merge_waits, c.merge_filled);
+    }
     if spares == 0 {
         return;
     }

@@ -21,6 +21,9 @@ impl Shard {
     pub fn tick(&mut self, now_us: u64) {
         self.now_us = self.now_us.max(now_us);
         let now = self.now_us;
+        if !self.merge_waiting.is_empty() {
+            self.start_merge_waiting(false);
+        }
         // Scanning every region costs O(regions): at most once per millisecond (the clearing
         // delay is seconds, so this loses nothing).
         if now.saturating_sub(self.last_bitmap_scan_us) >= BITMAP_SCAN_INTERVAL_US {
@@ -33,6 +36,7 @@ impl Shard {
             self.kick_bitmap();
         }
         if self.resync_region_index < self.resync_regions.len() || !self.resync_announced {
+            self.resync_pace.refill(now, u64::from(self.geometry.chunk_bytes()));
             self.schedule_resync();
         }
         if self.rebuild.is_some() {
@@ -245,6 +249,8 @@ impl Shard {
         if self.shutdown == ShutdownState::Running {
             self.shutdown = ShutdownState::Draining;
         }
+        // Writes waiting for neighbours start now: nothing more will join them.
+        self.start_merge_waiting(true);
         self.advance_shutdown();
     }
 
@@ -442,6 +448,12 @@ impl Shard {
     /// Start resync operations while there is room and work.
     /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
     /// parity can no longer be checked against all the data).
+    /// Set this shard's share of the resync rate limit (bytes of each member per second;
+    /// 0: no limit). Takes effect at once.
+    pub fn set_resync_rate(&mut self, bytes_per_s: u64) {
+        self.resync_pace.set_rate(bytes_per_s);
+    }
+
     pub(super) fn resync_stalled(&self) -> bool {
         self.resync_blocked.is_some()
             || (self.geometry.tolerance() > 0
@@ -474,9 +486,12 @@ impl Shard {
                 // Busy stripe or no op slot: try again on a later tick.
                 return;
             }
+            if !self.resync_pace.take(u64::from(self.geometry.chunk_bytes())) {
+                return; // over the rate limit: the next tick refills
+            }
             let Some(op_slot) = self.free_ops.pop() else { return };
             let op = self.new_op(StripeIndex(stripe), OpKind::Resync);
-            let entry = StripeEntry { op: Some(op_slot), queue_head: None, queue_tail: None };
+            let entry = StripeEntry { op: Some(op_slot), ..StripeEntry::default() };
             self.stripes.insert(StripeIndex(stripe), entry).expect("sized for every op slot");
             self.ops[op_slot] = Some(op);
             self.resync_in_flight += 1;

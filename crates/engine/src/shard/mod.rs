@@ -181,6 +181,10 @@ pub struct ShardCounters {
     /// second parity row, or parity recomputed from the data.
     pub rebuild_untrusted_stripes: u64,
     pub rejected_busy: u64,
+    /// Stripes whose partial writes waited for the merge window, and how many of them were
+    /// filled by neighbours before it ended (the rest started when it did).
+    pub merge_waits: u64,
+    pub merge_filled: u64,
 }
 
 impl ShardCounters {
@@ -206,6 +210,8 @@ impl ShardCounters {
             rebuild_stripes,
             rebuild_untrusted_stripes,
             rejected_busy,
+            merge_waits,
+            merge_filled,
         } = c;
         // Destructured, so a new counter cannot be left out of the sum.
         self.reads += reads;
@@ -227,6 +233,8 @@ impl ShardCounters {
         self.rebuild_stripes += rebuild_stripes;
         self.rebuild_untrusted_stripes += rebuild_untrusted_stripes;
         self.rejected_busy += rejected_busy;
+        self.merge_waits += merge_waits;
+        self.merge_filled += merge_filled;
     }
 }
 
@@ -387,12 +395,27 @@ struct Touch {
     buf_offset: usize,
 }
 
+/// What the merge window makes of an idle stripe's queue (`Shard::merge_verdict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Merge {
+    /// Partial-stripe writes that neighbours could still fill: wait.
+    Wait,
+    /// Writes that fill every data chunk: start (a full-stripe write).
+    Full,
+    /// Anything else: start.
+    Start,
+}
+
 /// Per-stripe entry: the running operation and the queue of requests behind it.
 #[derive(Clone, Copy, Debug, Default)]
 struct StripeEntry {
     op: Option<usize>,
     queue_head: Option<usize>,
     queue_tail: Option<usize>,
+    /// Nonzero: the queued writes wait until this time for neighbours that would fill the
+    /// stripe (the merge window); `merge_waiting` then holds `(stripe, merge_until_us)`
+    /// and `op` is `None`.
+    merge_until_us: u64,
 }
 
 #[derive(Debug)]
@@ -453,8 +476,16 @@ pub struct Shard {
     resync_announced: bool,
     /// Resync stopped at (region list index, stripe): from there on stripes stay untrusted.
     resync_blocked: Option<(usize, u64)>,
+    /// The resync's rate limit (this shard's share), in chunk bytes per stripe resynced.
+    resync_pace: pace::Pace,
     /// A stripe with queued requests found no free op slot (see `retry_waiting_stripes`).
     stripes_waiting_for_op: bool,
+    /// Stripes whose partial writes wait for the merge window, by deadline (the window is
+    /// one value, so the front is the earliest; after a live change an entry may wait
+    /// behind a later one, at most the old window). An entry whose stripe started early
+    /// stays until its deadline and is then skipped. At most `requests_max` entries: when
+    /// full, a partial write starts at once.
+    merge_waiting: VecDeque<(StripeIndex, u64)>,
     /// When `tick` last scanned the bitmap for regions to clear.
     last_bitmap_scan_us: u64,
     /// The rebuild of a replacement member, if one runs.
@@ -618,7 +649,12 @@ impl Shard {
             resync_in_flight: 0,
             resync_announced: false,
             resync_blocked: None,
+            resync_pace: pace::Pace::new(
+                setup.config.resync_rate_bytes_per_s.div_ceil(u64::from(setup.shard_count)),
+                0,
+            ),
             stripes_waiting_for_op: false,
+            merge_waiting: VecDeque::with_capacity(requests_max),
             last_bitmap_scan_us: 0,
             rebuild: None,
             rebuild_generation: 0,
@@ -856,13 +892,110 @@ impl Shard {
                 entry.queue_tail = Some(slot);
             }
         }
-        if self.stripes.get(stripe).expect("present").op.is_none() {
-            self.start_next_op(stripe);
+        let entry = *self.stripes.get(stripe).expect("present");
+        if entry.op.is_some() {
+            return;
         }
+        let verdict = self.merge_verdict(stripe);
+        if entry.merge_until_us != 0 && verdict == Merge::Full {
+            self.counters.merge_filled += 1;
+        }
+        if verdict == Merge::Wait {
+            if entry.merge_until_us != 0 {
+                return; // waiting already: the new write joined without filling the stripe
+            }
+            if self.merge_waiting.len() < self.requests.len() {
+                // Never 0 (that means "not waiting"): the window is at least 1 us.
+                let until = self.now_us + self.config.merge_window_us;
+                self.stripes.get_mut(stripe).expect("present").merge_until_us = until;
+                self.merge_waiting.push_back((stripe, until));
+                self.counters.merge_waits += 1;
+                return;
+            }
+        }
+        self.start_next_op(stripe);
+    }
+
+    /// Whether an idle stripe's queue waits for the merge window (`Wait`): a parity level, a
+    /// window set, and a queue of cached writes that one operation would take together
+    /// (each on data chunks no earlier one touches) and that do not yet fill every data
+    /// chunk. Anything else (a read, a zero, a FUA write, a write that could not join the
+    /// same operation, a full stripe) starts now: waiting would only add latency.
+    fn merge_verdict(&self, stripe: StripeIndex) -> Merge {
+        let g = &self.geometry;
+        if self.config.merge_window_us == 0
+            || g.parity_chunks() == 0
+            || self.shutdown != ShutdownState::Running
+        {
+            return Merge::Start;
+        }
+        let entry = self.stripes.get(stripe).expect("present");
+        let chunk = g.chunk_bytes();
+        let (mut touched, mut full) = (0u64, 0u64);
+        let mut cursor = entry.queue_head;
+        let mut taken = 0;
+        while let Some(slot) = cursor {
+            let request = self.requests[slot].as_ref().expect("queued");
+            let ShardOp::Write { offset, len_bytes, durability: Durability::Cached } = request.op
+            else {
+                return Merge::Start;
+            };
+            if taken == OP_REQUESTS_MAX {
+                return Merge::Start;
+            }
+            for segment in g.segments(offset, u64::from(len_bytes)) {
+                let bit = 1u64 << segment.location.data_index;
+                if touched & bit != 0 {
+                    return Merge::Start;
+                }
+                touched |= bit;
+                if segment.location.offset_in_chunk_bytes == 0 && segment.len_bytes == chunk {
+                    full |= bit;
+                }
+            }
+            taken += 1;
+            cursor = request.next_in_stripe;
+        }
+        // Data chunks are fewer than 64 (`MEMBERS_MAX` members, one parity at least).
+        if full == (1u64 << g.data_chunks()) - 1 { Merge::Full } else { Merge::Wait }
+    }
+
+    /// Start the stripes whose merge window ended (all of them when `all`).
+    pub(super) fn start_merge_waiting(&mut self, all: bool) {
+        while let Some(&(stripe, until)) = self.merge_waiting.front() {
+            if !all && until > self.now_us {
+                break;
+            }
+            self.merge_waiting.pop_front();
+            let waiting = self
+                .stripes
+                .get(stripe)
+                .is_some_and(|e| e.merge_until_us == until && e.op.is_none());
+            if waiting {
+                self.start_next_op(stripe);
+            }
+        }
+    }
+
+    /// Change the merge window (microseconds; 0: none). Stripes waiting keep their
+    /// deadlines; with no window they start now.
+    pub fn set_merge_window_us(&mut self, us: u64) {
+        self.config.merge_window_us = us;
+        if us == 0 {
+            self.start_merge_waiting(true);
+        }
+    }
+
+    /// When the earliest merge window ends (the reactor sleeps no longer than that).
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        self.merge_waiting.front().map(|&(_, until)| until)
     }
 
     /// Start the next operation on an idle stripe from the front of its queue.
     fn start_next_op(&mut self, stripe: StripeIndex) {
+        // Whatever happens next, the stripe no longer waits for its merge window (its entry
+        // in `merge_waiting`, if any, is skipped when it comes up).
+        self.stripes.get_mut(stripe).expect("present").merge_until_us = 0;
         let entry = *self.stripes.get(stripe).expect("present");
         assert!(entry.op.is_none());
         let Some(head) = entry.queue_head else {
@@ -1466,7 +1599,8 @@ impl Shard {
             .keys()
             .filter(|&s| {
                 let e = self.stripes.get(s).expect("key");
-                e.op.is_none() && e.queue_head.is_some()
+                // A stripe in its merge window starts when the window ends (`tick`).
+                e.op.is_none() && e.queue_head.is_some() && e.merge_until_us == 0
             })
             .collect();
         for stripe in idle {

@@ -1,5 +1,5 @@
-//! A token bucket for background work (rebuild, scrub): bytes per second, refilled from the
-//! shard's clock. Owns nothing else; no IO, no clock of its own.
+//! A token bucket for background work (resync, rebuild, scrub): bytes per second, refilled
+//! from the shard's clock. Owns nothing else; no IO, no clock of its own.
 //!
 //! Invariant: the budget never exceeds `REFILL_BURST_US` worth of the rate (at least one
 //! unit of work), so an idle spell does not turn into a burst against foreground IO.
