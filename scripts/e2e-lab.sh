@@ -212,6 +212,14 @@ for t in frames["targets"]:
         assert r["frames"] >= 4 * r["streams"] and r["mb_per_s"] > 0, r
         assert r["timeline_mb_per_s"] and max(r["timeline_mb_per_s"]) > 0, r
     assert "loop direct IO on" in t["filesystem"], t["filesystem"]
+    # P5c: 4 batches up to nearly 95% full, 2 rewritten into the holes, the oldest read.
+    steps = [(b["step"], b["batch"]) for b in t["fill"]]
+    assert steps == [("fill", 0), ("fill", 1), ("fill", 2), ("fill", 3), ("rewrite", 4),
+                     ("rewrite", 5), ("read-oldest", 0)], (t["name"], steps)
+    full = [b["fill_percent"] for b in t["fill"] if b["step"] == "fill"]
+    assert full == sorted(full) and 75 <= full[-1] <= 96, (t["name"], full)
+    assert all(b["run"]["mb_per_s"] > 0 and b["run"]["format"]["name"] == "DCI-4K"
+               for b in t["fill"]), t["fill"]
 assert "nbdfuse" in frames["targets"][1]["filesystem"]
 small = json.load(open(f"{d}/small-files/files-run.json"))
 for t in small["targets"]:
@@ -228,19 +236,23 @@ for t in small["targets"]:
     assert sum(p["created_alone"] for p in pm["processes"]) == 2000, pm
     assert all(p["transactions_per_s"] > 0 and p["read"] > 0 for p in pm["processes"]), pm
     assert pm["wall_seconds"] > 0, pm
-print("   video-frames: 8 frame tests and the large-file ladder that fits on both targets; "
-      "small-files: 6 metadata tests, data and PostMark")
+print("   video-frames: 8 frame tests, the large-file ladder that fits on both targets and "
+      "the fill sweep; small-files: 6 metadata tests, data and PostMark")
 EOF
 grep -q "late at 24 fps" "$work/run5/video-frames/report.md" || fail "video-frames: no late frames"
 grep -q "a frame per IO (AJA-like)" "$work/run5/video-frames/report.md" \
     || fail "video-frames: no large-file table"
+grep -q "video-frames: fill sweep" "$work/run5/video-frames/report.md" \
+    || fail "video-frames: no fill-sweep table"
 grep -q "fsync p99" "$work/run5/small-files/report.md" || fail "small-files: no fsync latency"
 grep -q "small-files: PostMark" "$work/run5/small-files/report.md" || fail "small-files: no PostMark"
 for f in "$work/run5/small-files/0-members/postmark-5.out" "$work/run5/small-files/1-flashraid/postmark-0.out"; do
     grep -q "seconds of transactions" "$f" || fail "PostMark's report not kept: $f"
 done
-[ "$(grep -o '<svg' "$work/run5/video-frames/report.html" | wc -l)" -ge 17 ] \
-    || fail "video-frames: bars, 8 frame-file and 8 large-file MB/s-over-time charts expected"
+[ "$(grep -o '<svg' "$work/run5/video-frames/report.html" | wc -l)" -ge 18 ] \
+    || fail "video-frames: bars, 8 frame-file and 8 large-file MB/s-over-time charts and the fill chart expected"
+grep -q "MB/s by how full the filesystem is" "$work/run5/video-frames/report.html" \
+    || fail "video-frames: no fill chart"
 "$bin" bench compare "$work/run5" "$work/run5/video-frames/files-run.json" --out "$work/cmp5" \
     >/dev/null || fail "compare video-frames and small-files runs"
 grep -q "run5-video-frames: flashraid" "$work/cmp5/compare.md" || fail "compare lacks a frames run"

@@ -35,6 +35,9 @@ pub struct ShardConfig {
     /// rebuild's priority: lower keeps foreground latency down, higher rebuilds sooner under
     /// load). At most `rebuild_stripes_max`.
     pub rebuild_busy_stripes_max: usize,
+    /// How long a stalled rebuild (a stripe it could not reconstruct) waits before it tries
+    /// again from its low-water mark, in microseconds.
+    pub rebuild_stall_retry_us: u64,
     /// Scrub operations (one stripe each) in flight per shard.
     pub scrub_stripes_max: usize,
     /// Rebuild rate limit for the whole array, in bytes written to the replacement member
@@ -66,6 +69,7 @@ impl ShardConfig {
             resync_rate_bytes_per_s: 0,
             rebuild_stripes_max: 8,
             rebuild_busy_stripes_max: 1,
+            rebuild_stall_retry_us: 10_000_000,
             scrub_stripes_max: 4,
             rebuild_rate_bytes_per_s: 0,
             rebuild_busy_rate_bytes_per_s: 200 << 20,

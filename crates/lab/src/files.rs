@@ -19,8 +19,13 @@
 //! small-files also runs P6a, PostMark, when the shape asks for it (its parse and figures
 //! live in [`crate::postmark`]; this module puts its table in the report).
 //!
+//! video-frames ends with P5c, the fill sweep ([`FillBatch`]): batches of frame files until
+//! the filesystem is nearly full (MB/s against percent full), every other batch deleted and
+//! written again into the holes, the oldest batch read back.
+//!
 //! Limits: a frame's time is its write or read alone: fio opens and closes files outside the
-//! IO it times, which frametest would count. No P5c fill-rate sweep. Earlier runs compare
+//! IO it times, which frametest would count. The fill sweep's percent full is the
+//! filesystem's own count (df), after each batch's closing fsync. Earlier runs compare
 //! through `merge`.
 
 use crate::chart::{self, BarChart, LineChart};
@@ -127,6 +132,7 @@ pub fn render_frames(
     frames: u32,
     target: &FsTarget,
     phase: FramePhase,
+    log_name: &str,
 ) -> Result<String, FilesError> {
     let frame = format.frame_bytes();
     let mut out = format!(
@@ -154,8 +160,7 @@ pub fn render_frames(
     let _ = writeln!(out, "numjobs={streams}\ngroup_reporting=0\nrefill_buffers=1");
     let _ = writeln!(out, "percentile_list={PERCENTILE_LIST}");
     // Every IO logged (log_avg_msec=0): the per-frame times, one log per stream.
-    let _ =
-        writeln!(out, "write_lat_log={}\nlog_avg_msec=0", frames_log_name(format, streams, phase));
+    let _ = writeln!(out, "write_lat_log={log_name}\nlog_avg_msec=0");
     out.push_str("\n[stream]\n");
     Ok(out)
 }
@@ -259,6 +264,71 @@ pub struct FramesRun {
     pub timeline_bin_ms: u64,
     /// MB/s of the frames completed in each bin, from the phase's start.
     pub timeline_mb_per_s: Vec<f64>,
+}
+
+/// What a batch of the fill sweep (P5c) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FillStep {
+    /// A new batch written, the filesystem fuller after each.
+    Fill,
+    /// A batch written again into the space that deleting every other batch freed.
+    Rewrite,
+    /// The oldest batch read back after the rewrites.
+    ReadOldest,
+}
+
+impl FillStep {
+    pub fn name(self) -> &'static str {
+        match self {
+            FillStep::Fill => "fill",
+            FillStep::Rewrite => "rewrite",
+            FillStep::ReadOldest => "read oldest",
+        }
+    }
+}
+
+/// One batch of the fill sweep on one target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FillBatch {
+    pub step: FillStep,
+    /// The batch's number in the order written (the rewrites go on counting).
+    pub batch: u32,
+    /// The fullest filesystem of the target after the batch, percent of its size.
+    pub fill_percent: f64,
+    /// The batch's frames as a frames test measures them.
+    pub run: FramesRun,
+}
+
+/// Frames per stream of one fill batch: `batches` batches take the fullest of `filesystems`
+/// (each `(size, used)` in bytes) from where it is to `percent_max` full, with
+/// `streams_per_fs` streams writing to each; `None` when that leaves fewer than
+/// `frames_min` frames a stream (the target is too small or already full).
+pub fn fill_batch_frames(
+    filesystems: &[(u64, u64)],
+    percent_max: u8,
+    batches: u32,
+    frame_bytes: u64,
+    streams_per_fs: u32,
+    frames_min: u32,
+) -> Option<u32> {
+    let room = filesystems
+        .iter()
+        .map(|&(size, used)| (size / 100 * u64::from(percent_max)).saturating_sub(used))
+        .min()?;
+    let per_stream = room / u64::from(batches.max(1)) / u64::from(streams_per_fs.max(1));
+    let frames = u32::try_from(per_stream / frame_bytes.max(1)).unwrap_or(u32::MAX);
+    (frames >= frames_min.max(1)).then_some(frames)
+}
+
+/// The log name of a fill-sweep batch (fio appends `_lat.N.log`).
+pub fn fill_log_name(batch: u32, step: FillStep) -> String {
+    let step = match step {
+        FillStep::Fill => "fill",
+        FillStep::Rewrite => "rewrite",
+        FillStep::ReadOldest => "read",
+    };
+    format!("fill-{batch:02}-{step}")
 }
 
 /// One large-file phase (P5a) on one target.
@@ -533,6 +603,9 @@ pub struct FilesTarget {
     /// video-frames' large-file tests (absent in reports from before them).
     #[serde(default)]
     pub large_files: Vec<LargeFileRun>,
+    /// video-frames' fill sweep, P5c (absent in reports from before it, or when skipped).
+    #[serde(default)]
+    pub fill: Vec<FillBatch>,
     pub metadata: Vec<MetaRun>,
     pub data: Option<JobResult>,
     /// small-files' PostMark run (absent in reports from before it, or when skipped).
@@ -663,6 +736,72 @@ fn large_file_table(report: &FilesReport, rates: &[u32]) -> Table {
     }
 }
 
+fn fill_table(report: &FilesReport) -> Table {
+    let base = report.targets.first();
+    let mut rows = vec![];
+    for target in &report.targets {
+        for (i, batch) in target.fill.iter().enumerate() {
+            // Batches pair up by position: every target runs the same sequence of steps.
+            let base_batch = base.and_then(|b| b.fill.get(i)).filter(|b| b.step == batch.step);
+            let run = &batch.run;
+            rows.push(vec![
+                target.name.clone(),
+                batch.batch.to_string(),
+                batch.step.name().to_string(),
+                format!("{:.1}", batch.fill_percent),
+                run.frames.to_string(),
+                ratio(run.mb_per_s, base_batch.map(|b| b.run.mb_per_s)),
+                format!("{:.2}", run.frame_ms_p99),
+                format!("{:.2}", run.frame_ms_max),
+            ]);
+        }
+    }
+    let format = report.targets.iter().find_map(|t| t.fill.first()).map_or(String::new(), |b| {
+        format!(", {} frame files x{}", b.run.format.name, b.run.streams)
+    });
+    Table {
+        title: format!(
+            "video-frames: fill sweep{format}, batches until the filesystem is nearly full, every \
+             other batch deleted and written again, the oldest read back (MB/s ratios to {})",
+            base.map_or("-", |t| t.name.as_str())
+        ),
+        header: ["Target", "Batch", "Step", "Full %", "Frames", "MB/s", "p99 ms", "max ms"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    }
+}
+
+/// MB/s of each batch against how full the filesystem was after it, one line per target
+/// (the fill batches only: the rewrites and the read are in the table).
+fn fill_chart(report: &FilesReport) -> LineChart {
+    let series: Vec<chart::Series> = report
+        .targets
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.fill.is_empty())
+        .map(|(index, t)| chart::Series {
+            name: t.name.clone(),
+            colour_index: index,
+            points: t
+                .fill
+                .iter()
+                .filter(|b| b.step == FillStep::Fill)
+                .map(|b| (b.fill_percent, b.run.mb_per_s))
+                .collect(),
+        })
+        .collect();
+    LineChart {
+        title: "video-frames fill sweep: MB/s by how full the filesystem is".into(),
+        x_label: "percent full after the batch".into(),
+        y_label: "MB/s".into(),
+        x_ticks: (0..=5).map(|i| (f64::from(i) * 20.0, format!("{}", i * 20))).collect(),
+        log_y: false,
+        series,
+        guides: vec![],
+    }
+}
+
 fn metadata_table(report: &FilesReport) -> Table {
     let base = report.targets.first();
     let mut rows = vec![];
@@ -785,6 +924,9 @@ fn tables(report: &FilesReport) -> Vec<Table> {
             let mut tables = vec![frames_table(report, &shape.frame_rates_per_s)];
             if report.targets.iter().any(|t| !t.large_files.is_empty()) {
                 tables.push(large_file_table(report, &shape.frame_rates_per_s));
+            }
+            if report.targets.iter().any(|t| !t.fill.is_empty()) {
+                tables.push(fill_table(report));
             }
             tables
         }
@@ -967,6 +1109,9 @@ pub fn render_files_html(report: &FilesReport) -> String {
             }
             for (key, label) in &large {
                 out.push_str(&chart::line_chart_svg(&large_file_chart(report, *key, label)));
+            }
+            if report.targets.iter().any(|t| !t.fill.is_empty()) {
+                out.push_str(&chart::line_chart_svg(&fill_chart(report)));
             }
         }
         FilesShape::SmallFiles(_) => {

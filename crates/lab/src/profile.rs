@@ -872,6 +872,14 @@ pub struct VideoFramesShape {
     pub large_file_bytes: Vec<u64>,
     #[serde(default)]
     pub large_file_depths: Vec<u32>,
+    /// P5c, the fill sweep: frame files of the largest format written in this many batches
+    /// (each in its own directories) until the filesystem is `fill_percent_max` full, then
+    /// every other batch deleted, as many written again into the holes, and the oldest batch
+    /// read back (0: no sweep, as in reports from before P5c).
+    #[serde(default)]
+    pub fill_batches: u32,
+    #[serde(default)]
+    pub fill_percent_max: u8,
 }
 
 /// An uncompressed frame format: 10-bit RGB DPX packs three 10-bit samples in 32 bits, so 4
@@ -971,6 +979,8 @@ pub fn workload_shape(profile: Profile, mode: Mode) -> Option<WorkloadShape> {
             },
             // Frame by frame (a recorder or player), and four ahead (one that buffers).
             large_file_depths: vec![1, 4],
+            fill_batches: if quick { 4 } else { 20 },
+            fill_percent_max: 95,
         }),
         Profile::SmallFiles => WorkloadShape::SmallFiles(SmallFilesShape {
             metadata_files: if quick { 10_000 } else { 1_000_000 },

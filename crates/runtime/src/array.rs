@@ -658,6 +658,7 @@ impl Array {
             rebuild: None,
             rebuild_generation: 0,
             rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
+            rebuild_stall_retry_s: options.config.rebuild_stall_retry_us / 1_000_000,
             shard_count: shards,
             scrub: None,
             events: EventLog::new(options.event_command.clone()),
@@ -1018,6 +1019,8 @@ struct Controller {
     /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
     rebuild_generation: u32,
     rebuild_rate_bytes_per_s: u64,
+    /// `ShardConfig::rebuild_stall_retry_us` in seconds (for the stall's message).
+    rebuild_stall_retry_s: u64,
     shard_count: u32,
     scrub: Option<RunningScrub>,
     events: EventLog,
@@ -1049,7 +1052,8 @@ struct RunningRebuild {
     /// Which `StartRebuild` this is (the shards count them the same way).
     generation: u32,
     last_recorded: std::time::Instant,
-    stalled_at: Option<u64>,
+    /// Per shard: the stripe its rebuild stalled at, until its progress passes it (a retry).
+    stalled_at: Vec<Option<u64>>,
 }
 
 /// A `replace` copying the old member's data area to the new device on a copier thread
@@ -1170,7 +1174,7 @@ impl Controller {
                 Some(ToController::Event(shard, ShardEvent::RebuildDone { generation, .. })) => {
                     self.rebuild_progress(shard, generation, u64::MAX, true);
                 }
-                Some(ToController::Event(_, ShardEvent::RebuildStalled { member, stripe })) => {
+                Some(ToController::Event(shard, ShardEvent::RebuildStalled { member, stripe })) => {
                     self.events.record(
                         &self.metadata,
                         "rebuild-stalled",
@@ -1178,13 +1182,18 @@ impl Controller {
                             "rebuild of member {} stalled at stripe {}: it cannot be \
                              reconstructed reliably (too many members unreadable, or it was \
                              being written when the array stopped and no second parity \
-                             row can check it); its data there is lost",
+                             row can check it); its data there is lost unless a member \
+                             reads again. The rebuild tries again every {} s: writing the \
+                             stripe anew lets it go on",
                             member.get(),
-                            stripe.0
+                            stripe.0,
+                            self.rebuild_stall_retry_s
                         ),
                     );
-                    if let Some(r) = &mut self.rebuild {
-                        r.stalled_at = Some(r.stalled_at.map_or(stripe.0, |s| s.min(stripe.0)));
+                    if let Some(r) = &mut self.rebuild
+                        && let Some(at) = r.stalled_at.get_mut(shard as usize)
+                    {
+                        *at = Some(at.map_or(stripe.0, |s| s.min(stripe.0)));
                     }
                 }
                 Some(ToController::Event(shard, ShardEvent::ScrubDone { tally, stopped })) => {
@@ -2130,7 +2139,7 @@ impl Controller {
             shard_done: vec![false; self.reactors.len()],
             generation: self.rebuild_generation,
             last_recorded: now,
-            stalled_at: None,
+            stalled_at: vec![None; self.reactors.len()],
         });
     }
 
@@ -2145,6 +2154,18 @@ impl Controller {
         };
         let s = usize::try_from(shard).expect("fits");
         r.done_below[s] = r.done_below[s].max(done_below.min(stripes));
+        if let Some(stripe) = r.stalled_at[s].filter(|&stalled| r.done_below[s] > stalled) {
+            r.stalled_at[s] = None;
+            let role = r.role.get();
+            self.events.record(
+                &self.metadata,
+                "rebuild-resumed",
+                &format!("rebuild of member {role} got past stripe {stripe}, where it stalled"),
+            );
+        }
+        let Some(r) = self.rebuild.as_mut().filter(|r| r.generation == generation) else {
+            return;
+        };
         if done {
             r.shard_done[s] = true;
         }
@@ -2318,7 +2339,7 @@ impl Controller {
             rate_bytes_per_s: rate,
             eta_s: (rate > 0).then(|| left / rate),
             rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
-            stalled_at_stripe: r.stalled_at,
+            stalled_at_stripe: r.stalled_at.iter().flatten().min().copied(),
             partial: self.metadata.rebuild_is_partial(),
             copying: false,
         })

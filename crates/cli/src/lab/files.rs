@@ -26,10 +26,11 @@ use super::{
 };
 use anyhow::{Context, Result, bail};
 use flashraid_lab::files::{
-    FilesReport, FilesShape, FilesTarget, FramePhase, FsTarget, IoSample, LargeFileRun, MetaOp,
-    MetaRun, SkippedTest, frames_log_name, frames_run, frames_that_fit, large_file_frames,
-    large_file_log_name, metadata_subdirs, parse_lat_log, render_files_html, render_files_markdown,
-    render_frames, render_large_file, render_metadata, render_small_data,
+    FilesReport, FilesShape, FilesTarget, FillBatch, FillStep, FramePhase, FsTarget, IoSample,
+    LargeFileRun, MetaOp, MetaRun, SkippedTest, fill_batch_frames, fill_log_name, frames_log_name,
+    frames_run, frames_that_fit, large_file_frames, large_file_log_name, metadata_subdirs,
+    parse_lat_log, render_files_html, render_files_markdown, render_frames, render_large_file,
+    render_metadata, render_small_data,
 };
 use flashraid_lab::fio::parse_fio_output;
 use flashraid_lab::postmark::{PostmarkRun, PostmarkShape, parse_postmark, render_postmark_config};
@@ -148,6 +149,17 @@ fn run_tool(command: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// (size, used) in bytes of the filesystem mounted at `dir`, as df counts them.
+fn size_and_used(dir: &str) -> Result<(u64, u64)> {
+    let text = run_tool(Command::new("df").arg("--output=size,used").arg("-B1").arg(dir))?;
+    let line = text.lines().nth(1).context("df's output")?;
+    let mut numbers = line.split_whitespace().map(str::parse::<u64>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(size)), Some(Ok(used))) => Ok((size, used)),
+        _ => bail!("df's output for {dir}: {line:?}"),
+    }
 }
 
 /// Bytes available to an unprivileged writer on the filesystem mounted at `dir` (df).
@@ -361,6 +373,7 @@ pub(super) fn run_files(
             filesystem: String::new(),
             frames: vec![],
             large_files: vec![],
+            fill: vec![],
             metadata: vec![],
             data: None,
             postmark: None,
@@ -444,7 +457,7 @@ fn run_frames(
                     "[video-frames] {column}: {test}, {frames} frames a stream, {}",
                     phase.name()
                 );
-                let job = render_frames(format, streams, frames, fs, phase)?;
+                let job = render_frames(format, streams, frames, fs, phase, &name)?;
                 let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
                 checked_jobs(&text, &name)?;
                 let logs = (1..=streams)
@@ -464,7 +477,109 @@ fn run_frames(
             clear(fs)?;
         }
     }
-    run_large_files(args, shape, fs, raw_dir, column, target)
+    run_large_files(args, shape, fs, raw_dir, column, target)?;
+    run_fill_sweep(args, shape, fs, raw_dir, column, target)
+}
+
+/// P5c: batches of frame files (the largest format, the shape's most streams, spread over the
+/// filesystems as in the frames tests) into directories of their own until the fullest
+/// filesystem a stream writes to is `fill_percent_max` full; then
+/// every other batch deleted and as many written again into the holes; then the oldest
+/// batch read back. Each batch is timed as a frames test, with how full it left the target.
+fn run_fill_sweep(
+    args: &LabRunArgs,
+    shape: &VideoFramesShape,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    column: &str,
+    target: &mut FilesTarget,
+) -> Result<()> {
+    let Some(format) = shape.formats.iter().max_by_key(|f| f.frame_bytes()) else {
+        return Ok(());
+    };
+    if shape.fill_batches == 0 {
+        return Ok(());
+    }
+    // fio gives stream j directory j mod dirs (as in the frames tests): the filesystems the
+    // first `streams` directories are on fill, each with `per_fs` streams.
+    let streams = shape.streams.iter().copied().max().unwrap_or(1).max(1);
+    let written = &fs.dirs[..fs.dirs.len().min(streams as usize)];
+    let per_fs = streams.div_ceil(u32::try_from(fs.dirs.len()).unwrap_or(u32::MAX).max(1));
+    let fullness =
+        || -> Result<Vec<(u64, u64)>> { written.iter().map(|d| size_and_used(d)).collect() };
+    let percent_full = |filesystems: &[(u64, u64)]| {
+        filesystems
+            .iter()
+            .map(|&(size, used)| used as f64 * 100.0 / size.max(1) as f64)
+            .fold(0.0, f64::max)
+    };
+    let Some(frames) = fill_batch_frames(
+        &fullness()?,
+        shape.fill_percent_max,
+        shape.fill_batches,
+        format.frame_bytes(),
+        per_fs,
+        shape.frames_per_stream_min,
+    ) else {
+        target.skipped.push(SkippedTest {
+            test: "fill sweep".into(),
+            reason: format!(
+                "fewer than {} frames a stream per batch fit below {}% full",
+                shape.frames_per_stream_min, shape.fill_percent_max
+            ),
+        });
+        return Ok(());
+    };
+    let bytes = format.frame_bytes() * u64::from(frames) * u64::from(streams);
+    let limit = ROUND_OVERRUN + Duration::from_secs(bytes / WEDGED_BYTES_PER_S);
+    let batch_dirs = |batch: u32| -> Result<FsTarget> {
+        let dirs = fs
+            .dirs
+            .iter()
+            .map(|d| {
+                let dir = format!("{d}/fill-{batch:02}");
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {dir}"))?;
+                Ok(dir)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(FsTarget { dirs, ..fs.clone() })
+    };
+    let mut run_batch = |batch: u32, step: FillStep| -> Result<()> {
+        let phase = if step == FillStep::ReadOldest { FramePhase::Read } else { FramePhase::Write };
+        let name = fill_log_name(batch, step);
+        eprintln!("[video-frames] {column}: fill sweep, batch {batch} ({})", step.name());
+        let job = render_frames(format, streams, frames, &batch_dirs(batch)?, phase, &name)?;
+        let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
+        checked_jobs(&text, &name)?;
+        let logs =
+            (1..=streams).map(|n| read_lat_log(raw_dir, &name, n)).collect::<Result<Vec<_>>>()?;
+        let run = frames_run(shape, format, streams, phase, &logs)
+            .with_context(|| format!("{name}: no frame completed"))?;
+        if run.frames != u64::from(frames) * u64::from(streams) {
+            bail!("{name}: {} frames logged, {} expected", run.frames, frames * streams);
+        }
+        let fill_percent = percent_full(&fullness()?);
+        eprintln!("    {:.0} MB/s at {fill_percent:.1}% full", run.mb_per_s);
+        target.fill.push(FillBatch { step, batch, fill_percent, run });
+        Ok(())
+    };
+    for batch in 0..shape.fill_batches {
+        run_batch(batch, FillStep::Fill)?;
+    }
+    // Holes: every other batch, the oldest kept.
+    let holes: Vec<u32> = (1..shape.fill_batches).step_by(2).collect();
+    for &batch in &holes {
+        for d in &fs.dirs {
+            let dir = format!("{d}/fill-{batch:02}");
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {dir}"))?;
+        }
+    }
+    run_tool(&mut Command::new("sync"))?;
+    for i in 0..u32::try_from(holes.len()).unwrap_or(0) {
+        run_batch(shape.fill_batches + i, FillStep::Rewrite)?;
+    }
+    run_batch(0, FillStep::ReadOldest)?;
+    clear(fs)
 }
 
 /// P5a: per size of the ladder and per queue depth, one large file of the largest format

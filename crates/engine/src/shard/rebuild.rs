@@ -30,8 +30,10 @@
 //!
 //! Limits: one member rebuilt at a time per array. A stripe that cannot be reconstructed
 //! (more members unreadable than the level survives) stalls the rebuild there; the stripes
-//! from it on stay missing on the replacement, and status says so; only a restart (which
-//! resumes at the durable cursor) tries that stripe again.
+//! from it on stay missing on the replacement, and status says so (one event per stripe).
+//! Every `ShardConfig::rebuild_stall_retry_us`, once nothing of the rebuild is in flight, it tries again
+//! from its low-water mark (passing over the stripes of its window already done): a read
+//! error that does not repeat, or bad sectors rewritten since, let it go on.
 
 use super::pace::Pace;
 use super::{OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StripeEntry};
@@ -49,6 +51,7 @@ const REBUILD_WINDOW_STRIPES: u64 = 64;
 const REBUILD_REPORT_STRIPES: u64 = 1024;
 /// Reports over a whole rebuild, at least (where the array has that many stripes).
 const REBUILD_REPORTS_MIN: u64 = 32;
+
 // `done_ahead` is a u64 bitmap of the window.
 const _: () = assert!(REBUILD_WINDOW_STRIPES <= 64);
 
@@ -67,8 +70,12 @@ pub(super) struct RebuildState {
     /// A stripe the rebuild waits for (busy with another operation); it starts as soon as
     /// that operation finishes.
     waiting: Option<StripeIndex>,
-    /// Where reconstruction failed: nothing is started any more.
+    /// Where reconstruction failed: nothing is started until `retry_at_us`.
     stalled: Option<StripeIndex>,
+    retry_at_us: u64,
+    /// The last stripe a `RebuildStalled` event named (a retry that stalls there again says
+    /// nothing new).
+    stall_reported: Option<StripeIndex>,
     done_announced: bool,
     last_report: u64,
     pace: Pace,
@@ -132,6 +139,8 @@ impl Shard {
             in_flight: 0,
             waiting: None,
             stalled: None,
+            retry_at_us: 0,
+            stall_reported: None,
             done_announced: false,
             last_report: first,
             pace: Pace::new(self.rebuild_rate_bytes_per_s, self.now_us),
@@ -205,7 +214,8 @@ impl Shard {
             done_below: StripeIndex(r.low_water.min(stripes)),
             stripes_total: owned_below(stripes),
             stripes_done: owned_below(r.low_water.min(stripes)) + ahead,
-            stalled_at: r.stalled,
+            // While a retry runs, the stall it has not got past yet still shows.
+            stalled_at: r.stalled.or(r.stall_reported.filter(|s| s.0 >= r.low_water)),
         })
     }
 
@@ -278,6 +288,18 @@ impl Shard {
         } else {
             self.config.rebuild_stripes_max
         };
+        let now = self.now_us;
+        if let Some(r) = self.rebuild.as_mut()
+            && r.stalled.is_some()
+            && r.in_flight == 0
+            && r.waiting.is_none()
+            && now >= r.retry_at_us
+        {
+            // Try again from the low-water mark: every stripe not done in the window (the
+            // one that stalled, and any other that failed behind it) is started again.
+            r.stalled = None;
+            r.next = r.low_water;
+        }
         loop {
             let Some(r) = self.rebuild.as_ref() else { return };
             if r.stalled.is_some()
@@ -290,6 +312,15 @@ impl Shard {
                 break;
             }
             let stripe = StripeIndex(r.next);
+            if r.done_ahead != 0 {
+                // After a retry restarted below them: stripes of the window already done.
+                let ahead = self.ownership.owned_between(self.shard_index, r.low_water, r.next);
+                if r.done_ahead & (1 << ahead) != 0 {
+                    let r = self.rebuild.as_mut().expect("checked");
+                    r.next = self.ownership.next_owned(self.shard_index, r.next);
+                    continue;
+                }
+            }
             if self.skip_current_stripe(stripe) {
                 continue;
             }
@@ -328,9 +359,8 @@ impl Shard {
         if missed[usize::try_from(region).expect("fits")] {
             return false;
         }
-        if r.next == r.low_water {
-            // Nothing started below: the window is empty (`done_ahead` is 0).
-            debug_assert_eq!(r.done_ahead, 0);
+        if r.next == r.low_water && r.done_ahead == 0 {
+            // Nothing started below: the window is empty.
             r.low_water =
                 next_owned.max(ownership.next_owned(shard, r.next)).min(stripes.max(r.next));
             r.next = r.low_water;
@@ -602,8 +632,12 @@ impl Shard {
         if !rebuilt {
             if r.stalled.is_none_or(|s| stripe < s) {
                 r.stalled = Some(stripe);
-                let member = MemberIndex(r.member);
-                self.events.push_back(ShardEvent::RebuildStalled { member, stripe });
+                r.retry_at_us = self.now_us + self.config.rebuild_stall_retry_us;
+                if r.stall_reported != Some(stripe) {
+                    r.stall_reported = Some(stripe);
+                    let member = MemberIndex(r.member);
+                    self.events.push_back(ShardEvent::RebuildStalled { member, stripe });
+                }
             }
             return;
         }

@@ -66,7 +66,8 @@ fn frames_fit_half_the_free_space_or_are_skipped() {
 #[test]
 fn frames_job_is_one_io_per_frame_file() {
     let target = fs(&["/mnt/a", "/mnt/b"], 1 << 30);
-    let write = render_frames(&dci(), 2, 3, &target, FramePhase::Write).unwrap();
+    let write =
+        render_frames(&dci(), 2, 3, &target, FramePhase::Write, "frames-dci-4k-s2-write").unwrap();
     for line in [
         "directory=/mnt/a:/mnt/b",
         "bs=35389440",
@@ -84,7 +85,7 @@ fn frames_job_is_one_io_per_frame_file() {
     ] {
         assert!(write.lines().any(|l| l == line), "{line} missing from\n{write}");
     }
-    let read = render_frames(&dci(), 2, 3, &target, FramePhase::Read).unwrap();
+    let read = render_frames(&dci(), 2, 3, &target, FramePhase::Read, "r").unwrap();
     assert!(read.lines().any(|l| l == "rw=read"));
     assert!(!read.contains("create_on_open"));
     // The read phase names the same files the write phase made.
@@ -92,11 +93,11 @@ fn frames_job_is_one_io_per_frame_file() {
         |job: &str| job.lines().find(|l| l.starts_with("filename_format")).map(str::to_string);
     assert_eq!(names(&write), names(&read));
     assert_eq!(
-        render_frames(&dci(), 1, 8, &fs(&["/a:b"], 1 << 30), FramePhase::Read),
+        render_frames(&dci(), 1, 8, &fs(&["/a:b"], 1 << 30), FramePhase::Read, "r"),
         Err(FilesError::ColonInPath("/a:b".into()))
     );
     assert_eq!(
-        render_frames(&dci(), 1, 8, &fs(&[], 1 << 30), FramePhase::Read),
+        render_frames(&dci(), 1, 8, &fs(&[], 1 << 30), FramePhase::Read, "r"),
         Err(FilesError::NoDirs)
     );
 }
@@ -225,6 +226,7 @@ fn frames_report() -> FilesReport {
         filesystem: "ext4".into(),
         frames: run.into_iter().collect(),
         large_files: vec![],
+        fill: vec![],
         metadata: vec![],
         data: None,
         postmark: None,
@@ -428,6 +430,7 @@ fn small_report() -> FilesReport {
         filesystem: "xfs".into(),
         frames: vec![],
         large_files: vec![],
+        fill: vec![],
         metadata: vec![],
         data: None,
         postmark,
@@ -483,4 +486,56 @@ fn small_files_runs_from_before_postmark_still_read_and_compare() {
     assert!(!render_files_markdown(&old).contains("PostMark"));
     let merged = compare_runs(&[old, new]).unwrap();
     assert!(render_files_markdown(&merged).contains("small-files: PostMark"));
+}
+
+/// P5c's batch size: the fullest filesystem goes from where it is to the limit in the given
+/// number of batches; too little room is `None`, never a batch shrunk below the minimum.
+#[test]
+fn fill_batches_take_the_fullest_filesystem_to_the_limit() {
+    let frame = dci().frame_bytes();
+    // 10 GB filesystem, 1 GB used: 95% is 9.5 GB, 8.5 GB of room, 4 batches of 2.125 GB,
+    // two streams: 1.0625 GB a stream, 30 frames of 35.4 MB.
+    let size = 10_000_000_000u64;
+    assert_eq!(fill_batch_frames(&[(size, 1_000_000_000)], 95, 4, frame, 2, 4), Some(30));
+    // A second, fuller filesystem decides.
+    let two = [(size, 1_000_000_000), (size, 5_000_000_000)];
+    assert_eq!(fill_batch_frames(&two, 95, 4, frame, 2, 4), Some(15));
+    assert_eq!(fill_batch_frames(&[(size, 9_400_000_000)], 95, 4, frame, 1, 4), None);
+    assert_eq!(fill_batch_frames(&[(size, 9_900_000_000)], 95, 4, frame, 1, 1), None, "over");
+    assert_eq!(fill_batch_frames(&[], 95, 4, frame, 1, 1), None);
+    assert_eq!(fill_log_name(3, FillStep::Rewrite), "fill-03-rewrite");
+}
+
+#[test]
+fn fill_sweep_has_a_table_with_ratios_and_a_chart() {
+    let mut report = frames_report();
+    let shape = frames_shape(Mode::Quick);
+    let run =
+        |ms: u64| frames_run(&shape, &dci(), 1, FramePhase::Write, &[stream(&[ms, ms])]).unwrap();
+    let batch =
+        |step, batch, fill_percent, ms| FillBatch { step, batch, fill_percent, run: run(ms) };
+    report.targets[0].fill = vec![
+        batch(FillStep::Fill, 0, 40.0, 10),
+        batch(FillStep::Fill, 1, 80.0, 10),
+        batch(FillStep::Rewrite, 2, 60.0, 10),
+        batch(FillStep::ReadOldest, 0, 60.0, 10),
+    ];
+    report.targets[1].fill = vec![batch(FillStep::Fill, 0, 41.0, 10)];
+    let md = render_files_markdown(&report);
+    assert!(md.contains("fill sweep, DCI-4K frame files x1"), "{md}");
+    assert!(md.contains("| members | 1 | fill | 80.0 | 2 | 10.0 (1.00x) |"), "{md}");
+    assert!(md.contains("| members | 0 | read oldest | 60.0 |"), "{md}");
+    assert!(md.contains("| flashraid | 0 | fill | 41.0 | 2 | 10.0 (1.00x) |"), "{md}");
+    let html = render_files_html(&report);
+    assert!(html.contains("MB/s by how full the filesystem is"));
+    assert_eq!(html.matches("<svg").count(), 3, "bars, one timeline and the fill chart");
+    let back: FilesReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(back, report);
+    // A report from before P5c (no `fill` field) still reads.
+    let mut old = serde_json::to_value(frames_report()).unwrap();
+    for t in old["targets"].as_array_mut().unwrap() {
+        t.as_object_mut().unwrap().remove("fill");
+    }
+    let old: FilesReport = serde_json::from_value(old).unwrap();
+    assert!(old.targets.iter().all(|t| t.fill.is_empty()));
 }
