@@ -7,6 +7,7 @@ Servers (each started, measured, stopped in turn, on a Unix socket and on TCP lo
   flashraid-raid0    flashraid serve --memory 8xSIZE --level 0
   flashraid-raid6    flashraid serve --memory 8xSIZE --level 6
   flashraid-raid0-threads, flashraid-raid6-threads
+  flashraid-raid6-mw100   (any -mwN suffix: serve --merge-window-us N)
                      the same with --connection-threads (a thread per connection)
 
 Loads: 4k random read, 4k random write, 128k sequential read, 128k sequential write; the
@@ -21,6 +22,7 @@ Usage: scripts/bench-nbd.py [--seconds 4] [--repetitions 3] [--jobs 2] [--qd 32]
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -75,9 +77,13 @@ class Server:
             level = "0" if "raid0" in name else "6"
             data = 8 if level == "0" else 6
             threads = ["--connection-threads"] if name.endswith("-threads") else []
+            # A "-mwN" suffix: a merge window of N microseconds for partial-stripe writes.
+            window = re.search(r"-mw(\d+)", name)
+            merge = ["--merge-window-us", window.group(1)] if window else []
             self.cmd = [FLASHRAID, "serve", "--memory", f"8x{size_bytes // data + (64 << 20)}",
                         "--level", level, "--name", "bench",
-                        "--control", os.path.join(work, f"{name}.control"), *tcp, *threads]
+                        "--control", os.path.join(work, f"{name}.control"), *tcp, *threads,
+                        *merge]
             self.export = "bench"
         if transport == "unix":
             self.uri = f"nbd+unix:///{self.export}?socket={self.sock}"
@@ -151,8 +157,10 @@ def main():
     servers = a.servers.split(",")
     known = {"nbdkit-memory", "qemu-nbd-tmpfs", "flashraid-raid0", "flashraid-raid6",
              "flashraid-raid0-threads", "flashraid-raid6-threads"}
-    if [name for name in servers if name not in known]:
-        raise SystemExit(f"unknown servers: {', '.join(n for n in servers if n not in known)}")
+    def unknown(name):
+        return name not in known and re.sub(r"-mw\d+$", "", name) not in known
+    if [name for name in servers if unknown(name)]:
+        raise SystemExit(f"unknown servers: {', '.join(n for n in servers if unknown(n))}")
     results = {}
     work = tempfile.mkdtemp(prefix="flashraid-bench-nbd.", dir="/dev/shm")
     try:
