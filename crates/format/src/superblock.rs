@@ -181,66 +181,43 @@ impl Tunables {
     fn decode(b: &[u8]) -> Self {
         let flags = get_u32(b, TUNABLES_OFFSET);
         let field = |i: usize| (flags & (1 << i) != 0).then(|| get_u32(b, tunable_offset(i)));
+        Self::from_fields(std::array::from_fn(field))
+    }
+
+    /// The inverse of `fields`.
+    fn from_fields(f: [Option<u32>; TUNABLES_COUNT]) -> Self {
         Tunables {
-            rebuild_rate_mib_per_s: field(0),
-            scrub_rate_mib_per_s: field(1),
-            merge_window_us: field(2),
-            scrub_interval_hours: field(3),
-            rebuild_busy_rate_mib_per_s: field(4),
-            resync_rate_mib_per_s: field(5),
-            shards: field(6),
-            queue_depth: field(7),
+            rebuild_rate_mib_per_s: f[0],
+            scrub_rate_mib_per_s: f[1],
+            merge_window_us: f[2],
+            scrub_interval_hours: f[3],
+            rebuild_busy_rate_mib_per_s: f[4],
+            resync_rate_mib_per_s: f[5],
+            shards: f[6],
+            queue_depth: f[7],
         }
     }
 
+    /// Tunable `i` at index `i` (`from_fields`, a struct literal, makes a tunable added
+    /// later fail to compile until it has an index).
     fn fields(&self) -> [Option<u32>; TUNABLES_COUNT] {
-        let Tunables {
-            rebuild_rate_mib_per_s,
-            scrub_rate_mib_per_s,
-            merge_window_us,
-            scrub_interval_hours,
-            rebuild_busy_rate_mib_per_s,
-            resync_rate_mib_per_s,
-            shards,
-            queue_depth,
-        } = *self;
-        // Destructured: a tunable added later does not compile until it has its index.
         [
-            rebuild_rate_mib_per_s,
-            scrub_rate_mib_per_s,
-            merge_window_us,
-            scrub_interval_hours,
-            rebuild_busy_rate_mib_per_s,
-            resync_rate_mib_per_s,
-            shards,
-            queue_depth,
+            self.rebuild_rate_mib_per_s,
+            self.scrub_rate_mib_per_s,
+            self.merge_window_us,
+            self.scrub_interval_hours,
+            self.rebuild_busy_rate_mib_per_s,
+            self.resync_rate_mib_per_s,
+            self.shards,
+            self.queue_depth,
         ]
     }
 
-    /// These tunables where set, else `stored`'s (an operator's setting over what the
+    /// These tunables where they are set, else `stored`'s (an operator's setting over what the
     /// array stores).
     pub fn or(self, stored: Tunables) -> Tunables {
-        let Tunables {
-            rebuild_rate_mib_per_s,
-            scrub_rate_mib_per_s,
-            merge_window_us,
-            scrub_interval_hours,
-            rebuild_busy_rate_mib_per_s,
-            resync_rate_mib_per_s,
-            shards,
-            queue_depth,
-        } = self;
-        Tunables {
-            rebuild_rate_mib_per_s: rebuild_rate_mib_per_s.or(stored.rebuild_rate_mib_per_s),
-            scrub_rate_mib_per_s: scrub_rate_mib_per_s.or(stored.scrub_rate_mib_per_s),
-            merge_window_us: merge_window_us.or(stored.merge_window_us),
-            scrub_interval_hours: scrub_interval_hours.or(stored.scrub_interval_hours),
-            rebuild_busy_rate_mib_per_s: rebuild_busy_rate_mib_per_s
-                .or(stored.rebuild_busy_rate_mib_per_s),
-            resync_rate_mib_per_s: resync_rate_mib_per_s.or(stored.resync_rate_mib_per_s),
-            shards: shards.or(stored.shards),
-            queue_depth: queue_depth.or(stored.queue_depth),
-        }
+        let (given, stored) = (self.fields(), stored.fields());
+        Self::from_fields(std::array::from_fn(|i| given[i].or(stored[i])))
     }
 }
 

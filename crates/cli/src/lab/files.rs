@@ -457,17 +457,8 @@ fn run_frames(
                     "[video-frames] {column}: {test}, {frames} frames a stream, {}",
                     phase.name()
                 );
-                let job = render_frames(format, streams, frames, fs, phase, &name)?;
-                let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
-                checked_jobs(&text, &name)?;
-                let logs = (1..=streams)
-                    .map(|n| read_lat_log(raw_dir, &name, n))
-                    .collect::<Result<Vec<_>>>()?;
-                let run = frames_run(shape, format, streams, phase, &logs)
-                    .with_context(|| format!("{name}: no frame completed"))?;
-                if run.frames != u64::from(frames) * u64::from(streams) {
-                    bail!("{name}: {} frames logged, {} expected", run.frames, frames * streams);
-                }
+                let test = FramesTest { format, streams, frames, phase, limit };
+                let run = run_frames_phase(args, shape, &test, fs, raw_dir, &name)?;
                 eprintln!(
                     "    {:.0} MB/s, {:.1} frames/s, p99 {:.1} ms, max {:.1} ms",
                     run.mb_per_s, run.frames_per_s, run.frame_ms_p99, run.frame_ms_max
@@ -479,6 +470,37 @@ fn run_frames(
     }
     run_large_files(args, shape, fs, raw_dir, column, target)?;
     run_fill_sweep(args, shape, fs, raw_dir, column, target)
+}
+
+/// One phase of frame files: what to run.
+struct FramesTest<'a> {
+    format: &'a flashraid_lab::profile::FrameFormat,
+    streams: u32,
+    frames: u32,
+    phase: FramePhase,
+    limit: Duration,
+}
+
+/// Run one phase of frame files in `fs`, logged as `name`, and check every frame was timed.
+fn run_frames_phase(
+    args: &LabRunArgs,
+    shape: &VideoFramesShape,
+    test: &FramesTest<'_>,
+    fs: &FsTarget,
+    raw_dir: &Path,
+    name: &str,
+) -> Result<flashraid_lab::files::FramesRun> {
+    let FramesTest { format, streams, frames, phase, limit } = *test;
+    let job = render_frames(format, streams, frames, fs, phase, name)?;
+    let text = run_fio(&args.fio, raw_dir, name, &job, Some(limit))?;
+    checked_jobs(&text, name)?;
+    let logs = (1..=streams).map(|n| read_lat_log(raw_dir, name, n)).collect::<Result<Vec<_>>>()?;
+    let run = frames_run(shape, format, streams, phase, &logs)
+        .with_context(|| format!("{name}: no frame completed"))?;
+    if run.frames != u64::from(frames) * u64::from(streams) {
+        bail!("{name}: {} frames logged, {} expected", run.frames, frames * streams);
+    }
+    Ok(run)
 }
 
 /// P5c: batches of frame files (the largest format, the shape's most streams, spread over the
@@ -548,16 +570,8 @@ fn run_fill_sweep(
         let phase = if step == FillStep::ReadOldest { FramePhase::Read } else { FramePhase::Write };
         let name = fill_log_name(batch, step);
         eprintln!("[video-frames] {column}: fill sweep, batch {batch} ({})", step.name());
-        let job = render_frames(format, streams, frames, &batch_dirs(batch)?, phase, &name)?;
-        let text = run_fio(&args.fio, raw_dir, &name, &job, Some(limit))?;
-        checked_jobs(&text, &name)?;
-        let logs =
-            (1..=streams).map(|n| read_lat_log(raw_dir, &name, n)).collect::<Result<Vec<_>>>()?;
-        let run = frames_run(shape, format, streams, phase, &logs)
-            .with_context(|| format!("{name}: no frame completed"))?;
-        if run.frames != u64::from(frames) * u64::from(streams) {
-            bail!("{name}: {} frames logged, {} expected", run.frames, frames * streams);
-        }
+        let test = FramesTest { format, streams, frames, phase, limit };
+        let run = run_frames_phase(args, shape, &test, &batch_dirs(batch)?, raw_dir, &name)?;
         let fill_percent = percent_full(&fullness()?);
         eprintln!("    {:.0} MB/s at {fill_percent:.1}% full", run.mb_per_s);
         target.fill.push(FillBatch { step, batch, fill_percent, run });
