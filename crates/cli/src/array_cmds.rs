@@ -69,8 +69,9 @@ pub struct TunableArgs {
     /// How long a partial-stripe write on a parity level waits for neighbouring writes that
     /// would fill its stripe (then written as one full stripe, with no reads), in
     /// microseconds (0: never, the default). Helps sequential writers whose requests do not
-    /// line up with stripes; adds up to this much latency to small random writes.
-    #[arg(long, value_name = "US")]
+    /// line up with stripes; adds up to this much latency to small random writes. At most
+    /// 100000 (0.1 s).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub merge_window_us: Option<u32>,
     /// Reactor threads: the cores the array's IO runs on (default: one per CPU, at most 64).
     /// Applies at the next start.

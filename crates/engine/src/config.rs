@@ -3,6 +3,10 @@
 
 use crate::EngineError;
 
+/// The longest merge window accepted, in microseconds: a window is for neighbouring writes
+/// already on their way, and a mistaken huge one would hold writes for minutes.
+pub const MERGE_WINDOW_US_MAX: u32 = 100_000;
+
 /// One shard's configuration. Safety-relevant limits have no `Default`; use
 /// [`ShardConfig::recommended`] and adjust.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +105,12 @@ impl ShardConfig {
             || self.rebuild_busy_stripes_max > self.rebuild_stripes_max
         {
             return bad("rebuild_busy_stripes_max must be 1 to rebuild_stripes_max");
+        }
+        if self.merge_window_us > u64::from(MERGE_WINDOW_US_MAX) {
+            return bad("merge_window_us must be at most 100000 (0.1 s)");
+        }
+        if self.rebuild_stall_retry_us == 0 {
+            return bad("rebuild_stall_retry_us must be at least 1");
         }
         if self.scrub_stripes_max == 0 || self.scrub_stripes_max > 1 << 16 {
             return bad("scrub_stripes_max must be 1 to 65536");

@@ -22,7 +22,7 @@ pub mod router;
 pub mod shard;
 mod table;
 
-pub use config::ShardConfig;
+pub use config::{MERGE_WINDOW_US_MAX, ShardConfig};
 pub use io::{Driver, Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
 pub use owner::Ownership;
 pub use request::{Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow};

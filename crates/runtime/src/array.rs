@@ -110,7 +110,8 @@ pub struct OpenOptions {
     pub shards: Option<u32>,
     pub config: ShardConfig,
     pub kernel: Kernel,
-    /// Entries of each reactor's io_uring.
+    /// Entries of each reactor's io_uring (a `queue_depth` tunable, given or stored with the
+    /// array, goes before this).
     pub ring_entries: u32,
     pub dirty_degraded: DirtyDegraded,
     /// Buffer memory of each session, in bytes.
@@ -818,6 +819,7 @@ impl Array {
         let valid = match tunable {
             Tunable::Shards(n) => (1..=flashraid_format::bitmap::SHARDS_MAX).contains(&n),
             Tunable::QueueDepth(n) => (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&n),
+            Tunable::MergeWindowUs(us) => us <= flashraid_engine::MERGE_WINDOW_US_MAX,
             _ => true,
         };
         if !valid {
@@ -1190,10 +1192,12 @@ impl Controller {
                             self.rebuild_stall_retry_s
                         ),
                     );
+                    // A shard's newest stall replaces its last: within one attempt they only
+                    // go down, and after a retry got past one, the next is a new stall.
                     if let Some(r) = &mut self.rebuild
                         && let Some(at) = r.stalled_at.get_mut(shard as usize)
                     {
-                        *at = Some(at.map_or(stripe.0, |s| s.min(stripe.0)));
+                        *at = Some(stripe.0);
                     }
                 }
                 Some(ToController::Event(shard, ShardEvent::ScrubDone { tally, stopped })) => {

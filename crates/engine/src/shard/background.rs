@@ -445,21 +445,21 @@ impl Shard {
         }
     }
 
-    /// Start resync operations while there is room and work.
-    /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
-    /// parity can no longer be checked against all the data).
     /// Set this shard's share of the resync rate limit (bytes of each member per second;
     /// 0: no limit). Takes effect at once.
     pub fn set_resync_rate(&mut self, bytes_per_s: u64) {
         self.resync_pace.set_rate(bytes_per_s);
     }
 
+    /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
+    /// parity can no longer be checked against all the data).
     pub(super) fn resync_stalled(&self) -> bool {
         self.resync_blocked.is_some()
             || (self.geometry.tolerance() > 0
                 && self.members.iter().any(|m| m.health != Health::Active))
     }
 
+    /// Start resync operations while there is room and work.
     fn schedule_resync(&mut self) {
         let tolerance_left = self.members.iter().all(|m| m.health == Health::Active);
         if self.resync_blocked.is_some() || self.shutdown != ShutdownState::Running {

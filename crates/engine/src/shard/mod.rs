@@ -904,7 +904,10 @@ impl Shard {
             if entry.merge_until_us != 0 {
                 return; // waiting already: the new write joined without filling the stripe
             }
-            if self.merge_waiting.len() < self.requests.len() {
+            // A window opens only for a queue this request starts: an idle stripe with older
+            // requests queued was turned away for want of an op slot, and they are due now
+            // (found in review).
+            if entry.queue_head == Some(slot) && self.merge_waiting.len() < self.requests.len() {
                 // Never 0 (that means "not waiting"): the window is at least 1 us.
                 let until = self.now_us + self.config.merge_window_us;
                 self.stripes.get_mut(stripe).expect("present").merge_until_us = until;

@@ -372,6 +372,7 @@ impl Shard {
                 r.done_ahead >>= 1;
                 r.low_water = ownership.next_owned(shard, r.low_water);
             }
+            r.next = r.next.max(r.low_water);
         }
         true
     }
@@ -648,6 +649,10 @@ impl Shard {
             r.done_ahead >>= 1;
             r.low_water = ownership.next_owned(shard, r.low_water);
         }
+        // After a retry restarted at the low-water mark, stripes of the window done before it
+        // may now lie below: the next one to start is never below the mark (found in review:
+        // `owned_between(low_water, next)` underflowed).
+        r.next = r.next.max(r.low_water);
         if r.low_water >= self.geometry.stripes() {
             r.low_water = self.geometry.stripes().max(r.low_water);
         }
