@@ -892,6 +892,13 @@ pub struct FrameFormat {
     pub bytes_per_pixel: u32,
 }
 
+impl VideoFramesShape {
+    /// The format with the largest frames (the large-file ladder's and the fill sweep's).
+    pub fn largest_format(&self) -> Option<&FrameFormat> {
+        self.formats.iter().max_by_key(|f| f.frame_bytes())
+    }
+}
+
 impl FrameFormat {
     fn dpx10(name: &str, width: u32, height: u32) -> FrameFormat {
         FrameFormat { name: name.to_string(), width, height, bytes_per_pixel: 4 }

@@ -1253,11 +1253,7 @@ impl Controller {
                             let _ = c.commands.send(crate::copier::CopyCommand::Rate(rate));
                         }
                     }
-                    let refs: Vec<&dyn MetaDevice> =
-                        self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-                    let stored = self.metadata.set_tunables(&refs, tunables);
-                    self.apply_metadata_failures();
-                    let _ = reply.send(stored.map_err(ArrayError::from));
+                    let _ = reply.send(self.store_tunables(tunables));
                 }
                 Some(ToController::Tune(tunable, reply)) => {
                     let _ = reply.send(self.tune(tunable));
@@ -1361,6 +1357,11 @@ impl Controller {
             Tunable::Shards(n) => tunables.shards = Some(n),
             Tunable::QueueDepth(n) => tunables.queue_depth = Some(n),
         }
+        self.store_tunables(tunables)
+    }
+
+    /// Write `tunables` to the superblocks (a member failing that write is failed).
+    fn store_tunables(&mut self, tunables: Tunables) -> Result<(), ArrayError> {
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let stored = self.metadata.set_tunables(&refs, tunables);

@@ -83,6 +83,11 @@ thread_local! {
     static IN_REACTOR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Microseconds since `start`: the shard's clock (`Shard::tick`, `next_deadline_us`).
+fn elapsed_us(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 /// Whether the calling thread is a reactor (code there must never wait for a reactor).
 pub(crate) fn in_reactor_thread() -> bool {
     IN_REACTOR.with(|flag| flag.get())
@@ -439,11 +444,8 @@ impl Reactor {
             // A sleep ends by the shard's next timer (writes waiting for the merge window),
             // or after IDLE_WAIT for the timers read from the clock each turn.
             let max_wait = match self.shard.next_deadline_us().filter(|_| sleep) {
-                Some(at_us) => {
-                    let now_us =
-                        u64::try_from(state.start.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    Duration::from_micros(at_us.saturating_sub(now_us)).min(IDLE_WAIT)
-                }
+                Some(at_us) => Duration::from_micros(at_us.saturating_sub(elapsed_us(state.start)))
+                    .min(IDLE_WAIT),
                 None => IDLE_WAIT,
             };
             match self.driver.wait(sleep, max_wait, &self.inbox, &self.bell, &mut state.job_fds) {
@@ -575,7 +577,7 @@ impl Reactor {
                 break;
             }
         }
-        let now_us = u64::try_from(state.start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let now_us = elapsed_us(state.start);
         self.shard.tick(now_us);
         progress |= self.push_io(&mut state.held_io);
         let mut completed = 0usize;

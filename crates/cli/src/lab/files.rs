@@ -516,7 +516,7 @@ fn run_fill_sweep(
     column: &str,
     target: &mut FilesTarget,
 ) -> Result<()> {
-    let Some(format) = shape.formats.iter().max_by_key(|f| f.frame_bytes()) else {
+    let Some(format) = shape.largest_format() else {
         return Ok(());
     };
     if shape.fill_batches == 0 {
@@ -606,7 +606,7 @@ fn run_large_files(
     column: &str,
     target: &mut FilesTarget,
 ) -> Result<()> {
-    let Some(format) = shape.formats.iter().max_by_key(|f| f.frame_bytes()) else {
+    let Some(format) = shape.largest_format() else {
         return Ok(());
     };
     // The file lives on the first filesystem (one per member for the raw members).

@@ -31,9 +31,9 @@
 //! Limits: one member rebuilt at a time per array. A stripe that cannot be reconstructed
 //! (more members unreadable than the level survives) stalls the rebuild there; the stripes
 //! from it on stay missing on the replacement, and status says so (one event per stripe).
-//! Every `ShardConfig::rebuild_stall_retry_us`, once nothing of the rebuild is in flight, it tries again
-//! from its low-water mark (passing over the stripes of its window already done): a read
-//! error that does not repeat, or bad sectors rewritten since, let it go on.
+//! Every `ShardConfig::rebuild_stall_retry_us`, once nothing of the rebuild is in flight, it
+//! tries again from its low-water mark (passing over the stripes of its window already
+//! done): a read error that does not repeat, or bad sectors rewritten since, let it go on.
 
 use super::pace::Pace;
 use super::{OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StripeEntry};
@@ -51,7 +51,6 @@ const REBUILD_WINDOW_STRIPES: u64 = 64;
 const REBUILD_REPORT_STRIPES: u64 = 1024;
 /// Reports over a whole rebuild, at least (where the array has that many stripes).
 const REBUILD_REPORTS_MIN: u64 = 32;
-
 // `done_ahead` is a u64 bitmap of the window.
 const _: () = assert!(REBUILD_WINDOW_STRIPES <= 64);
 
@@ -214,8 +213,9 @@ impl Shard {
             done_below: StripeIndex(r.low_water.min(stripes)),
             stripes_total: owned_below(stripes),
             stripes_done: owned_below(r.low_water.min(stripes)) + ahead,
-            // While a retry runs, the stall it has not got past yet still shows.
-            stalled_at: r.stalled.or(r.stall_reported.filter(|s| s.0 >= r.low_water)),
+            // Every stall is reported when it is set, and shows until the low-water mark
+            // passes it (also while a retry runs).
+            stalled_at: r.stall_reported.filter(|s| s.0 >= r.low_water),
         })
     }
 
