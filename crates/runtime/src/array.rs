@@ -659,7 +659,7 @@ impl Array {
             rebuild: None,
             rebuild_generation: 0,
             rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
-            rebuild_stall_retry_s: options.config.rebuild_stall_retry_us / 1_000_000,
+            rebuild_stall_retry: retry_interval_text(options.config.rebuild_stall_retry_us),
             shard_count: shards,
             scrub: None,
             events: EventLog::new(options.event_command.clone()),
@@ -1021,8 +1021,8 @@ struct Controller {
     /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
     rebuild_generation: u32,
     rebuild_rate_bytes_per_s: u64,
-    /// `ShardConfig::rebuild_stall_retry_us` in seconds (for the stall's message).
-    rebuild_stall_retry_s: u64,
+    /// `ShardConfig::rebuild_stall_retry_us` as the stall's message says it ("10 s").
+    rebuild_stall_retry: String,
     shard_count: u32,
     scrub: Option<RunningScrub>,
     events: EventLog,
@@ -1185,11 +1185,11 @@ impl Controller {
                              reconstructed reliably (too many members unreadable, or it was \
                              being written when the array stopped and no second parity \
                              row can check it); its data there is lost unless a member \
-                             reads again. The rebuild tries again every {} s: writing the \
+                             reads again. The rebuild tries again every {}: writing the \
                              stripe anew lets it go on",
                             member.get(),
                             stripe.0,
-                            self.rebuild_stall_retry_s
+                            self.rebuild_stall_retry
                         ),
                     );
                     // A shard's newest stall replaces its last: within one attempt they only
@@ -2363,6 +2363,16 @@ pub struct EventRecord {
     /// `scrub-finished`, ...
     pub kind: &'static str,
     pub message: String,
+}
+
+/// A retry interval as an event message says it: whole seconds, or milliseconds below one
+/// (a 0.1 s interval once read "every 0 s").
+fn retry_interval_text(us: u64) -> String {
+    if us >= 1_000_000 {
+        format!("{} s", us / 1_000_000)
+    } else {
+        format!("{} ms", us.div_ceil(1000))
+    }
 }
 
 /// Events kept for `status`, at most.

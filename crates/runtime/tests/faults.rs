@@ -488,3 +488,93 @@ fn a_lost_write_is_found_located_and_repaired_by_scrub() {
     array.fail_member(geometry.data_member(StripeIndex(0), 0, 0).get()).unwrap();
     assert_eq!(read(&mut s, 0, 3 * CHUNK_BYTES), a, "reconstruction is right again");
 }
+
+/// The controller keeps the newest stall of each shard: a retry that got past one stall and
+/// stopped at the next stripe of the same shard must show that one in `status` (it once
+/// kept the first and lost the second, so status said the rebuild was stalled at a stripe
+/// it had passed, and then, once the progress passed that, not stalled at all). Then the
+/// stripe reads again and the rebuild finishes, with the data intact.
+#[test]
+fn a_rebuild_that_stalls_again_further_on_shows_the_new_stall() {
+    let power = PowerDomain::new();
+    let members = members(4, &power);
+    let spares = vec![MemMember::new_in("spare", MEMBER_BYTES, &power)];
+    // 4 KiB chunks: about 6000 stripes, so a shard's progress reports come every ~186
+    // stripes (3000 owned / 32, times two shards) while its window spans 128.
+    let chunk_bytes = 4096u64;
+    let spec = CreateSpec::in_memory("stalls", Level::Raid5, chunk_bytes, 2);
+    let geometry =
+        flashraid_runtime::create_in_memory_with_spares(&spec, &members, &spares).unwrap().geometry;
+    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+    let mut opts = options();
+    opts.config.rebuild_stall_retry_us = 100_000;
+    // The stalls come from one bad chunk read again and again: no failing the member for it.
+    opts.config.member_read_errors_max = 1_000_000;
+    let array = Array::open_in_memory(&all, &opts).unwrap();
+    let size = array.size_bytes();
+    let mut s = array.session().unwrap();
+    let model = pattern(7, size);
+    for (i, piece) in model.chunks(1 << 20).enumerate() {
+        s.write(i as u64 * (1 << 20), piece).unwrap();
+    }
+    s.flush().unwrap();
+
+    // Stripes 20 and 170: the same shard's (two shards deal stripes alternately); the
+    // second beyond the window the first attempt may run ahead (64 owned stripes), so that
+    // attempt never reaches it, and below the first progress report (at 186), so the
+    // second stall comes with no report past the first in between.
+    let (first, second) = (20u64, 170u64);
+    let report_every = geometry.stripes() / 2 / 32 * 2;
+    assert!(second - first > 2 * 64 && second < report_every, "{report_every} {geometry:?}");
+    let (failed, bad) = (0usize, 1usize);
+    let chunk_at =
+        |stripe: u64| DATA_OFFSET_BYTES + geometry.member_offset(StripeIndex(stripe), 0).0;
+    let rule = members[bad].faults().read_errors();
+    rule.set(Trigger::range(chunk_at(first), chunk_bytes));
+    array.fail_member(failed).unwrap();
+    let stalled = |stripe: u64| {
+        move |st: &ArrayStatus| {
+            st.rebuild.as_ref().and_then(|r| r.stalled_at_stripe) == Some(stripe)
+        }
+    };
+    wait_for(&array, "the first stall", stalled(first));
+
+    // The first stripe reads again, the second no longer does: the next retry passes the
+    // first and stops at the second.
+    rule.set(Trigger::range(chunk_at(second), chunk_bytes));
+    let status = wait_for(&array, "the second stall", stalled(second));
+    let stall_events: Vec<&str> = status
+        .events
+        .iter()
+        .filter(|e| e.kind == "rebuild-stalled")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(stall_events.len(), 2, "{stall_events:?}");
+    assert!(stall_events[1].contains(&format!("stalled at stripe {second}:")), "{stall_events:?}");
+    assert!(stall_events[1].contains("tries again every 100 ms"), "{stall_events:?}");
+    // Long enough for a progress report past the first stall, were one to come.
+    std::thread::sleep(Duration::from_millis(300));
+    let status = array.status().unwrap();
+    assert_eq!(
+        status.rebuild.as_ref().and_then(|r| r.stalled_at_stripe),
+        Some(second),
+        "{status:#?}"
+    );
+
+    rule.clear();
+    let status = wait_for(&array, "the rebuild to finish", |st| st.rebuild.is_none());
+    assert_eq!(health(&status, failed), Health::Active, "{status:#?}");
+    assert!(
+        status.events.iter().any(|e| e.kind == "rebuild-resumed"
+            && e.message.contains(&format!("got past stripe {second},"))),
+        "{:?}",
+        status.events
+    );
+    let read_all = |s: &mut Session| -> Vec<u8> {
+        (0..size).step_by(1 << 20).flat_map(|at| read(s, at, (1 << 20).min(size - at))).collect()
+    };
+    assert!(read_all(&mut s) == model, "data after the rebuild");
+    // Lean on the rebuilt member.
+    array.fail_member(bad).unwrap();
+    assert!(read_all(&mut s) == model, "data relying on the rebuilt member");
+}
