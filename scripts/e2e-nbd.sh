@@ -12,7 +12,8 @@
 # and rebuilt (rate set live, progress shown) with every byte verified; scrub finds, locates
 # and repairs bytes changed behind its back on a member; a spare added while serving takes
 # over a failed member, replace copies a member to a new file (only what was written during
-# the copy is rebuilt); a member failed and given back is re-added; a failure with no spare
+# the copy is rebuilt), a replace is cancelled and its target removed as a spare (its
+# superblocks erased); a member failed and given back is re-added; a failure with no spare
 # leaves it degraded, and killed mid-write then it needs --force; a replace whose old member
 # stalls (a device behind nbdkit's pause filter) leaves status answering, then finishes.
 #
@@ -478,6 +479,31 @@ nbdsh -u "$URI" -c '
 assert h.pread(4 << 20, 100 << 20) == bytes([0x77]) * (4 << 20), "data lost"
 print("data intact after spare add and replace")
 '
+# A replace cancelled while it copies (slowed to 4 MiB/s): the old member stays, the new
+# file stays a spare, and `spare remove` takes it out with its superblocks erased.
+truncate -s 160M "$WORK/spare4"
+"$F" rebuild --control "$WORK/control" --rate 4M >/dev/null
+"$F" replace --control "$WORK/control" "$WORK/m5" "$WORK/spare4" | contains "being replaced" \
+    || fail "the replace to cancel did not start"
+{ "$F" spare remove --control "$WORK/control" "$WORK/spare4" 2>&1 || true; } \
+    | contains "cancel it first" || fail "the target of a running replace was removed"
+"$F" replace --control "$WORK/control" --cancel | contains "replace cancelled" \
+    || fail "replace --cancel"
+"$F" status --control "$WORK/control" | contains "^  spare .*/spare4$" \
+    || fail "spare4 is not a spare after the cancelled replace"
+for _ in $(seq 50); do # the copier stops within a step (1 MiB at 4 MiB/s)
+    "$F" spare remove --control "$WORK/control" "$WORK/spare4" >"$WORK/remove.txt" 2>&1 && break
+    sleep 0.1
+done
+contains "superblocks are erased" <"$WORK/remove.txt" \
+    || { cat "$WORK/remove.txt"; fail "spare remove"; }
+"$F" rebuild --control "$WORK/control" --rate 0 >/dev/null
+"$F" status --control "$WORK/control" | tee "$WORK/status.txt" | contains "5  active .*/m5$" \
+    || { cat "$WORK/status.txt"; fail "m5 is not member 5 after the cancelled replace"; }
+if contains "^  spare .*/spare4$" <"$WORK/status.txt"; then fail "the removed spare is still listed"; fi
+"$F" inspect "$WORK/spare4" | contains "copy 0: not valid: no flashraid magic" \
+    || fail "the removed spare still holds a superblock"
+echo "   replace cancelled; spare removed and erased"
 MEMBERS=("$WORK"/m0 "$WORK"/m1 "$WORK/spare" "$WORK/spare2" "$WORK/spare3" "$WORK"/m{5..7})
 
 step "a member leaves and comes back: spare add re-adds it, only what it missed is rebuilt"

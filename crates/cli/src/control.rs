@@ -106,6 +106,13 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             }
             _ => json!({ "error": "spare-add needs an absolute path" }),
         },
+        ["spare-remove", ..] => match trimmed.split_once(' ').map(|(_, p)| p) {
+            Some(name) if name.starts_with('/') => {
+                answer(context.array.remove_spare(name), json!({ "ok": true }))
+            }
+            _ => json!({ "error": "spare-remove needs an absolute path" }),
+        },
+        ["replace-cancel"] => answer(context.array.cancel_replace(), json!({ "ok": true })),
         ["status"] => match context.array.status() {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),
@@ -151,7 +158,8 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, tune KEY VALUE, scrub check|repair|stop, \
-                 spare-add force|keep readd|full PATH or replace ROLE force|keep PATH",
+                 spare-add force|keep readd|full PATH, spare-remove PATH, \
+                 replace ROLE force|keep PATH or replace-cancel",
                 line.trim()
             )
         }),
@@ -514,16 +522,36 @@ pub struct SpareArgs {
     /// instead (a takeover then rebuilds it in full).
     #[arg(long)]
     full_rebuild: bool,
-    /// `add`: the only action (a spare leaves by taking a role, or with its array).
-    #[arg(value_parser = ["add"])]
+    /// `add` a hot spare, or `remove` one (it leaves the array's superblocks and its own are
+    /// erased, so it can be used elsewhere; the target of a running replace is refused:
+    /// `replace --cancel` first).
+    #[arg(value_parser = ["add", "remove"])]
     action: String,
-    /// The device or file to add.
+    /// The device or file to add or remove (for `remove`, as `status` lists the spares).
     device: PathBuf,
 }
 
 /// `flashraid spare add DEVICE`: a hot spare for a served array, while it runs.
+/// `flashraid spare remove DEVICE`: take one out.
 pub fn run_spare(args: SpareArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
+    if args.action == "remove" {
+        // A spare being removed may have vanished: then the name `status` lists is used.
+        let device = std::fs::canonicalize(&args.device)
+            .or_else(|_| std::path::absolute(&args.device))
+            .with_context(|| format!("{}: not a path", args.device.display()))?;
+        ask(&path, &format!("spare-remove {}", device.display()))?;
+        let v = ask(&path, "status")?;
+        let name = device.display().to_string();
+        let erased = v["events"].as_array().into_iter().flatten().rev().find(|e| {
+            e["kind"] == "spare-removed" && e["message"].as_str().is_some_and(|m| m.contains(&name))
+        });
+        match erased.and_then(|e| e["message"].as_str()) {
+            Some(message) => println!("{message}"),
+            None => println!("{name} removed"),
+        }
+        return Ok(());
+    }
     let device = std::fs::canonicalize(&args.device)
         .with_context(|| format!("{}: cannot find it", args.device.display()))?;
     let how = if args.force { "force" } else { "keep" };
@@ -565,10 +593,16 @@ pub struct ReplaceArgs {
     /// Overwrite a NEW device that holds a filesystem, a partition table or another array.
     #[arg(long)]
     force: bool,
+    /// Give up the running replace while it copies (also one resumed at a start): the old
+    /// member stays in service, NEW stays a hot spare (`spare remove` takes it out).
+    #[arg(long, conflicts_with_all = ["old", "new", "force"])]
+    cancel: bool,
     /// The member to replace (its path, as `status` lists it).
-    old: PathBuf,
+    #[arg(required_unless_present = "cancel")]
+    old: Option<PathBuf>,
     /// The device or file that takes its place.
-    new: PathBuf,
+    #[arg(required_unless_present = "cancel")]
+    new: Option<PathBuf>,
 }
 
 /// `flashraid replace OLD NEW`: NEW is added as a spare (or used, if it is one already),
@@ -577,8 +611,16 @@ pub struct ReplaceArgs {
 /// rebuilt. In-memory members are not copied (NEW is rebuilt from the others).
 pub fn run_replace(args: ReplaceArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
-    let old = std::fs::canonicalize(&args.old)
-        .with_context(|| format!("{}: cannot find it", args.old.display()))?;
+    let (Some(old), Some(new)) = (&args.old, &args.new) else {
+        assert!(args.cancel, "clap requires OLD and NEW without --cancel");
+        ask(&path, "replace-cancel")?;
+        println!(
+            "replace cancelled: the old member stays in service, the new device is a hot spare"
+        );
+        return Ok(());
+    };
+    let old =
+        std::fs::canonicalize(old).with_context(|| format!("{}: cannot find it", old.display()))?;
     let v = ask(&path, "status")?;
     let role = v["members"]
         .as_array()
@@ -587,8 +629,8 @@ pub fn run_replace(args: ReplaceArgs) -> Result<()> {
         .find(|m| m["path"].as_str().map(PathBuf::from).as_ref() == Some(&old))
         .and_then(|m| m["role"].as_u64())
         .with_context(|| format!("{} is not a member of this array", old.display()))?;
-    let new = std::fs::canonicalize(&args.new)
-        .with_context(|| format!("{}: cannot find it", args.new.display()))?;
+    let new =
+        std::fs::canonicalize(new).with_context(|| format!("{}: cannot find it", new.display()))?;
     let how = if args.force { "force" } else { "keep" };
     ask(&path, &format!("replace {role} {how} {}", new.display()))?;
     let v = ask(&path, "status")?;

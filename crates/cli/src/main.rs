@@ -50,10 +50,11 @@ enum Command {
     Tune(control::TuneArgs),
     /// Check every stripe of a served array (or repair with --repair), with a progress bar.
     Scrub(control::ScrubArgs),
-    /// Add a hot spare to a served array: `flashraid spare add DEVICE`.
+    /// Add a hot spare to a served array, or take one out: `flashraid spare add|remove DEVICE`.
     Spare(control::SpareArgs),
     /// Replace a member of a served array with a new device (copied from it while the array
-    /// keeps its redundancy, then only what was written meanwhile is rebuilt).
+    /// keeps its redundancy, then only what was written meanwhile is rebuilt); `--cancel` gives
+    /// up a running one.
     Replace(control::ReplaceArgs),
 }
 

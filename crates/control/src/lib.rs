@@ -93,6 +93,21 @@ pub enum Init {
     AssumeClean,
 }
 
+/// Overwrite both superblock copies of `device` with zeroes, and sync: a spare taken out of
+/// its array no longer claims it, so `create` and `spare add` take it without `--force`.
+/// Only for a device this array's metadata has just stopped listing (nothing else of it
+/// holds data).
+pub fn erase_superblocks(device: &dyn MetaDevice) -> Result<(), ControlError> {
+    let io = |error: String| ControlError::Io { device: device.name(), error };
+    let zeroes = IoBuf::new(SUPERBLOCK_BYTES);
+    let copy1 = superblock_copy1_offset(device.size_bytes())
+        .ok_or_else(|| io("too small to hold a superblock".into()))?;
+    for offset in [SUPERBLOCK_COPY0_OFFSET_BYTES, copy1] {
+        device.write_at(zeroes.as_slice(), offset).map_err(io)?;
+    }
+    device.sync().map_err(io)
+}
+
 /// Read one device's two superblock copies.
 pub fn read_candidate(device: &dyn MetaDevice) -> Candidate {
     let mut buf = IoBuf::new(SUPERBLOCK_BYTES);
@@ -662,6 +677,29 @@ impl Metadata {
             ..flashraid_format::superblock::MemberEntry::EMPTY
         });
         self.spares.push(device);
+        self.template.event += 1;
+        self.write_all(devices).map(|_| ())
+    }
+
+    /// Take hot spare `device` out of the array: it leaves the member table (and any record
+    /// of a `replace` copying to it goes with its entry), and every other holder's
+    /// superblocks say so. The device's own superblocks are left as they were (the caller
+    /// erases them, `erase_superblocks`): should that fail or a crash come first, assembly
+    /// leaves a spare the newest table does not list out, never reads it.
+    pub fn remove_spare(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        device: usize,
+    ) -> Result<(), ControlError> {
+        let Some(at) = self.spares.iter().position(|&d| d == device) else {
+            return Err(ControlError::Invalid(format!(
+                "{} is not a hot spare of this array",
+                devices[device].name()
+            )));
+        };
+        // Both lists lose the same position: the i-th spare device stays the i-th entry.
+        self.spares.remove(at);
+        self.template.spares.remove(at);
         self.template.event += 1;
         self.write_all(devices).map(|_| ())
     }

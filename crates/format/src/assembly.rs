@@ -276,11 +276,13 @@ fn place_members(
         };
         let Some(slot) = slot else {
             if sb.slot(usize::from(sb.this_role)).state == MemberState::Spare {
-                // A spare absent at an earlier start left the table then: it holds nothing
+                // A spare absent at an earlier start left the table then, and one taken out
+                // with `spare remove` whose superblocks were not erased: it holds nothing
                 // of the array's, so it is left out (even when named), not a reason to refuse.
                 let e = stale(format!(
-                    "a hot spare absent when the array last started (its superblock is at \
-                     event {}, the array at {}): add it again with `flashraid spare add`",
+                    "a hot spare the array no longer lists (removed, or absent when the array \
+                     last started; its superblock is at event {}, the array at {}): add it \
+                     again with `flashraid spare add`",
                     sb.event, newest.event
                 ));
                 left_out.push((name.clone(), e.to_string()));

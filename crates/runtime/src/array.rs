@@ -280,6 +280,10 @@ pub(crate) enum ToController {
     /// Replace a member: the device is added as a spare (or is one), the member is copied to
     /// it, then failed, and that spare (not another) takes the role (`Array::replace`).
     Replace(usize, NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
+    /// Give up the running `replace`'s copy (`Array::cancel_replace`).
+    CancelReplace(Sender<Result<(), ArrayError>>),
+    /// Take a hot spare (by its device name) out of the array (`Array::remove_spare`).
+    RemoveSpare(String, Sender<Result<(), ArrayError>>),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
@@ -904,6 +908,25 @@ impl Array {
         self.ask_controller(|tx| ToController::Replace(role, spare, overwrite, tx))
     }
 
+    /// Give up the running `replace` while it copies (also one resumed at a start): the
+    /// copier stops, the member being replaced stays in service and the new device stays a
+    /// hot spare (`remove_spare` takes it out). Refused when no copy runs; once the copy is
+    /// done, the new device holds the role and its rebuild must finish.
+    pub fn cancel_replace(&self) -> Result<(), ArrayError> {
+        self.ask_controller(ToController::CancelReplace)
+    }
+
+    /// Take hot spare `name` (its path, or an in-memory member's name, as `status` lists
+    /// spares) out of the array, like `mdadm --remove` of a spare: it leaves every
+    /// superblock's member table, then its own superblocks are erased, so it can be used
+    /// elsewhere without `--force`. Refused for a device that is not one of this array's
+    /// spares, and for the target of a running `replace` (cancel that first). The server
+    /// keeps the device open until it stops (as it does a failed member's).
+    pub fn remove_spare(&self, name: &str) -> Result<(), ArrayError> {
+        let name = name.to_string();
+        self.ask_controller(|tx| ToController::RemoveSpare(name, tx))
+    }
+
     /// `add_spare` for an array on in-memory members.
     pub fn add_spare_in_memory(&self, member: Arc<MemMember>) -> Result<(), ArrayError> {
         self.add_new_spare(NewSpare::Memory(member), Overwrite::Refuse, ReAdd::IfPossible)
@@ -1224,6 +1247,12 @@ impl Controller {
                         self.replace(role, spare, overwrite)
                     };
                     let _ = reply.send(result);
+                }
+                Some(ToController::CancelReplace(reply)) => {
+                    let _ = reply.send(self.cancel_replace());
+                }
+                Some(ToController::RemoveSpare(name, reply)) => {
+                    let _ = reply.send(self.remove_spare(&name));
                 }
                 Some(ToController::AddSpare(spare, overwrite, re_add, reply)) => {
                     let result = self.add_spare(spare, overwrite, re_add);
@@ -1763,6 +1792,63 @@ impl Controller {
             self.devices[new].name()
         );
         self.events.record(&self.metadata, "replace-paused", &message);
+    }
+
+    /// The operator gives up the running copy (`Array::cancel_replace`).
+    fn cancel_replace(&mut self) -> Result<(), ArrayError> {
+        if self.copy.is_some() {
+            self.abandon_copy("cancelled by the operator");
+            return Ok(());
+        }
+        if let Some(r) = self.rebuild.as_ref().filter(|_| self.metadata.rebuild_is_partial()) {
+            return Err(ArrayError::Other(format!(
+                "no replace is copying: the copy is done and the new device holds member {}; \
+                 its rebuild of what was written during the copy must finish",
+                r.role.get()
+            )));
+        }
+        Err(ArrayError::Other("no replace is running".into()))
+    }
+
+    /// Take hot spare `name` out of the array (`Array::remove_spare`).
+    fn remove_spare(&mut self, name: &str) -> Result<(), ArrayError> {
+        let spares = self.metadata.spare_devices();
+        let Some(device) = spares.iter().copied().find(|&d| self.devices[d].name() == name) else {
+            let listed: Vec<String> = spares.iter().map(|&d| self.devices[d].name()).collect();
+            let listed = if listed.is_empty() { "none".to_string() } else { listed.join(", ") };
+            return Err(ArrayError::Other(format!(
+                "{name} is not a hot spare of this array (its spares: {listed})"
+            )));
+        };
+        if self.copy.as_ref().is_some_and(|c| c.new == device) {
+            return Err(ArrayError::Other(format!(
+                "a replace is copying to {name}: cancel it first (`flashraid replace --cancel`)"
+            )));
+        }
+        if self.stopping_copier.as_ref().is_some_and(|c| c.new == device) {
+            return Err(ArrayError::Other(format!(
+                "the copy of a replace given up is still writing {name} (a device has not \
+                 answered its IO): try again once it has stopped"
+            )));
+        }
+        let refs: Vec<&dyn MetaDevice> =
+            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+        let removed = self.metadata.remove_spare(&refs, device);
+        self.apply_metadata_failures();
+        removed?;
+        if self.preferred_spare == Some(device) {
+            self.preferred_spare = None;
+        }
+        let erased = flashraid_control::erase_superblocks(&self.devices[device]);
+        let message = match &erased {
+            Ok(()) => format!("hot spare {name} removed; its superblocks are erased"),
+            Err(e) => format!(
+                "hot spare {name} removed; erasing its superblocks failed ({e}): assembly \
+                 leaves it out all the same, and `create` will want --force for it"
+            ),
+        };
+        self.events.record(&self.metadata, "spare-removed", &message);
+        Ok(())
     }
 
     /// Give up a running copy: its copier is told to stop (until it says it has, its device

@@ -743,3 +743,98 @@ fn a_re_add_during_another_rebuild_is_refused_not_downgraded() {
     assert_eq!(status.members[2].path.as_deref(), Some("b2"), "{status:#?}");
     check(&mut session, &model, "after both rebuilds");
 }
+
+/// `spare remove` and `replace --cancel`: a spare taken out leaves the table (status, the
+/// next start) and has its superblocks erased, so it is a blank device again; the target
+/// of a running replace cannot be taken out until the replace is cancelled, which leaves
+/// the old member in service and the new device a spare; the remaining spare still takes
+/// over a failed member; a removed spare can be added back without `--force`.
+#[test]
+fn spares_are_removed_and_a_running_replace_is_cancelled() {
+    let dir = scratch_dir("remove");
+    let paths = raid6_files(&dir, "m", "remove");
+    // 4 MiB/s: a copy of a 40 MiB member takes about 10 s, long enough to cancel it.
+    let array = Array::open(&paths, &options(4 << 20)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 21);
+    let spare_paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("spare{i}"))).collect();
+    for p in &spare_paths {
+        std::fs::File::create(p).unwrap().set_len(40 << 20).unwrap();
+        array.add_spare(p, flashraid_control::Overwrite::Refuse).unwrap();
+    }
+    let name = |p: &PathBuf| p.to_str().unwrap().to_string();
+
+    // Not a spare: a member, an unknown path. Refused, nothing changes.
+    for bad in [name(&paths[0]), dir.join("nothing").to_str().unwrap().to_string()] {
+        let e = array.remove_spare(&bad).unwrap_err().to_string();
+        assert!(e.contains("is not a hot spare of this array"), "{e}");
+    }
+    let e = array.cancel_replace().unwrap_err().to_string();
+    assert!(e.contains("no replace is running"), "{e}");
+
+    // A replace copying to the first spare: it cannot be removed until cancelled.
+    array.replace(3, &spare_paths[0], flashraid_control::Overwrite::Refuse).unwrap();
+    wait_for(&array, "the copy", |s| s.rebuild.as_ref().is_some_and(|r| r.copying));
+    let e = array.remove_spare(&name(&spare_paths[0])).unwrap_err().to_string();
+    assert!(e.contains("cancel it first"), "{e}");
+    array.cancel_replace().unwrap();
+    let status = wait_for(&array, "the copy to stop", |s| s.rebuild.is_none());
+    assert_eq!(status.members[3].health, Health::Active, "{status:#?}");
+    assert_eq!(status.members[3].path.as_deref(), paths[3].to_str());
+    assert!(!status.degraded, "{status:#?}");
+    assert!(
+        status
+            .events
+            .iter()
+            .any(|e| e.kind == "replace-abandoned"
+                && e.message.contains("cancelled by the operator")),
+        "{:?}",
+        status.events
+    );
+    // The copier may take a moment to say it stopped: until then removal is refused.
+    let start = Instant::now();
+    loop {
+        match array.remove_spare(&name(&spare_paths[0])) {
+            Ok(()) => break,
+            Err(e) if e.to_string().contains("has stopped") => {
+                assert!(start.elapsed() < SETTLE_MAX, "the copier never stopped");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let status = array.status().unwrap();
+    assert_eq!(status.spares, vec![name(&spare_paths[1])], "{status:#?}");
+    let removed = status.events.iter().rev().find(|e| e.kind == "spare-removed").unwrap();
+    assert!(removed.message.contains("superblocks are erased"), "{removed:?}");
+    let (_, copies) = flashraid_runtime::inspect(&spare_paths[0]).unwrap();
+    assert!(copies.iter().all(Result::is_err), "the removed spare still holds a superblock");
+    let e = array.remove_spare(&name(&spare_paths[0])).unwrap_err().to_string();
+    assert!(e.contains("is not a hot spare"), "{e}");
+
+    // The other spare still takes over.
+    array.fail_member(1).unwrap();
+    let status = wait_for(&array, "the takeover's rebuild", |s| s.rebuild.is_none() && !s.degraded);
+    assert_eq!(status.members[1].path.as_deref(), spare_paths[1].to_str(), "{status:#?}");
+    check(&mut session, &model, "after the remaining spare's rebuild");
+
+    // The next start: the removed spare, named or not, is no member.
+    drop(session);
+    array.shutdown().unwrap();
+    let mut now: Vec<PathBuf> = paths.clone();
+    now[1] = spare_paths[1].clone();
+    let with_removed: Vec<PathBuf> = now.iter().chain([&spare_paths[0]]).cloned().collect();
+    assert!(Array::open(&with_removed, &options(0)).is_err(), "a blank device is no member");
+    let array = Array::open(&now, &options(0)).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.spares.is_empty() && !status.degraded, "{status:#?}");
+    // A blank device again: added back with no --force.
+    array.add_spare(&spare_paths[0], flashraid_control::Overwrite::Refuse).unwrap();
+    assert_eq!(array.status().unwrap().spares, vec![name(&spare_paths[0])]);
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "after the restart");
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

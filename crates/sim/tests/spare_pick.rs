@@ -1,9 +1,14 @@
 //! Which hot spare takes a failed role: the one `replace` named when it can, never a device
 //! something else may still be writing (a replace's copier that was told to stop and has not
-//! yet said it stopped), and none at all when that device is the only spare. The metadata
-//! is driven directly, on simulated members, so each case is exact.
+//! yet said it stopped), and none at all when that device is the only spare. And a spare
+//! taken out (`spare remove`): the others keep their order and take over, the array
+//! assembles without it, and it no longer claims the array once erased. The metadata is
+//! driven directly, on simulated members, so each case is exact.
 
-use flashraid_control::{ControlError, Init, MetaDevice, Metadata, Overwrite, prepare, start};
+use flashraid_control::{
+    ControlError, Init, MetaDevice, Metadata, Overwrite, erase_superblocks, prepare,
+    read_candidate, start,
+};
 use flashraid_engine::ShardConfig;
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::{NewArray, Uuid};
@@ -41,6 +46,7 @@ fn started(devices: &[SimMember], spares: usize) -> Metadata {
         dirty_degraded: DirtyDegraded::Refuse,
     };
     let prepared = prepare(&all, &request).unwrap();
+    assert_eq!(prepared.assembled.spares.len(), spares);
     let (metadata, _) =
         start(&all, &prepared, 1, ShardConfig::recommended(), Kernel::best()).unwrap();
     metadata
@@ -93,4 +99,50 @@ fn the_only_spare_busy_means_no_takeover_yet_then_it_takes_over() {
     // The copier has stopped: the same spare is free now.
     assert_eq!(take(&d, &mut m, None, None).unwrap(), 4);
     assert_eq!(m.role_device(1), Some(4));
+}
+
+#[test]
+fn a_removed_spare_leaves_the_table_and_the_others_keep_their_order() {
+    let d = devices(3);
+    let mut m = started(&d, 3);
+    let all: Vec<&dyn MetaDevice> = d.iter().map(|x| x as &dyn MetaDevice).collect();
+    // A replace's record goes with the entry it is on.
+    m.set_replacing(&all, 5, Some(MemberIndex(2))).unwrap();
+    assert_eq!(m.replacing(), Some((MemberIndex(2), 5)));
+    let event = m.superblock().event;
+    m.remove_spare(&all, 5).unwrap();
+    assert_eq!(m.spare_devices(), &[4, 6]);
+    assert_eq!(m.superblock().spares.len(), 2);
+    assert_eq!(m.replacing(), None, "the removed spare's replace record is gone with it");
+    assert!(m.superblock().event > event);
+    // Not a spare (a member, or the one just removed): refused, nothing written.
+    let event = m.superblock().event;
+    for device in [0, 5] {
+        let e = m.remove_spare(&all, device).unwrap_err();
+        assert!(e.to_string().contains("is not a hot spare"), "{e}");
+    }
+    assert_eq!(m.superblock().event, event);
+
+    let request = flashraid_format::assembly::AssemblyRequest {
+        array_uuid: None,
+        array_name: None,
+        strict: StrictDevices::Strict,
+        dirty_degraded: DirtyDegraded::Refuse,
+    };
+    // Its superblocks not erased yet (a crash right after the table was written): assembly
+    // leaves it out, even when it is named, and never uses it.
+    let prepared = prepare(&all, &request).unwrap();
+    assert_eq!(prepared.assembled.spares, vec![4, 6]);
+    assert!(prepared.assembled.left_out.iter().any(|(name, _)| name == "d5"), "{prepared:?}");
+    // Erased, it claims nothing: `create` and `spare add` take it as a blank device.
+    erase_superblocks(&d[5]).unwrap();
+    assert!(read_candidate(&d[5]).copies.iter().all(Result::is_err));
+    let without: Vec<&dyn MetaDevice> =
+        all.iter().enumerate().filter(|&(i, _)| i != 5).map(|(_, x)| *x).collect();
+    let prepared = prepare(&without, &request).unwrap();
+    assert_eq!(prepared.assembled.spares.len(), 2, "{prepared:?}");
+
+    // The first spare left takes the next failed role.
+    assert_eq!(take(&d, &mut m, None, None).unwrap(), 4);
+    assert_eq!(m.spare_devices(), &[6]);
 }
