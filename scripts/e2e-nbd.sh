@@ -15,7 +15,8 @@
 # the copy is rebuilt), a replace is cancelled and its target removed as a spare (its
 # superblocks erased); a member failed and given back is re-added; a failure with no spare
 # leaves it degraded, and killed mid-write then it needs --force; a replace whose old member
-# stalls (a device behind nbdkit's pause filter) leaves status answering, then finishes.
+# stalls (a device behind nbdkit's pause filter) leaves status answering, then finishes, and
+# that device, a spare again, is removed while stalled (the erase waits on its own thread).
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
 # Usage: scripts/e2e-nbd.sh [path/to/flashraid]     (default: target/release/flashraid)
@@ -630,6 +631,32 @@ pause_slow r
 "$F" status --control "$WORK/control" | tee "$WORK/status.txt" \
     | contains "takes over member 3; rebuilding only the regions written while it was copied" \
     || { cat "$WORK/status.txt"; fail "the stalled replace did not finish by copying"; }
+# The replaced device back as a plain spare, then removed while it does not answer: the
+# erase of its superblocks waits on a thread of its own, not in the controller.
+"$F" spare add --control "$WORK/control" --full-rebuild "$WORK/slow/nbd" \
+    | contains "added as a hot spare" || fail "the old member did not come back as a spare"
+pause_slow p
+START=$(date +%s%N)
+timeout 10 "$F" spare remove --control "$WORK/control" "$WORK/slow/nbd" >"$WORK/remove.txt" 2>&1 \
+    || { pause_slow r; cat "$WORK/remove.txt"; fail "spare remove of a stalled spare"; }
+ELAPSED_MS=$(( ($(date +%s%N) - START) / 1000000 ))
+contains "still waiting for the device" <"$WORK/remove.txt" \
+    || { pause_slow r; cat "$WORK/remove.txt"; fail "spare remove did not say the erase waits"; }
+timeout 5 "$F" status --control "$WORK/control" >"$WORK/status.txt" \
+    || { pause_slow r; fail "status did not answer while the removed spare's erase stalled"; }
+if contains "^  spare " <"$WORK/status.txt"; then pause_slow r; fail "the spare is still listed"; fi
+{ "$F" spare add --control "$WORK/control" "$WORK/slow/nbd" 2>&1 || true; } \
+    | contains "still being erased" || { pause_slow r; fail "a spare being erased was added"; }
+pause_slow r
+for _ in $(seq 100); do
+    "$F" status --control "$WORK/control" --json | contains '"kind": "spare-erased"' && break
+    sleep 0.1
+done
+"$F" status --control "$WORK/control" | contains "slow/nbd removed; its superblocks are erased" \
+    || fail "no event for the erase that ended late"
+"$F" inspect "$WORK/slow/nbd" | contains "copy 0: not valid: no flashraid magic" \
+    || fail "the stalled spare's superblocks were not erased"
+echo "   spare remove answered in $ELAPSED_MS ms with the spare paused; erased once it answered"
 "$F" fail --control "$WORK/control" 0 >/dev/null
 nbdsh -u "$URI" -c '
 for at in range(4 << 20, 20 << 20, 4 << 20):

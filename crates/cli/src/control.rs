@@ -106,7 +106,7 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             }
             _ => json!({ "error": "spare-add needs an absolute path" }),
         },
-        ["spare-remove", ..] => match trimmed.split_once(' ').map(|(_, p)| p) {
+        ["spare-remove", ..] => match trimmed.strip_prefix("spare-remove").map(str::trim_start) {
             Some(name) if name.starts_with('/') => {
                 answer(context.array.remove_spare(name), json!({ "ok": true }))
             }
@@ -523,8 +523,8 @@ pub struct SpareArgs {
     #[arg(long)]
     full_rebuild: bool,
     /// `add` a hot spare, or `remove` one (it leaves the array's superblocks and its own are
-    /// erased, so it can be used elsewhere; the target of a running replace is refused:
-    /// `replace --cancel` first).
+    /// erased, so it no longer claims the array; the server keeps it open until it stops; the
+    /// target of a running replace is refused: `replace --cancel` first).
     #[arg(value_parser = ["add", "remove"])]
     action: String,
     /// The device or file to add or remove (for `remove`, as `status` lists the spares).
@@ -536,19 +536,27 @@ pub struct SpareArgs {
 pub fn run_spare(args: SpareArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
     if args.action == "remove" {
-        // A spare being removed may have vanished: then the name `status` lists is used.
-        let device = std::fs::canonicalize(&args.device)
-            .or_else(|_| std::path::absolute(&args.device))
+        if args.force || args.full_rebuild {
+            bail!("--force and --full-rebuild are for `spare add`");
+        }
+        // Not resolved here: the server matches the path as given or resolved against the
+        // names it opened (a spare being removed may have vanished, or been named through a
+        // symlink when it was added).
+        let device = std::path::absolute(&args.device)
             .with_context(|| format!("{}: not a path", args.device.display()))?;
         ask(&path, &format!("spare-remove {}", device.display()))?;
         let v = ask(&path, "status")?;
-        let name = device.display().to_string();
-        let erased = v["events"].as_array().into_iter().flatten().rev().find(|e| {
-            e["kind"] == "spare-removed" && e["message"].as_str().is_some_and(|m| m.contains(&name))
-        });
-        match erased.and_then(|e| e["message"].as_str()) {
-            Some(message) => println!("{message}"),
-            None => println!("{name} removed"),
+        let removed = v["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rev()
+            .find(|e| e["kind"] == "spare-removed")
+            .and_then(|e| e["message"].as_str());
+        match removed {
+            Some(message) if message.contains("are erased") => println!("{message}"),
+            Some(message) => eprintln!("flashraid: warning: {message}"),
+            None => println!("{} removed", device.display()),
         }
         return Ok(());
     }
@@ -622,11 +630,14 @@ pub fn run_replace(args: ReplaceArgs) -> Result<()> {
     let old =
         std::fs::canonicalize(old).with_context(|| format!("{}: cannot find it", old.display()))?;
     let v = ask(&path, "status")?;
+    // `status` lists members by the names the server opened them with (perhaps relative, or
+    // through a symlink): compare resolved paths.
+    let resolved = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
     let role = v["members"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|m| m["path"].as_str().map(PathBuf::from).as_ref() == Some(&old))
+        .find(|m| m["path"].as_str().map(resolved).as_ref() == Some(&old))
         .and_then(|m| m["role"].as_u64())
         .with_context(|| format!("{} is not a member of this array", old.display()))?;
     let new =

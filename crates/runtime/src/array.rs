@@ -284,6 +284,8 @@ pub(crate) enum ToController {
     CancelReplace(Sender<Result<(), ArrayError>>),
     /// Take a hot spare (by its device name) out of the array (`Array::remove_spare`).
     RemoveSpare(String, Sender<Result<(), ArrayError>>),
+    /// From the thread erasing a removed spare's superblocks (device index, outcome).
+    SpareErased(usize, Result<(), String>),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
@@ -652,6 +654,7 @@ impl Array {
             takeover_partial: None,
             copy: None,
             stopping_copier: None,
+            erasing: Vec::new(),
             copy_generation: 0,
             to_self: array.controller.clone(),
             inbox: controller_rx,
@@ -918,10 +921,12 @@ impl Array {
 
     /// Take hot spare `name` (its path, or an in-memory member's name, as `status` lists
     /// spares) out of the array, like `mdadm --remove` of a spare: it leaves every
-    /// superblock's member table, then its own superblocks are erased, so it can be used
-    /// elsewhere without `--force`. Refused for a device that is not one of this array's
-    /// spares, and for the target of a running `replace` (cancel that first). The server
-    /// keeps the device open until it stops (as it does a failed member's).
+    /// superblock's member table, then its own superblocks are erased (on a thread; waited
+    /// for up to 2 s), so it no longer claims the array and takes no `--force` to reuse (its
+    /// data area is not wiped). Refused for a device that is not one of this array's spares
+    /// (matched by name, or by the file both names resolve to), and for the target of a
+    /// running `replace` (cancel that first). The server keeps the device open until it
+    /// stops (as it does a failed member's), so a block device stays busy until then.
     pub fn remove_spare(&self, name: &str) -> Result<(), ArrayError> {
         let name = name.to_string();
         self.ask_controller(|tx| ToController::RemoveSpare(name, tx))
@@ -1036,6 +1041,10 @@ struct Controller {
     /// A copier told to stop that has not said it stopped: it may still write its device
     /// (a step in progress on a slow device), which stays out of service until it has.
     stopping_copier: Option<Copier>,
+    /// Removed spares whose superblocks are still being erased (the device did not answer
+    /// within `ERASE_WAIT`): not to be added again until their thread reports. At most one
+    /// per device slot.
+    erasing: Vec<(usize, std::thread::JoinHandle<()>)>,
     /// `replace`s started (each copier's reports carry its generation).
     copy_generation: u32,
     /// The controller's own inbox, for the copier threads to report into.
@@ -1104,6 +1113,10 @@ struct Copier {
     thread: std::thread::JoinHandle<()>,
 }
 
+/// How long `spare remove` waits for the erase of the spare's superblocks before it answers
+/// (a device that does not answer holds its own thread, not the controller).
+const ERASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How often rebuild progress is recorded in the superblocks, at most.
 const REBUILD_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -1135,6 +1148,17 @@ impl Controller {
                 );
             }
             let _ = copier.thread.join();
+        }
+        // Likewise an erase still writing a removed spare.
+        for (device, thread) in std::mem::take(&mut self.erasing) {
+            if !thread.is_finished() {
+                eprintln!(
+                    "flashraid: waiting for the erase of {} to end (the device has not answered \
+                     its IO yet)",
+                    self.devices[device].name()
+                );
+            }
+            let _ = thread.join();
         }
     }
 
@@ -1249,10 +1273,24 @@ impl Controller {
                     let _ = reply.send(result);
                 }
                 Some(ToController::CancelReplace(reply)) => {
-                    let _ = reply.send(self.cancel_replace());
+                    let result = if shutdown.is_some() {
+                        // The copy is paused for the stop with its record kept: it starts
+                        // over at the next start, where it can be cancelled.
+                        Err(ArrayError::Other(
+                            "the array is shutting down: its replace starts its copy over at \
+                             the next start; cancel it then"
+                                .into(),
+                        ))
+                    } else {
+                        self.cancel_replace()
+                    };
+                    let _ = reply.send(result);
                 }
                 Some(ToController::RemoveSpare(name, reply)) => {
                     let _ = reply.send(self.remove_spare(&name));
+                }
+                Some(ToController::SpareErased(device, result)) => {
+                    self.spare_erased_late(device, result);
                 }
                 Some(ToController::AddSpare(spare, overwrite, re_add, reply)) => {
                     let result = self.add_spare(spare, overwrite, re_add);
@@ -1487,6 +1525,12 @@ impl Controller {
         // already, so it only needs listing again.
         let name = spare.name();
         if let Some(index) = self.devices.iter().position(|d| d.name() == name) {
+            if self.erasing.iter().any(|&(d, _)| d == index) {
+                return Err(ArrayError::Other(format!(
+                    "{name} was removed and its superblocks are still being erased (the device \
+                     has not answered): add it once the erase has ended"
+                )));
+            }
             if self.registered[index].is_none() {
                 // Held open but left out at the start (a former spare of this array, absent
                 // when it last started): the reactors learn of it now.
@@ -1801,9 +1845,10 @@ impl Controller {
             return Ok(());
         }
         if let Some(r) = self.rebuild.as_ref().filter(|_| self.metadata.rebuild_is_partial()) {
+            // A finished copy's takeover and a re-added member look alike from here.
             return Err(ArrayError::Other(format!(
-                "no replace is copying: the copy is done and the new device holds member {}; \
-                 its rebuild of what was written during the copy must finish",
+                "no replace is copying: a partial rebuild of member {} runs (a replace whose \
+                 copy is done, or a member re-added); it cannot be cancelled",
                 r.role.get()
             )));
         }
@@ -1813,7 +1858,9 @@ impl Controller {
     /// Take hot spare `name` out of the array (`Array::remove_spare`).
     fn remove_spare(&mut self, name: &str) -> Result<(), ArrayError> {
         let spares = self.metadata.spare_devices();
-        let Some(device) = spares.iter().copied().find(|&d| self.devices[d].name() == name) else {
+        let found =
+            spares.iter().copied().find(|&d| same_device_name(&self.devices[d].name(), name));
+        let Some(device) = found else {
             let listed: Vec<String> = spares.iter().map(|&d| self.devices[d].name()).collect();
             let listed = if listed.is_empty() { "none".to_string() } else { listed.join(", ") };
             return Err(ArrayError::Other(format!(
@@ -1836,19 +1883,59 @@ impl Controller {
         let removed = self.metadata.remove_spare(&refs, device);
         self.apply_metadata_failures();
         removed?;
-        if self.preferred_spare == Some(device) {
-            self.preferred_spare = None;
-        }
-        let erased = flashraid_control::erase_superblocks(&self.devices[device]);
-        let message = match &erased {
-            Ok(()) => format!("hot spare {name} removed; its superblocks are erased"),
+        let name = self.devices[device].name();
+        // The erase runs on a thread of its own: a spare removed because it stopped
+        // answering must not hold the controller (status, failures, flushes) with it.
+        let handle = match &self.devices[device] {
+            MemberDevice::Device(d) => d.try_clone().map(MemberDevice::Device),
+            MemberDevice::Memory(m) => Ok(MemberDevice::Memory(m.clone())),
+        };
+        let started = handle.map_err(|e| e.to_string()).and_then(|handle| {
+            let (quick, quick_rx) = mpsc::channel();
+            let inbox = self.to_self.clone();
+            std::thread::Builder::new()
+                .name("flashraid-erase".into())
+                .spawn(move || {
+                    let result =
+                        flashraid_control::erase_superblocks(&handle).map_err(|e| e.to_string());
+                    // Both: the controller waits on `quick` for a while, then on its inbox.
+                    let _ = quick.send(result.clone());
+                    let _ = inbox.send(ToController::SpareErased(device, result));
+                })
+                .map(|thread| (quick_rx, thread))
+                .map_err(|e| e.to_string())
+        });
+        let message = match started {
             Err(e) => format!(
-                "hot spare {name} removed; erasing its superblocks failed ({e}): assembly \
-                 leaves it out all the same, and `create` will want --force for it"
+                "hot spare {name} removed; its superblocks could not be erased ({e}): \
+                 {ERASE_FAILED_ADVICE}"
             ),
+            Ok((quick_rx, thread)) => match quick_rx.recv_timeout(ERASE_WAIT) {
+                Ok(result) => {
+                    let _ = thread.join(); // it has only its inbox message left to send
+                    erased_message(&name, &result)
+                }
+                Err(_) => {
+                    self.erasing.push((device, thread));
+                    format!(
+                        "hot spare {name} removed; erasing its superblocks is still waiting for \
+                         the device (an event says when it ends)"
+                    )
+                }
+            },
         };
         self.events.record(&self.metadata, "spare-removed", &message);
         Ok(())
+    }
+
+    /// The erase of a removed spare that outlasted `ERASE_WAIT` ended (an erase that ended
+    /// within it was reported already: its message is ignored here).
+    fn spare_erased_late(&mut self, device: usize, result: Result<(), String>) {
+        let Some(at) = self.erasing.iter().position(|&(d, _)| d == device) else { return };
+        let (_, thread) = self.erasing.swap_remove(at);
+        let _ = thread.join();
+        let name = self.devices[device].name();
+        self.events.record(&self.metadata, "spare-erased", &erased_message(&name, &result));
     }
 
     /// Give up a running copy: its copier is told to stop (until it says it has, its device
@@ -2451,13 +2538,39 @@ pub struct EventRecord {
     pub message: String,
 }
 
-/// A retry interval as an event message says it: whole seconds, or milliseconds below one
-/// (a 0.1 s interval once read "every 0 s").
+/// A retry interval as an event message says it: seconds, or milliseconds below one (a
+/// 0.1 s interval once read "every 0 s").
 fn retry_interval_text(us: u64) -> String {
-    if us >= 1_000_000 {
-        format!("{} s", us / 1_000_000)
-    } else {
-        format!("{} ms", us.div_ceil(1000))
+    match us {
+        _ if us.is_multiple_of(1_000_000) => format!("{} s", us / 1_000_000),
+        1_000_000.. => format!("{:.1} s", us as f64 / 1e6),
+        _ => format!("{} ms", us.div_ceil(1000)),
+    }
+}
+
+/// What to do about a removed spare whose superblocks were not erased.
+const ERASE_FAILED_ADVICE: &str = "assembly leaves it out all the same; `create` and `spare \
+     add` on another array will want --force for it";
+
+fn erased_message(name: &str, result: &Result<(), String>) -> String {
+    match result {
+        Ok(()) => format!("hot spare {name} removed; its superblocks are erased"),
+        Err(e) => format!(
+            "hot spare {name} removed; erasing its superblocks failed ({e}): {ERASE_FAILED_ADVICE}"
+        ),
+    }
+}
+
+/// Whether a device name the operator gave names the device the server opened as `opened`:
+/// the same string, or the same file once both are resolved (a relative path or a symlink
+/// given to `serve`, the canonical path from the CLI).
+fn same_device_name(opened: &str, given: &str) -> bool {
+    if opened == given {
+        return true;
+    }
+    match (std::fs::canonicalize(opened), std::fs::canonicalize(given)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -2520,5 +2633,36 @@ impl EventLog {
         if spawned.is_err() {
             self.hooks_running.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_intervals_read_as_the_operator_set_them() {
+        assert_eq!(retry_interval_text(10_000_000), "10 s");
+        assert_eq!(retry_interval_text(1_500_000), "1.5 s");
+        assert_eq!(retry_interval_text(100_000), "100 ms");
+        assert_eq!(retry_interval_text(1), "1 ms");
+    }
+
+    #[test]
+    fn a_device_name_matches_by_string_or_by_the_file_it_resolves_to() {
+        let dir = std::env::temp_dir().join(format!("flashraid-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("spare");
+        std::fs::write(&file, b"x").unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let (file, link) = (file.to_str().unwrap(), link.to_str().unwrap());
+        assert!(same_device_name(file, file));
+        assert!(same_device_name(file, link) && same_device_name(link, file));
+        assert!(same_device_name("mem3", "mem3"), "in-memory names match as strings");
+        assert!(!same_device_name(file, dir.join("other").to_str().unwrap()));
+        assert!(!same_device_name("mem3", "mem4"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
