@@ -458,9 +458,12 @@ done
 "$F" inspect --json "${MEMBERS[0]}" | contains '"queue_depth": 256' \
     || fail "the queue depth is not in the superblock"
 
-step "no spare left: a failure degrades; a spare added while serving rebuilds it; replace"
+step "no spare left: a failure degrades (a degraded scrub checks); a spare added rebuilds it; replace"
 "$F" fail --control "$WORK/control" 3 | contains "runs degraded" || fail "no degraded notice"
 "$F" status --control "$WORK/control" | contains "state: degraded" || fail "not degraded"
+# RAID 6 with one member out still has a parity row to check with.
+"$F" scrub --control "$WORK/control" --wait | tee "$WORK/scrub.txt" \
+    | contains "finished .* 0 mismatched" || { cat "$WORK/scrub.txt"; fail "degraded scrub"; }
 truncate -s 160M "$WORK/spare2" "$WORK/spare3"
 { "$F" spare add --control "$WORK/control" "$WORK/m0" 2>&1 || true; } | contains "twice" \
     || fail "a member was accepted as a spare"

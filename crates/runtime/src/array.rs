@@ -1068,6 +1068,9 @@ struct Controller {
 /// The controller's view of the current (or last) scrub.
 struct RunningScrub {
     repair: bool,
+    /// Members out of service when it started (a degraded scrub counts mismatches and does
+    /// not repair them).
+    out_at_start: usize,
     started: std::time::Instant,
     finished: Option<std::time::Instant>,
     /// Shards that reported the end, with what they found.
@@ -2000,19 +2003,31 @@ impl Controller {
                 "resync after an unclean shutdown is still running: scrub once it is done".into(),
             ));
         }
-        let degraded = (0..self.metadata.superblock().members.len())
-            .any(|r| self.metadata.role_device(r).is_none());
-        if degraded {
-            return Err(ArrayError::Other(
-                "the array is degraded: parity cannot be checked against every chunk; \
-                 replace the failed member first"
-                    .into(),
-            ));
+        // Degraded parity arrays are checked with the redundancy left (the engine's scrub
+        // computes the missing chunks); mirrors, and arrays with no redundancy left, are not.
+        let out = (0..self.metadata.superblock().members.len())
+            .filter(|&r| self.metadata.role_device(r).is_none())
+            .count();
+        let geometry = self.metadata.superblock().geometry();
+        let parity = geometry.parity_chunks();
+        let mirrors = matches!(geometry.level(), Level::Raid1 | Level::Raid10);
+        if out > 0 && mirrors {
+            return Err(ArrayError::Other(format!(
+                "the array is degraded ({out} member(s) out of service): mirror levels are \
+                 scrubbed with every member in service; replace the failed member first"
+            )));
+        }
+        if out > 0 && out >= parity {
+            return Err(ArrayError::Other(format!(
+                "the array is degraded ({out} member(s) out of service) and has no redundancy \
+                 left to check parity with; replace the failed member first"
+            )));
         }
         let share = self.scrub_rate_bytes_per_s.div_ceil(u64::from(self.shard_count));
         self.broadcast(|| Control::StartScrub { repair, rate_bytes_per_s: share });
         self.scrub = Some(RunningScrub {
             repair,
+            out_at_start: out,
             started: std::time::Instant::now(),
             finished: None,
             done: vec![None; self.reactors.len()],
@@ -2035,7 +2050,13 @@ impl Controller {
                 total.add(t);
             }
             let why = s.done.iter().flatten().find_map(|(_, w)| *w);
-            let what = if s.repair { "repair" } else { "check" };
+            let what = match (s.repair, s.out_at_start) {
+                (true, 0) => "repair",
+                (false, 0) => "check",
+                // Read errors are rewritten; mismatches are only counted (engine `scrub`).
+                (true, _) => "repair, degraded: mismatches counted, not repaired",
+                (false, _) => "check, degraded",
+            };
             let ended = why.map_or("finished".to_string(), |w| format!("stopped early ({w})"));
             self.events.record(
                 &self.metadata,

@@ -218,13 +218,25 @@ fn scrub_finds_silent_corruption_and_repair_fixes_it() {
     array.start_scrub(false).unwrap();
     let status = wait_for(&array, "the check after repair", finished);
     assert_eq!(status.scrub.as_ref().unwrap().tally.mismatches, 0, "{status:#?}");
-    // Member 4's chunks are right again: read with two other members failed.
+    // One member out: RAID 6 still checks with the redundancy left, and finds it all clean.
     array.fail_member(0).unwrap();
+    array.start_scrub(true).unwrap();
+    let status = wait_for(&array, "the degraded repair scrub", finished);
+    let scrub = status.scrub.as_ref().unwrap();
+    assert_eq!(scrub.stopped, None, "{status:#?}");
+    assert_eq!((scrub.tally.mismatches, scrub.tally.unreadable), (0, 0), "{status:#?}");
+    assert_eq!(scrub.tally.stripes_checked, scrub.tally.stripes_total, "{status:#?}");
+    let finished_event = status.events.iter().rev().find(|e| e.kind == "scrub-finished").unwrap();
+    assert!(
+        finished_event.message.contains("degraded: mismatches counted, not repaired"),
+        "{finished_event:?}"
+    );
+    // Member 4's chunks are right again: read with two other members failed.
     array.fail_member(1).unwrap();
     check(&mut session, &model, "after repair, relying on member 4");
-    // A degraded array refuses to scrub, saying why.
+    // No redundancy left: the scrub is refused, saying why.
     let e = array.start_scrub(false).unwrap_err().to_string();
-    assert!(e.contains("degraded"), "{e}");
+    assert!(e.contains("degraded") && e.contains("no redundancy left"), "{e}");
 }
 
 #[test]

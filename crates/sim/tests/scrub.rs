@@ -4,6 +4,10 @@
 //! back even when the corruption hit a data chunk. Read errors (bad sectors) are rewritten
 //! from redundancy by any scrub.
 //!
+//! Degraded (RAID 6 with one member out, 7.3 with one or two): a scrub still checks every
+//! stripe with the redundancy left, rewrites bad sectors (the data reads back right, also
+//! with one more member failed), and counts silent corruption without repairing it.
+//!
 //! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
 
 use flashraid_control::Init;
@@ -115,6 +119,80 @@ fn run(level: Level, members: usize, seed: u64) {
     let (degraded, stopped) = array.scrub(false);
     if g.tolerance() > 0 && failed > 0 {
         assert!(stopped.is_some(), "a degraded scrub must say it cannot check: {degraded:?}");
+    }
+}
+
+/// A degraded scrub on `level` with `out` members failed first.
+fn run_degraded(level: Level, members: usize, out: usize, seed: u64) {
+    eprintln!("degraded scrub {level} x{members} ({out} out) seed {seed} (FLASHRAID_SEED={seed})");
+    let (mut array, model, mut rng) = setup(level, members, seed);
+    let g = array.geometry();
+    let mut roles: Vec<usize> = (0..members).collect();
+    for i in 0..members {
+        roles.swap(i, rng.random_range(i..members));
+    }
+    let (failed, in_service) = roles.split_at(out);
+    for &r in failed {
+        array.fail_member(r);
+    }
+    let (clean, stopped) = array.scrub(false);
+    assert_eq!(stopped, None, "{level} seed {seed}: {out} out of {} parity", g.parity_chunks());
+    assert_eq!(clean.stripes_checked, g.stripes(), "{clean:?}");
+    assert_eq!((clean.mismatches, clean.unreadable), (0, 0), "{level} seed {seed}: {clean:?}");
+    // Bad sectors on members in service, one in each of several stripes (with the members
+    // out, one more erasure is what the redundancy left can fill): any scrub rewrites them,
+    // and the data reads back right.
+    let data_offset = array.metadata().superblock().data_offset_bytes;
+    let chunk_at = |stripe: u64| data_offset + g.member_offset(StripeIndex(stripe), 0).0;
+    let mut stripes: Vec<u64> = (0..g.stripes()).collect();
+    let count = stripes.len();
+    for i in 0..count {
+        stripes.swap(i, rng.random_range(i..count));
+    }
+    for &stripe in &stripes[..4] {
+        let member = in_service[rng.random_range(0..in_service.len())];
+        array.role_device(member).unwrap().state().bad_ranges.push((chunk_at(stripe), 4096));
+    }
+    let (errors, stopped) = array.scrub(false);
+    assert_eq!(stopped, None);
+    assert!(errors.read_errors_repaired >= 1, "{level} seed {seed}: {errors:?}");
+    assert_eq!(
+        errors.mismatches, 0,
+        "{level} seed {seed}: a rewritten chunk mismatched: {errors:?}"
+    );
+    for &r in in_service {
+        let left = array.role_device(r).unwrap().state().bad_ranges.clone();
+        assert!(left.is_empty(), "{level} seed {seed}: not rewritten on {r}: {left:?} {errors:?}");
+    }
+    assert!(read_all(&mut array, &model), "{level} seed {seed}: data after the degraded scrub");
+    // Silent corruption of one chunk in service, in distinct stripes: counted by a check
+    // and by a repair scrub alike, never repaired (and nothing else is written).
+    for &stripe in &stripes[4..7] {
+        corrupt(&array, stripe, in_service[rng.random_range(0..in_service.len())], &mut rng);
+    }
+    for repair in [false, true] {
+        let (found, stopped) = array.scrub(repair);
+        assert_eq!(stopped, None);
+        assert_eq!(found.mismatches, 3, "{level} seed {seed} repair {repair}: {found:?}");
+        assert_eq!((found.repaired, found.located), (0, 0), "{level} seed {seed}: {found:?}");
+    }
+    // One more member out: as many out as parity chunks, and the scrub says it cannot check.
+    if out + 1 == g.parity_chunks() {
+        array.fail_member(in_service[0]);
+        let (_, stopped) = array.scrub(false);
+        assert!(
+            stopped.is_some_and(|w| w.contains("nothing is left to check with")),
+            "{stopped:?}"
+        );
+    }
+}
+
+#[test]
+fn a_degraded_scrub_rewrites_bad_sectors_and_counts_corruption() {
+    for seed in flashraid_sim::seeds(3) {
+        run_degraded(Level::Raid6, 6, 1, seed * 100 + 6);
+        run_degraded(Level::Raid7_3, 7, 1, seed * 100 + 7);
+        run_degraded(Level::Raid7_3, 8, 2, seed * 100 + 8);
     }
 }
 

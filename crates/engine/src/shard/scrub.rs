@@ -15,9 +15,21 @@
 //!   recomputed from the data, as md does;
 //! - mirrors: the value most copies hold wins (ties: the lowest member, resync's reference).
 //!
-//! Limits: the array must not be degraded (a scrub stops, saying why, when a member is not in
-//! service: parity can no longer be checked against all of a stripe). Locating allocates
-//! temporary buffers, once per mismatched stripe: a fault path, bounded by the stripe size.
+//! Degraded (parity levels with fewer members out of service than parity chunks: RAID 6 with
+//! one, 7.3 with one or two): the missing chunks are computed from the others and parity
+//! recomputed from the data is compared with every parity chunk present, at least one of
+//! which the computation did not use, so a single bad chunk still shows (the code is MDS:
+//! e erasures leave m - e rows to detect with). Read errors are rewritten as when healthy,
+//! which matters most now: a latent bad sector is what turns the coming rebuild into data
+//! loss. Mismatches are counted and never repaired: with a member's chunk itself computed
+//! from the stripe, which chunk is wrong cannot be told reliably, and rewriting parity to
+//! follow data computed from a bad chunk would bless the damage.
+//!
+//! Limits: a scrub stops, saying why, when a member is being rebuilt, when a mirror level
+//! has a member out of service (its copies cannot all be compared), and when as many
+//! members are out as the level has parity chunks (nothing is left to check with). Locating
+//! allocates temporary buffers, once per mismatched stripe: a fault path, bounded by the
+//! stripe size.
 
 use super::pace::Pace;
 use super::{Health, OpKind, Shard, ShardEvent, ShutdownState, StripeEntry};
@@ -153,10 +165,10 @@ impl Shard {
         if self.scrub.is_none() || self.shutdown != ShutdownState::Running {
             return;
         }
-        if self.members.iter().any(|m| m.health != Health::Active) {
+        if let Some(why) = self.scrub_impossible() {
             let s = self.scrub.as_mut().expect("checked");
             if s.stopped.is_none() && !s.done_announced {
-                s.stopped = Some("a member is not in service: parity cannot be checked");
+                s.stopped = Some(why);
             }
         }
         let stripes = self.geometry.stripes();
@@ -189,6 +201,22 @@ impl Shard {
             self.begin(op_slot);
         }
         self.announce_scrub();
+    }
+
+    /// Why a scrub cannot go on with the members as they are (see the module's limits).
+    fn scrub_impossible(&self) -> Option<&'static str> {
+        let out = self.members.iter().filter(|m| m.health != Health::Active).count();
+        if self.members.iter().any(|m| m.health == Health::Rebuilding) {
+            Some("a member is being rebuilt: parity cannot be checked against it")
+        } else if !self.is_parity_level() && out > 0 {
+            Some("a member is not in service: its copies cannot all be compared")
+        } else if out >= self.geometry.parity_chunks().max(1) {
+            Some(
+                "as many members are out of service as the level has parity: nothing is left to check with",
+            )
+        } else {
+            None
+        }
     }
 
     fn announce_scrub(&mut self) {
@@ -233,10 +261,15 @@ impl Shard {
             self.finish_op(op_slot);
             return;
         }
-        // Chunks that failed to read, or whose member left service since the scrub started.
+        // Chunks that failed to read, or whose member is not in service (`absent`: out since
+        // before the scrub, or since it started).
         let errored = self.unreadable_chunks_all(op);
         let rewrite = if self.is_parity_level() {
-            self.scrub_parity(op_slot, errored)
+            let chunks = self.geometry.data_chunks() + self.geometry.parity_chunks();
+            let absent = (0..chunks)
+                .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
+                .fold(0, |s, c| s | bit(c));
+            self.scrub_parity(op_slot, errored, absent)
         } else {
             self.scrub_mirror(op_slot, errored)
         };
@@ -251,22 +284,29 @@ impl Shard {
         }
     }
 
-    fn scrub_parity(&mut self, op_slot: usize, errored: ChunkSet) -> ChunkSet {
+    /// `erased`: every chunk not read (read errors and `absent` ones, whose member is out of
+    /// service and is never written).
+    fn scrub_parity(&mut self, op_slot: usize, erased: ChunkSet, absent: ChunkSet) -> ChunkSet {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
         let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
-        let erased = errored.count_ones() as usize;
-        if erased > m {
+        if erased.count_ones() as usize > m {
             self.tally(|t| t.unreadable += 1);
             return 0;
         }
-        if erased > 0 {
-            // Read errors: rebuild those chunks in place and rewrite them.
-            self.reconstruct_in_scratch(op_slot, errored, errored, len);
-            self.tally(|t| t.read_errors_repaired += u64::from(errored.count_ones()));
-            self.counters.errors_corrected += u64::from(errored.count_ones());
+        let read_errors = erased & !absent;
+        if read_errors != 0 {
+            // Read errors: rebuild those chunks in place and rewrite them (absent ones are
+            // computed too, as sources need, and never written).
+            self.reconstruct_in_scratch(op_slot, erased, erased, len);
+            self.tally(|t| t.read_errors_repaired += u64::from(read_errors.count_ones()));
+            self.counters.errors_corrected += u64::from(read_errors.count_ones());
             // With chunks rebuilt from parity, the stripe is consistent by construction.
-            return errored;
+            return read_errors;
+        }
+        if absent != 0 {
+            self.scrub_degraded(op_slot, absent, len);
+            return 0;
         }
         // Recompute parity from the data and compare.
         self.encode_parity_in_scratch(op_slot);
@@ -308,6 +348,30 @@ impl Shard {
                 }
                 rewrite
             }
+        }
+    }
+
+    /// A stripe with `absent` chunks (fewer than the parity chunks) and no read error: the
+    /// absent chunks are computed, parity is recomputed from the data, and every parity chunk
+    /// present is compared. A mismatch is counted, not repaired (see the module).
+    fn scrub_degraded(&mut self, op_slot: usize, absent: ChunkSet, len: usize) {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        if absent.count_ones() as usize >= m {
+            // Nothing left to check with (a member went out during the scrub, which stops
+            // at its next step and says why).
+            return;
+        }
+        self.reconstruct_in_scratch(op_slot, absent, absent, len);
+        self.encode_parity_in_scratch(op_slot);
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
+        let differs = (0..m).filter(|&r| !has(absent, k + r)).any(|r| {
+            head[k + r].as_ref().expect("parity").as_slice()[..len]
+                != extra[r].as_ref().expect("computed").as_slice()[..len]
+        });
+        if differs {
+            self.tally(|t| t.mismatches += 1);
         }
     }
 
