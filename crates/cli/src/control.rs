@@ -224,6 +224,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "repaired": x.tally.repaired,
             "read_errors_repaired": x.tally.read_errors_repaired,
             "unreadable": x.tally.unreadable,
+            "untrusted": x.tally.untrusted,
             "stopped": x.stopped,
             "seconds": (x.seconds * 10.0).round() / 10.0,
         })),
@@ -447,8 +448,12 @@ fn scrub_line(x: &Value) -> Option<String> {
         (_, Some(why)) => format!("stopped: {why}"),
         _ => "finished".to_string(),
     };
+    let untrusted = match x["untrusted"].as_u64() {
+        Some(n) if n > 0 => format!(", {n} passed over (awaiting resync)"),
+        _ => String::new(),
+    };
     Some(format!(
-        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten, {} unreadable, {} s",
+        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten, {} unreadable{untrusted}, {} s",
         x["mode"].as_str().unwrap_or("?"),
         x["mismatches"],
         x["located"],

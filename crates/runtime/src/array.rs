@@ -2063,13 +2063,22 @@ impl Controller {
                 "scrub-finished",
                 &format!(
                     "scrub ({what}) {ended}: {} stripes checked, {} mismatched ({} located), \
-                     {} repaired, {} read errors rewritten, {} unreadable",
-                    total.stripes_checked,
+                     {} repaired, {} read errors rewritten, {} unreadable{}",
+                    total.stripes_checked - total.untrusted,
                     total.mismatches,
                     total.located,
                     total.repaired,
                     total.read_errors_repaired,
-                    total.unreadable
+                    total.unreadable,
+                    if total.untrusted > 0 {
+                        format!(
+                            ", {} passed over (written at an unclean stop, not resynced while \
+                             a member is out)",
+                            total.untrusted
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             );
         }

@@ -5,8 +5,10 @@
 //! from redundancy by any scrub.
 //!
 //! Degraded (RAID 6 with one member out, 7.3 with one or two): a scrub still checks every
-//! stripe with the redundancy left, rewrites bad sectors (the data reads back right, also
-//! with one more member failed), and counts silent corruption without repairing it.
+//! stripe with the redundancy left, rewrites bad sectors (the data reads back right), and
+//! counts silent corruption without repairing it. A bad sector in a stripe whose other
+//! chunks disagree is not rewritten from them (healthy or degraded), and stripes an unclean
+//! stop left to resync are passed over and counted, never called checked.
 //!
 //! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
 
@@ -122,6 +124,23 @@ fn run(level: Level, members: usize, seed: u64) {
     }
 }
 
+/// Whether the chunk `member` holds in `stripe` differs from what the model says it should
+/// (data chunks only; parity chunks are never compared here and count as not differing).
+fn chunk_differs(array: &SimArray, stripe: u64, member: usize, model: &[u8]) -> bool {
+    let g = array.geometry();
+    let chunk = u64::from(g.chunk_bytes());
+    let data_offset = array.metadata().superblock().data_offset_bytes;
+    let at = (data_offset + g.member_offset(StripeIndex(stripe), 0).0) as usize;
+    let device = array.role_device(member).unwrap();
+    let stored = device.state().durable[at..at + chunk as usize].to_vec();
+    (0..g.data_chunks()).any(|i| {
+        g.data_member(StripeIndex(stripe), i, 0).get() == member && {
+            let start = (stripe * g.stripe_data_bytes() + i as u64 * chunk) as usize;
+            stored != model[start..start + chunk as usize]
+        }
+    })
+}
+
 /// A degraded scrub on `level` with `out` members failed first.
 fn run_degraded(level: Level, members: usize, out: usize, seed: u64) {
     eprintln!("degraded scrub {level} x{members} ({out} out) seed {seed} (FLASHRAID_SEED={seed})");
@@ -167,14 +186,32 @@ fn run_degraded(level: Level, members: usize, out: usize, seed: u64) {
     assert!(read_all(&mut array, &model), "{level} seed {seed}: data after the degraded scrub");
     // Silent corruption of one chunk in service, in distinct stripes: counted by a check
     // and by a repair scrub alike, never repaired (and nothing else is written).
+    let mut corrupted = vec![];
     for &stripe in &stripes[4..7] {
-        corrupt(&array, stripe, in_service[rng.random_range(0..in_service.len())], &mut rng);
+        corrupted.push(in_service[rng.random_range(0..in_service.len())]);
+        corrupt(&array, stripe, *corrupted.last().unwrap(), &mut rng);
     }
-    for repair in [false, true] {
+    // The check after the repair scrub still finds all three: nothing was rewritten.
+    for repair in [false, true, false] {
         let (found, stopped) = array.scrub(repair);
         assert_eq!(stopped, None);
         assert_eq!(found.mismatches, 3, "{level} seed {seed} repair {repair}: {found:?}");
         assert_eq!((found.repaired, found.located), (0, 0), "{level} seed {seed}: {found:?}");
+    }
+    // A bad sector in a corrupted stripe, with a parity row left to check the rebuilt
+    // chunk: what the other chunks say cannot be trusted, so it is counted, not rewritten
+    // (found in review: it was rebuilt from the corrupted chunk and written, two silent
+    // errors where there had been one detectable). With no row left (as many erasures as
+    // parity chunks) the rewrite cannot be checked: reads of it would reconstruct the same.
+    if out + 1 < g.parity_chunks() {
+        let stripe = stripes[4];
+        let other = *in_service.iter().find(|&&r| r != corrupted[0]).unwrap();
+        array.role_device(other).unwrap().state().bad_ranges.push((chunk_at(stripe), 4096));
+        let (found, _) = array.scrub(true);
+        assert_eq!(found.mismatches, 3, "{level} seed {seed}: {found:?}");
+        assert_eq!(found.read_errors_repaired, 0, "{level} seed {seed}: {found:?}");
+        let left = array.role_device(other).unwrap().state().bad_ranges.clone();
+        assert_eq!(left, vec![(chunk_at(stripe), 4096)], "{level} seed {seed}: rewritten");
     }
     // One more member out: as many out as parity chunks, and the scrub says it cannot check.
     if out + 1 == g.parity_chunks() {
@@ -193,6 +230,52 @@ fn a_degraded_scrub_rewrites_bad_sectors_and_counts_corruption() {
         run_degraded(Level::Raid6, 6, 1, seed * 100 + 6);
         run_degraded(Level::Raid7_3, 7, 1, seed * 100 + 7);
         run_degraded(Level::Raid7_3, 8, 2, seed * 100 + 8);
+    }
+}
+
+#[test]
+fn a_healthy_scrub_does_not_rewrite_a_bad_sector_from_a_corrupted_stripe() {
+    for seed in flashraid_sim::seeds(3) {
+        for (level, members) in [(Level::Raid6, 6), (Level::Raid7_3, 7)] {
+            let seed = seed * 100 + members as u64;
+            let (mut array, model, mut rng) = setup(level, members, seed);
+            let g = array.geometry();
+            let stripe = rng.random_range(0..g.stripes());
+            let data_offset = array.metadata().superblock().data_offset_bytes;
+            let at = data_offset + g.member_offset(StripeIndex(stripe), 0).0;
+            let corrupted = g.data_member(StripeIndex(stripe), 0, 0).get();
+            corrupt(&array, stripe, corrupted, &mut rng);
+            assert!(chunk_differs(&array, stripe, corrupted, &model));
+            let bad = (corrupted + 1) % members;
+            array.role_device(bad).unwrap().state().bad_ranges.push((at, 4096));
+            let (found, _) = array.scrub(false);
+            assert_eq!(found.mismatches, 1, "{level} seed {seed}: {found:?}");
+            assert_eq!(found.read_errors_repaired, 0, "{level} seed {seed}: {found:?}");
+            let left = array.role_device(bad).unwrap().state().bad_ranges.clone();
+            assert_eq!(left, vec![(at, 4096)], "{level} seed {seed}: rewritten from bad data");
+        }
+    }
+}
+
+/// After an unclean stop, a member fails before resync ran: resync waits for it, and the
+/// scrub passes over the stripes it would judge wrongly, counting them.
+#[test]
+fn a_degraded_scrub_passes_over_stripes_left_to_resync() {
+    for seed in flashraid_sim::seeds(3) {
+        let seed = seed * 100 + 6;
+        let (mut array, _, _) = setup(Level::Raid6, 6, seed);
+        let options = array.options().clone();
+        array.write(0, &vec![0x5a; 256 << 10]).unwrap();
+        array.flush().unwrap();
+        let devices = array.crash();
+        let mut again =
+            SimArray::assemble(devices, options, flashraid_format::assembly::DirtyDegraded::Refuse)
+                .unwrap();
+        again.fail_member(2);
+        let (found, stopped) = again.scrub(false);
+        assert_eq!(stopped, None, "seed {seed}");
+        assert!(found.untrusted > 0, "seed {seed}: nothing passed over: {found:?}");
+        assert_eq!(found.stripes_checked, found.stripes_total, "seed {seed}: {found:?}");
     }
 }
 

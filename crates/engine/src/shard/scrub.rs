@@ -5,8 +5,9 @@
 //! other operation, so a write can never slip between its reads and its repair.
 //!
 //! What is repaired:
-//! - a chunk that fails to read: reconstructed from the others and rewritten, always (a read
-//!   error is repaired whether or not the scrub repairs mismatches);
+//! - a chunk that fails to read: reconstructed from the others and rewritten (a read error is
+//!   repaired whether or not the scrub repairs mismatches), unless the stripe's other parity
+//!   rows disagree with it (below);
 //! - a mismatch on RAID 6 and 7.3: the one chunk whose replacement makes the stripe
 //!   consistent again is located from the syndromes (trying each chunk as the erased one) and
 //!   only it is rewritten; if no single chunk explains it, parity is recomputed from the data
@@ -15,15 +16,23 @@
 //!   recomputed from the data, as md does;
 //! - mirrors: the value most copies hold wins (ties: the lowest member, resync's reference).
 //!
+//! A chunk rebuilt for a read error is written only if the parity rows the rebuild did not
+//! erase agree with it (when fewer chunks are erased than there are parity rows): one
+//! rebuilt from a source that is itself silently wrong would be wrong too. If they disagree
+//! the stripe counts as a mismatch and nothing is written. With as many chunks erased as
+//! parity rows the rewrite cannot be checked.
+//!
 //! Degraded (parity levels with fewer members out of service than parity chunks: RAID 6 with
 //! one, 7.3 with one or two): the missing chunks are computed from the others and parity
-//! recomputed from the data is compared with every parity chunk present, at least one of
-//! which the computation did not use, so a single bad chunk still shows (the code is MDS:
-//! e erasures leave m - e rows to detect with). Read errors are rewritten as when healthy,
-//! which matters most now: a latent bad sector is what turns the coming rebuild into data
-//! loss. Mismatches are counted and never repaired: with a member's chunk itself computed
-//! from the stripe, which chunk is wrong cannot be told reliably, and rewriting parity to
-//! follow data computed from a bad chunk would bless the damage.
+//! recomputed from the data is compared with every parity chunk read, at least one of which
+//! the computation did not use, so a single bad chunk still shows (the code is MDS: e
+//! erasures leave m - e rows to detect with). Read errors are rewritten as when healthy (and
+//! checked as above), which matters most now: a latent bad sector is what turns the coming
+//! rebuild into data loss. Mismatches are counted and never repaired: with a member's chunk
+//! itself computed from the stripe, which chunk is wrong cannot be told reliably, and
+//! rewriting parity to follow data computed from a bad chunk would bless the damage.
+//! Stripes an unclean stop left to resync (resync waits while a member is out) are passed
+//! over and counted as `untrusted`.
 //!
 //! Limits: a scrub stops, saying why, when a member is being rebuilt, when a mirror level
 //! has a member out of service (its copies cannot all be compared), and when as many
@@ -70,6 +79,9 @@ pub struct ScrubTally {
     pub read_errors_repaired: u64,
     /// Stripes that could not be checked (more chunks unreadable than redundancy).
     pub unreadable: u64,
+    /// Stripes passed over: written when the array stopped uncleanly and not resynced yet
+    /// (resync waits while a member is out), so neither data nor parity can judge the other.
+    pub untrusted: u64,
 }
 
 impl ScrubTally {
@@ -83,6 +95,7 @@ impl ScrubTally {
             repaired,
             read_errors_repaired,
             unreadable,
+            untrusted,
         } = other;
         // Destructured, so a new field cannot be left out of the sum.
         self.stripes_checked += stripes_checked;
@@ -92,6 +105,7 @@ impl ScrubTally {
         self.repaired += repaired;
         self.read_errors_repaired += read_errors_repaired;
         self.unreadable += unreadable;
+        self.untrusted += untrusted;
     }
 }
 
@@ -258,6 +272,8 @@ impl Shard {
         if self.stripe_needs_resync(op.stripe) {
             // Resync has not vouched for it yet: its parity may disagree with its data for
             // a reason resync settles (data wins). Judging it here could pick the wrong side.
+            // Counted, so a report never calls it checked.
+            self.tally(|t| t.untrusted += 1);
             self.finish_op(op_slot);
             return;
         }
@@ -299,9 +315,17 @@ impl Shard {
             // Read errors: rebuild those chunks in place and rewrite them (absent ones are
             // computed too, as sources need, and never written).
             self.reconstruct_in_scratch(op_slot, erased, erased, len);
+            // The rebuilt chunks agree with the parity rows the plan used, by construction.
+            // With fewer erasures than parity rows, the rows left check them: a chunk
+            // rebuilt from a source that is itself silently wrong must not be written (found
+            // in review: it turned one detectable error into two silent ones). With as many
+            // erasures as rows nothing is left to check with, and the rewrite is unverified.
+            if (erased.count_ones() as usize) < m && self.parity_rows_disagree(op_slot, erased) {
+                self.tally(|t| t.mismatches += 1);
+                return 0;
+            }
             self.tally(|t| t.read_errors_repaired += u64::from(read_errors.count_ones()));
             self.counters.errors_corrected += u64::from(read_errors.count_ones());
-            // With chunks rebuilt from parity, the stripe is consistent by construction.
             return read_errors;
         }
         if absent != 0 {
@@ -355,24 +379,31 @@ impl Shard {
     /// absent chunks are computed, parity is recomputed from the data, and every parity chunk
     /// present is compared. A mismatch is counted, not repaired (see the module).
     fn scrub_degraded(&mut self, op_slot: usize, absent: ChunkSet, len: usize) {
-        let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
         if absent.count_ones() as usize >= m {
             // Nothing left to check with (a member went out during the scrub, which stops
-            // at its next step and says why).
+            // at its next step and says why): not checked.
+            self.tally(|t| t.unreadable += 1);
             return;
         }
         self.reconstruct_in_scratch(op_slot, absent, absent, len);
+        if self.parity_rows_disagree(op_slot, absent) {
+            self.tally(|t| t.mismatches += 1);
+        }
+    }
+
+    /// Parity recomputed from the data chunks in scratch (some of them computed) disagrees
+    /// with a parity chunk that was read and is not in `erased`.
+    fn parity_rows_disagree(&mut self, op_slot: usize, erased: ChunkSet) -> bool {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
         self.encode_parity_in_scratch(op_slot);
         let op = self.ops[op_slot].as_ref().expect("live");
         let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
-        let differs = (0..m).filter(|&r| !has(absent, k + r)).any(|r| {
-            head[k + r].as_ref().expect("parity").as_slice()[..len]
-                != extra[r].as_ref().expect("computed").as_slice()[..len]
-        });
-        if differs {
-            self.tally(|t| t.mismatches += 1);
-        }
+        (0..m).filter(|&r| !has(erased, k + r)).any(|r| {
+            head[k + r].as_ref().expect("parity").as_slice()
+                != extra[r].as_ref().expect("computed").as_slice()
+        })
     }
 
     /// The one chunk whose replacement by what the others say makes the stripe consistent,
