@@ -2050,7 +2050,12 @@ impl Controller {
                 total.add(t);
             }
             let why = s.done.iter().flatten().find_map(|(_, w)| *w);
-            let what = match (s.repair, s.out_at_start) {
+            // Degraded at the start, or since (a member failed while it ran: the stripes after
+            // that were checked degraded).
+            let out_now = (0..self.metadata.superblock().members.len())
+                .filter(|&r| self.metadata.role_device(r).is_none())
+                .count();
+            let what = match (s.repair, s.out_at_start.max(out_now)) {
                 (true, 0) => "repair",
                 (false, 0) => "check",
                 // Read errors are rewritten; mismatches are only counted (engine `scrub`).

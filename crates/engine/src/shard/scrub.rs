@@ -280,14 +280,18 @@ impl Shard {
         // Chunks that failed to read, or whose member is not in service (`absent`: out since
         // before the scrub, or since it started).
         let errored = self.unreadable_chunks_all(op);
+        let chunks = if self.is_parity_level() {
+            self.geometry.data_chunks() + self.geometry.parity_chunks()
+        } else {
+            self.geometry.member_count()
+        };
+        let absent = (0..chunks)
+            .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
+            .fold(0, |s, c| s | bit(c));
         let rewrite = if self.is_parity_level() {
-            let chunks = self.geometry.data_chunks() + self.geometry.parity_chunks();
-            let absent = (0..chunks)
-                .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
-                .fold(0, |s, c| s | bit(c));
             self.scrub_parity(op_slot, errored, absent)
         } else {
-            self.scrub_mirror(op_slot, errored)
+            self.scrub_mirror(op_slot, errored, absent)
         };
         let op = self.ops[op_slot].as_mut().expect("live");
         op.repaired = rewrite;
@@ -447,7 +451,8 @@ impl Shard {
     /// Mirrors: each data position's copies are compared; the value most readable copies
     /// hold wins (ties: the lowest member). Unreadable copies are rewritten always,
     /// disagreeing ones in repair mode.
-    fn scrub_mirror(&mut self, op_slot: usize, errored: ChunkSet) -> ChunkSet {
+    /// `absent`: copies on members out of service (never written, not counted as repaired).
+    fn scrub_mirror(&mut self, op_slot: usize, errored: ChunkSet, absent: ChunkSet) -> ChunkSet {
         let mut rewrite: ChunkSet = 0;
         let mut mismatch = false;
         let mut unreadable = false;
@@ -497,7 +502,7 @@ impl Shard {
             op.scratch[winner] = Some(source);
             rewrite |= mine;
         }
-        let read_errors = u64::from(errored.count_ones());
+        let read_errors = u64::from((errored & !absent).count_ones());
         self.tally(|t| {
             t.read_errors_repaired += read_errors;
             t.mismatches += u64::from(mismatch);
