@@ -856,3 +856,47 @@ fn spares_are_removed_and_a_running_replace_is_cancelled() {
     array.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A spare listed before a replace's target is removed while the copy runs: the target moves
+/// up the spare table, and the replace record must move with it, so that after a stop the
+/// copy resumes onto the right device (found missing in review: the code held, untested).
+#[test]
+fn removing_another_spare_during_a_copy_keeps_the_replace_on_its_device() {
+    let dir = scratch_dir("removemid");
+    let mut paths = raid6_files(&dir, "q", "removemid");
+    let array = Array::open(&paths, &options(4 << 20)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 31);
+    drop(session);
+    let (first, target) = (dir.join("first"), dir.join("target"));
+    for p in [&first, &target] {
+        std::fs::File::create(p).unwrap().set_len(40 << 20).unwrap();
+        array.add_spare(p, flashraid_control::Overwrite::Refuse).unwrap();
+    }
+    array.replace(3, &target, flashraid_control::Overwrite::Refuse).unwrap();
+    wait_for(&array, "the copy", |s| s.rebuild.as_ref().is_some_and(|r| r.copying));
+    array.remove_spare(first.to_str().unwrap()).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.spares, vec![target.to_str().unwrap().to_string()], "{status:#?}");
+    assert!(status.rebuild.as_ref().is_some_and(|r| r.copying), "the copy goes on: {status:#?}");
+    array.shutdown().unwrap();
+
+    paths.push(target.clone());
+    let opts = options(0);
+    let array = Array::open(&paths, &opts).unwrap();
+    let status = array.status().unwrap();
+    let copy = status.rebuild.as_ref().expect("the replace resumes");
+    assert!(copy.copying && copy.role == 3, "{status:#?}");
+    assert_eq!(copy.path.as_deref(), target.to_str(), "resumed onto another device: {status:#?}");
+    let status = wait_for(&array, "the replace to end", |s| s.rebuild.is_none());
+    assert_eq!(status.members[3].path.as_deref(), target.to_str(), "{status:#?}");
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "after the replace");
+    array.fail_member(0).unwrap();
+    array.fail_member(5).unwrap();
+    check(&mut session, &model, "relying on the replacement");
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
