@@ -424,6 +424,11 @@ impl Metadata {
         self.roles[role]
     }
 
+    /// Roles no device holds in service (failed, or missing since the start).
+    pub fn missing_roles(&self) -> Vec<usize> {
+        (0..self.roles.len()).filter(|&r| self.roles[r].is_none()).collect()
+    }
+
     /// Devices (candidate indexes) present as hot spares.
     pub fn spare_devices(&self) -> &[usize] {
         &self.spares

@@ -285,7 +285,7 @@ pub(crate) enum ToController {
     /// Take a hot spare (by its device name) out of the array (`Array::remove_spare`).
     RemoveSpare(String, Sender<Result<(), ArrayError>>),
     /// From the thread erasing a removed spare's superblocks (device index, outcome).
-    SpareErased(usize, Result<(), String>),
+    SpareErased(usize, EraseOutcome),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
@@ -1459,9 +1459,7 @@ impl Controller {
             self.take_spare_if_wanted();
         }
         let geometry = self.metadata.superblock().geometry();
-        let missing: Vec<usize> = (0..geometry.member_count())
-            .filter(|&r| self.metadata.role_device(r).is_none())
-            .collect();
+        let missing = self.metadata.missing_roles();
         let unavailable: Vec<bool> =
             (0..geometry.member_count()).map(|r| missing.contains(&r)).collect();
         if !geometry.survives(&unavailable) {
@@ -1630,9 +1628,7 @@ impl Controller {
                 self.devices[c.new].name()
             )));
         }
-        let missing: Vec<usize> = (0..self.metadata.superblock().members.len())
-            .filter(|&r| self.metadata.role_device(r).is_none())
-            .collect();
+        let missing = self.metadata.missing_roles();
         if !missing.is_empty() {
             return Err(ArrayError::Other(format!(
                 "members {missing:?} are failed: add a spare for them first (a new spare \
@@ -1887,28 +1883,7 @@ impl Controller {
         self.apply_metadata_failures();
         removed?;
         let name = self.devices[device].name();
-        // The erase runs on a thread of its own: a spare removed because it stopped
-        // answering must not hold the controller (status, failures, flushes) with it.
-        let handle = match &self.devices[device] {
-            MemberDevice::Device(d) => d.try_clone().map(MemberDevice::Device),
-            MemberDevice::Memory(m) => Ok(MemberDevice::Memory(m.clone())),
-        };
-        let started = handle.map_err(|e| e.to_string()).and_then(|handle| {
-            let (quick, quick_rx) = mpsc::channel();
-            let inbox = self.to_self.clone();
-            std::thread::Builder::new()
-                .name("flashraid-erase".into())
-                .spawn(move || {
-                    let result =
-                        flashraid_control::erase_superblocks(&handle).map_err(|e| e.to_string());
-                    // Both: the controller waits on `quick` for a while, then on its inbox.
-                    let _ = quick.send(result.clone());
-                    let _ = inbox.send(ToController::SpareErased(device, result));
-                })
-                .map(|thread| (quick_rx, thread))
-                .map_err(|e| e.to_string())
-        });
-        let message = match started {
+        let message = match self.spawn_erase(device) {
             Err(e) => format!(
                 "hot spare {name} removed; its superblocks could not be erased ({e}): \
                  {ERASE_FAILED_ADVICE}"
@@ -1931,9 +1906,38 @@ impl Controller {
         Ok(())
     }
 
+    /// Start erasing removed spare `device`'s superblocks on a thread of its own: a spare
+    /// removed because it stopped answering must not hold the controller (status, failures,
+    /// flushes) with it. The thread sends its outcome on the returned channel (the controller
+    /// waits there up to `ERASE_WAIT`) and to the controller's inbox (`SpareErased`, for an
+    /// erase that outlasts the wait).
+    fn spawn_erase(
+        &self,
+        device: usize,
+    ) -> Result<(Receiver<EraseOutcome>, std::thread::JoinHandle<()>), String> {
+        let handle = match &self.devices[device] {
+            MemberDevice::Device(d) => {
+                MemberDevice::Device(d.try_clone().map_err(|e| e.to_string())?)
+            }
+            MemberDevice::Memory(m) => MemberDevice::Memory(m.clone()),
+        };
+        let (quick, quick_rx) = mpsc::channel();
+        let inbox = self.to_self.clone();
+        let thread = std::thread::Builder::new()
+            .name("flashraid-erase".into())
+            .spawn(move || {
+                let result =
+                    flashraid_control::erase_superblocks(&handle).map_err(|e| e.to_string());
+                let _ = quick.send(result.clone());
+                let _ = inbox.send(ToController::SpareErased(device, result));
+            })
+            .map_err(|e| e.to_string())?;
+        Ok((quick_rx, thread))
+    }
+
     /// The erase of a removed spare that outlasted `ERASE_WAIT` ended (an erase that ended
     /// within it was reported already: its message is ignored here).
-    fn spare_erased_late(&mut self, device: usize, result: Result<(), String>) {
+    fn spare_erased_late(&mut self, device: usize, result: EraseOutcome) {
         let Some(at) = self.erasing.iter().position(|&(d, _)| d == device) else { return };
         let (_, thread) = self.erasing.swap_remove(at);
         let _ = thread.join();
@@ -2005,9 +2009,7 @@ impl Controller {
         }
         // Degraded parity arrays are checked with the redundancy left (the engine's scrub
         // computes the missing chunks); mirrors, and arrays with no redundancy left, are not.
-        let out = (0..self.metadata.superblock().members.len())
-            .filter(|&r| self.metadata.role_device(r).is_none())
-            .count();
+        let out = self.metadata.missing_roles().len();
         let geometry = self.metadata.superblock().geometry();
         let parity = geometry.parity_chunks();
         let mirrors = matches!(geometry.level(), Level::Raid1 | Level::Raid10);
@@ -2052,9 +2054,7 @@ impl Controller {
             let why = s.done.iter().flatten().find_map(|(_, w)| *w);
             // Degraded at the start, or since (a member failed while it ran: the stripes after
             // that were checked degraded).
-            let out_now = (0..self.metadata.superblock().members.len())
-                .filter(|&r| self.metadata.role_device(r).is_none())
-                .count();
+            let out_now = self.metadata.missing_roles().len();
             let what = match (s.repair, s.out_at_start.max(out_now)) {
                 (true, 0) => "repair",
                 (false, 0) => "check",
@@ -2583,11 +2583,14 @@ fn retry_interval_text(us: u64) -> String {
     }
 }
 
+/// How the erase of a removed spare's superblocks ended.
+type EraseOutcome = Result<(), String>;
+
 /// What to do about a removed spare whose superblocks were not erased.
 const ERASE_FAILED_ADVICE: &str = "assembly leaves it out all the same; `create` and `spare \
      add` on another array will want --force for it";
 
-fn erased_message(name: &str, result: &Result<(), String>) -> String {
+fn erased_message(name: &str, result: &EraseOutcome) -> String {
     match result {
         Ok(()) => format!("hot spare {name} removed; its superblocks are erased"),
         Err(e) => format!(

@@ -64,6 +64,15 @@ fn raid6_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> 
     paths
 }
 
+/// Files of a member's size (40 MiB, as `raid6_files` makes them), added to `array` as hot
+/// spares in this order.
+fn add_file_spares(array: &Array, paths: &[&PathBuf]) {
+    for p in paths {
+        std::fs::File::create(p).unwrap().set_len(40 << 20).unwrap();
+        array.add_spare(p, flashraid_control::Overwrite::Refuse).unwrap();
+    }
+}
+
 /// Write the whole array with a pattern, 1 MiB at a time; returns the model.
 fn fill(session: &mut Session, size: u64, seed: u64) -> Vec<u8> {
     let model = pattern(seed, usize::try_from(size).unwrap());
@@ -771,10 +780,7 @@ fn spares_are_removed_and_a_running_replace_is_cancelled() {
     let mut session = array.session().unwrap();
     let model = fill(&mut session, size, 21);
     let spare_paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("spare{i}"))).collect();
-    for p in &spare_paths {
-        std::fs::File::create(p).unwrap().set_len(40 << 20).unwrap();
-        array.add_spare(p, flashraid_control::Overwrite::Refuse).unwrap();
-    }
+    add_file_spares(&array, &spare_paths.iter().collect::<Vec<_>>());
     let name = |p: &PathBuf| p.to_str().unwrap().to_string();
 
     // Not a spare: a member, an unknown path. Refused, nothing changes.
@@ -870,10 +876,7 @@ fn removing_another_spare_during_a_copy_keeps_the_replace_on_its_device() {
     let model = fill(&mut session, size, 31);
     drop(session);
     let (first, target) = (dir.join("first"), dir.join("target"));
-    for p in [&first, &target] {
-        std::fs::File::create(p).unwrap().set_len(40 << 20).unwrap();
-        array.add_spare(p, flashraid_control::Overwrite::Refuse).unwrap();
-    }
+    add_file_spares(&array, &[&first, &target]);
     array.replace(3, &target, flashraid_control::Overwrite::Refuse).unwrap();
     wait_for(&array, "the copy", |s| s.rebuild.as_ref().is_some_and(|r| r.copying));
     array.remove_spare(first.to_str().unwrap()).unwrap();

@@ -671,6 +671,12 @@ impl Shard {
 
     /// Like `unreadable_chunks`, over every chunk index of the level (mirrors: every member).
     pub(super) fn unreadable_chunks_all(&self, op: &super::Op) -> ChunkSet {
+        op.errored | self.absent_chunks_all(op)
+    }
+
+    /// The chunk indexes of the level (mirrors: every member) whose member is not in service
+    /// for `op`'s stripe: never read, never written.
+    pub(super) fn absent_chunks_all(&self, op: &super::Op) -> ChunkSet {
         let chunks = if self.is_parity_level() {
             self.geometry.data_chunks() + self.geometry.parity_chunks()
         } else {
@@ -678,6 +684,6 @@ impl Shard {
         };
         (0..chunks)
             .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
-            .fold(op.errored, |s, c| s | bit(c))
+            .fold(0, |s, c| s | bit(c))
     }
 }

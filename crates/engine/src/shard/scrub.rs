@@ -279,15 +279,8 @@ impl Shard {
         }
         // Chunks that failed to read, or whose member is not in service (`absent`: out since
         // before the scrub, or since it started).
-        let errored = self.unreadable_chunks_all(op);
-        let chunks = if self.is_parity_level() {
-            self.geometry.data_chunks() + self.geometry.parity_chunks()
-        } else {
-            self.geometry.member_count()
-        };
-        let absent = (0..chunks)
-            .filter(|&c| !self.usable(op.stripe, op.chunk_member[c]))
-            .fold(0, |s, c| s | bit(c));
+        let absent = self.absent_chunks_all(op);
+        let errored = op.errored | absent;
         let rewrite = if self.is_parity_level() {
             self.scrub_parity(op_slot, errored, absent)
         } else {
@@ -336,15 +329,8 @@ impl Shard {
             self.scrub_degraded(op_slot, absent, len);
             return 0;
         }
-        // Recompute parity from the data and compare.
-        self.encode_parity_in_scratch(op_slot);
-        let op = self.ops[op_slot].as_ref().expect("live");
-        let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
-        let differs = (0..m).any(|r| {
-            head[k + r].as_ref().expect("parity").as_slice()
-                != extra[r].as_ref().expect("computed").as_slice()
-        });
-        if !differs {
+        // Recompute parity from the data and compare (the computed rows stay in scratch).
+        if !self.parity_rows_disagree(op_slot, 0) {
             return 0;
         }
         self.tally(|t| t.mismatches += 1);
