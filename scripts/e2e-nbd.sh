@@ -34,6 +34,7 @@ SERVER_PID=
 TLS_PID=
 MULTI_PID=
 LOOP=
+SPARE_LOOP=
 FUSE_PID=
 NBDKIT_PID=
 SLOW_FUSE_PID=
@@ -48,6 +49,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 unmount_all() {
     if mountpoint -q "$WORK/mnt" 2>/dev/null; then umount "$WORK/mnt"; fi
     if [ -n "$LOOP" ]; then losetup -d "$LOOP" 2>/dev/null || true; LOOP=; fi
+    if [ -n "${SPARE_LOOP:-}" ]; then losetup -d "$SPARE_LOOP" 2>/dev/null || true; SPARE_LOOP=; fi
     if mountpoint -q "$WORK/fuse" 2>/dev/null; then fusermount3 -u "$WORK/fuse" || true; fi
     if [ -n "$FUSE_PID" ]; then wait "$FUSE_PID" 2>/dev/null || true; FUSE_PID=; fi
 }
@@ -508,6 +510,27 @@ if contains "^  spare .*/spare4$" <"$WORK/status.txt"; then fail "the removed sp
 "$F" inspect "$WORK/spare4" | contains "copy 0: not valid: no flashraid magic" \
     || fail "the removed spare still holds a superblock"
 echo "   replace cancelled; spare removed and erased"
+# A block device spare is claimed (O_EXCL) while the server holds it, and let go when it is
+# removed: it can be used elsewhere without stopping the array.
+truncate -s 160M "$WORK/spare5"
+if [ "$(id -u)" = 0 ] && SPARE_LOOP=$(losetup --find --show "$WORK/spare5" 2>/dev/null); then
+    excl() {
+        python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))' \
+            "$1" 2>/dev/null
+    }
+    "$F" spare add --control "$WORK/control" "$SPARE_LOOP" | contains "added as a hot spare" \
+        || fail "the loop device was not added as a spare"
+    if excl "$SPARE_LOOP"; then fail "a spare block device is not claimed by the server"; fi
+    "$F" spare remove --control "$WORK/control" "$SPARE_LOOP" | contains "the server has closed it" \
+        || fail "spare remove of the loop device"
+    excl "$SPARE_LOOP" || fail "the removed spare block device is still claimed by the server"
+    losetup -d "$SPARE_LOOP"
+    SPARE_LOOP=
+    echo "   a removed block-device spare is let go: an exclusive open succeeds"
+else
+    SPARE_LOOP=
+    echo "SKIPPED: the block-device spare needs root and a free loop device"
+fi
 MEMBERS=("$WORK"/m0 "$WORK"/m1 "$WORK/spare" "$WORK/spare2" "$WORK/spare3" "$WORK"/m{5..7})
 
 step "a member leaves and comes back: spare add re-adds it, only what it missed is rebuilt"

@@ -528,8 +528,8 @@ pub struct SpareArgs {
     #[arg(long)]
     full_rebuild: bool,
     /// `add` a hot spare, or `remove` one (it leaves the array's superblocks and its own are
-    /// erased, so it no longer claims the array; the server keeps it open until it stops; the
-    /// target of a running replace is refused: `replace --cancel` first).
+    /// erased, so it no longer claims the array, and the server closes it; the target of a
+    /// running replace is refused: `replace --cancel` first).
     #[arg(value_parser = ["add", "remove"])]
     action: String,
     /// The device or file to add or remove (for `remove`, as `status` lists the spares).

@@ -614,7 +614,7 @@ impl Metadata {
         entry.errors_corrected = entry.errors_corrected.saturating_add(count);
     }
 
-    /// Add device `device` (the last of `devices`, not yet part of the array) as a hot spare
+    /// Add device `device` (a known index or the next one, not part of the array) as a hot spare
     /// with identity `uuid`: refused if it holds recognisable data (unless `overwrite`), is
     /// too small for a member's data area, or the member table is full. Its bitmap area is
     /// written blank, then every superblock (it is listed everywhere before it is used).
@@ -675,6 +675,10 @@ impl Metadata {
         write_map_area(d, &self.template, BitmapKind::Missed, &[], shards)?;
         if device == self.sizes.len() {
             self.sizes.push(d.size_bytes());
+        } else {
+            // A known index: the same device again, or a new one in the place of a device
+            // the caller let go of (neither holds a slot: `check_newcomer`).
+            self.sizes[device] = d.size_bytes();
         }
         self.template.spares.push(flashraid_format::superblock::MemberEntry {
             uuid,

@@ -564,7 +564,9 @@ impl Array {
             })
             .chain(spare_devices.iter().map(|d| match d {
                 MemberDevice::Device(device) => device.raw_fd(),
-                MemberDevice::Memory(_) => std::os::fd::AsRawFd::as_raw_fd(&placeholder),
+                MemberDevice::Memory(_) | MemberDevice::Released(_) => {
+                    std::os::fd::AsRawFd::as_raw_fd(&placeholder)
+                }
             }))
             // Free slots for spares added while running (`Array::add_spare`), up to the
             // member table's size.
@@ -582,7 +584,7 @@ impl Array {
             .iter()
             .filter_map(|d| match d {
                 MemberDevice::Memory(m) => Some(m.clone()),
-                MemberDevice::Device(_) => None,
+                MemberDevice::Device(_) | MemberDevice::Released(_) => None,
             })
             .collect();
         // Device index -> registered index.
@@ -650,6 +652,7 @@ impl Array {
         let next_slot = geometry.member_count() + metadata.spare_devices().len();
         let mut controller = Controller {
             next_slot,
+            free_slots: Vec::new(),
             preferred_spare: None,
             takeover_partial: None,
             copy: None,
@@ -925,8 +928,9 @@ impl Array {
     /// for up to 2 s), so it no longer claims the array and takes no `--force` to reuse (its
     /// data area is not wiped). Refused for a device that is not one of this array's spares
     /// (matched by name, or by the file both names resolve to), and for the target of a
-    /// running `replace` (cancel that first). The server keeps the device open until it
-    /// stops (as it does a failed member's), so a block device stays busy until then.
+    /// running `replace` (cancel that first). Once erased, the server closes the device
+    /// (every reactor's ring too), so a block device is free for other use; an erase that
+    /// outlasts the wait closes it when it ends.
     pub fn remove_spare(&self, name: &str) -> Result<(), ArrayError> {
         let name = name.to_string();
         self.ask_controller(|tx| ToController::RemoveSpare(name, tx))
@@ -1029,8 +1033,12 @@ struct Controller {
     _placeholder: std::fs::File,
     /// Per device: its registered index in the reactors' drivers (roles, then spares).
     registered: Vec<Option<usize>>,
-    /// The next free registration slot (for a spare added while running).
+    /// The next registration slot never used (for a spare added while running).
     next_slot: usize,
+    /// Registration slots after the roles' that a released device left (`release_slot`):
+    /// taken before `next_slot`, so a server that adds and removes spares for ever does
+    /// not run out. At most `MEMBERS_MAX` entries (each slot once).
+    free_slots: Vec<usize>,
     /// The spare `replace` added: the next takeover uses it rather than the first spare.
     preferred_spare: Option<usize>,
     /// The role whose copy is done: the next takeover of exactly that role by
@@ -1493,13 +1501,35 @@ impl Controller {
         result.map(|_| ()).map_err(ArrayError::from)
     }
 
-    /// Every reactor registers a device in the next free ring slot; the slot.
+    /// Every reactor registers a device in a free ring slot (one a released device left,
+    /// else the next never used); the slot. Should a reactor refuse it, the slot is
+    /// released again, so no ring keeps the device.
     fn register_device(&mut self, added: AddedDevice) -> Result<usize, ArrayError> {
-        if self.next_slot >= flashraid_layout::MEMBERS_MAX {
-            return Err(ArrayError::Other("no free device slot (64 members and spares)".into()));
+        let slot = match self.free_slots.pop() {
+            Some(slot) => slot,
+            None if self.next_slot < flashraid_layout::MEMBERS_MAX => {
+                self.next_slot += 1;
+                self.next_slot - 1
+            }
+            None => {
+                return Err(ArrayError::Other(
+                    "no free device slot (64 members and spares)".into(),
+                ));
+            }
+        };
+        let registered = self.register_in_every_reactor(slot, added);
+        if registered.is_err() {
+            // Some reactors may hold it: none must (a block device would stay claimed).
+            let _ = self.release_slot(slot);
         }
-        let slot = self.next_slot;
-        self.next_slot += 1;
+        registered.map(|()| slot)
+    }
+
+    fn register_in_every_reactor(
+        &mut self,
+        slot: usize,
+        added: AddedDevice,
+    ) -> Result<(), ArrayError> {
         let mut waits = vec![];
         for link in self.reactors.iter() {
             let (tx, rx) = mpsc::channel();
@@ -1513,7 +1543,61 @@ impl Controller {
                 .map_err(|_| ArrayError::Stopped)?
                 .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
         }
-        Ok(slot)
+        Ok(())
+    }
+
+    /// Every reactor lets go of the device in ring slot `slot` (its duplicate descriptor is
+    /// replaced by one of /dev/null); the slot is then free for the next device added,
+    /// unless it is a role's (never reused: a failed role still maps to its slot until a
+    /// spare takes it over). On an error the slot is left as it is, never reused.
+    fn release_slot(&mut self, slot: usize) -> Result<(), String> {
+        let placeholder = std::fs::File::open("/dev/null")
+            .map_err(|e| format!("cannot open /dev/null to release a device slot: {e}"))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&placeholder);
+        let mut waits = vec![];
+        for link in self.reactors.iter() {
+            let (tx, rx) = mpsc::channel();
+            let _ = link.tx.send(ToReactor::Control(Control::ReleaseDevice {
+                slot,
+                placeholder: fd,
+                done: tx,
+            }));
+            link.bell.ring();
+            waits.push(rx);
+        }
+        let mut outcome = Ok(());
+        for rx in waits {
+            // Every reactor is waited for: `placeholder` must stay open until each has
+            // taken its own duplicate.
+            let answer = rx.recv().unwrap_or_else(|_| Err("a reactor has stopped".into()));
+            if outcome.is_ok() {
+                outcome = answer;
+            }
+        }
+        drop(placeholder);
+        if outcome.is_ok() && slot >= self.metadata.superblock().members.len() {
+            assert!(!self.free_slots.contains(&slot), "slot {slot} released twice");
+            self.free_slots.push(slot);
+        }
+        outcome
+    }
+
+    /// Let go of device `index` (a spare removed and erased): every ring drops it, and the
+    /// server closes it, so a block device is no longer claimed (`O_EXCL`) and can be used
+    /// elsewhere. Its entry keeps its name (`MemberDevice::Released`) until a device added
+    /// later takes the index. Returns what could not be done, for the event's message.
+    fn release_device(&mut self, index: usize) -> Option<String> {
+        assert!(!self.metadata_lists(index), "device {index} is released while the array lists it");
+        let problem = match self.registered[index].take() {
+            Some(slot) => self.release_slot(slot).err(),
+            None => None,
+        };
+        let name = self.devices[index].name();
+        if problem.is_none() {
+            // Dropping the `Device` closes the server's own descriptor.
+            self.devices[index] = MemberDevice::Released(name);
+        }
+        problem
     }
 
     fn add_spare(
@@ -1525,7 +1609,8 @@ impl Controller {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
         let name = spare.name();
-        if let Some(index) = self.devices.iter().position(|d| d.name() == name) {
+        let held = |d: &MemberDevice| !matches!(d, MemberDevice::Released(_)) && d.name() == name;
+        if let Some(index) = self.devices.iter().position(held) {
             if self.erasing.iter().any(|&(d, _)| d == index) {
                 return Err(ArrayError::Other(format!(
                     "{name} was removed and its superblocks are still being erased (the device \
@@ -1538,6 +1623,7 @@ impl Controller {
                 let added = match &self.devices[index] {
                     MemberDevice::Device(d) => AddedDevice::Fd(d.raw_fd()),
                     MemberDevice::Memory(m) => AddedDevice::Memory(m.clone()),
+                    MemberDevice::Released(_) => unreachable!("released devices are not held"),
                 };
                 self.registered[index] = Some(self.register_device(added)?);
             }
@@ -1578,35 +1664,69 @@ impl Controller {
         // Every reactor registers it first (nothing is written yet): a spare the metadata
         // lists is then always one every reactor can address.
         let slot = self.register_device(added)?;
-        self.devices.push(device);
-        self.registered.push(Some(slot));
-        let index = self.devices.len() - 1;
-        match self.try_re_add(index, re_add) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => {
-                // Not counted by the metadata: forget it (its ring slot stays unused).
+        // The index a released device left (one of the same name first), else a new one:
+        // the device table stays within the slots' bound however often spares come and go.
+        let released = |d: &MemberDevice| matches!(d, MemberDevice::Released(_));
+        let reused = self
+            .devices
+            .iter()
+            .position(|d| released(d) && d.name() == name)
+            .or_else(|| self.devices.iter().position(released));
+        let index = match reused {
+            Some(index) => {
+                self.devices[index] = device;
+                self.registered[index] = Some(slot);
+                index
+            }
+            None => {
+                self.devices.push(device);
+                self.registered.push(Some(slot));
+                self.devices.len() - 1
+            }
+        };
+        let added = self.list_new_spare(index, overwrite, re_add);
+        if added.is_err() && !self.metadata_lists(index) {
+            // Refused (it holds data, is too small...): the server lets go of it at once, or
+            // a block device would stay claimed until the server stops.
+            if let Some(problem) = self.release_device(index) {
+                eprintln!("flashraid: {name} was refused but could not be let go: {problem}");
+            } else if index + 1 == self.devices.len() && self.metadata.known_devices() <= index {
+                // Never counted by the metadata: the table shrinks back.
                 self.devices.pop();
                 self.registered.pop();
-                return Err(e);
             }
+        }
+        added
+    }
+
+    /// List new device `index` (registered in every reactor) as a hot spare, or re-add it
+    /// as the member it was.
+    fn list_new_spare(
+        &mut self,
+        index: usize,
+        overwrite: Overwrite,
+        re_add: ReAdd,
+    ) -> Result<(), ArrayError> {
+        if self.try_re_add(index, re_add)? {
+            return Ok(());
         }
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let uuid = random_uuid()?;
         let listed = self.metadata.add_spare(&refs, index, uuid, overwrite);
         self.apply_metadata_failures();
-        if let Err(e) = listed {
-            if self.metadata.known_devices() <= index {
-                // Not counted by the metadata: forget it (its ring slot stays unused).
-                self.devices.pop();
-                self.registered.pop();
-            }
-            return Err(e.into());
-        }
+        listed?;
+        let name = self.devices[index].name();
         self.events.record(&self.metadata, "spare-added", &format!("hot spare {name} added"));
         self.take_spare_if_wanted();
         Ok(())
+    }
+
+    /// Whether the metadata holds device `index` in a role or as a spare.
+    fn metadata_lists(&self, index: usize) -> bool {
+        self.metadata.spare_devices().contains(&index)
+            || (0..self.metadata.superblock().members.len())
+                .any(|r| self.metadata.role_device(r) == Some(index))
     }
 
     fn replace(
@@ -1884,14 +2004,18 @@ impl Controller {
         removed?;
         let name = self.devices[device].name();
         let message = match self.spawn_erase(device) {
-            Err(e) => format!(
-                "hot spare {name} removed; its superblocks could not be erased ({e}): \
-                 {ERASE_FAILED_ADVICE}"
-            ),
+            Err(e) => {
+                let released = self.released_message(device);
+                format!(
+                    "hot spare {name} removed; its superblocks could not be erased ({e}): \
+                     {ERASE_FAILED_ADVICE}; {released}"
+                )
+            }
             Ok((quick_rx, thread)) => match quick_rx.recv_timeout(ERASE_WAIT) {
                 Ok(result) => {
                     let _ = thread.join(); // it has only its inbox message left to send
-                    erased_message(&name, &result)
+                    let released = self.released_message(device);
+                    format!("{}; {released}", erased_message(&name, &result))
                 }
                 Err(_) => {
                     self.erasing.push((device, thread));
@@ -1920,6 +2044,9 @@ impl Controller {
                 MemberDevice::Device(d.try_clone().map_err(|e| e.to_string())?)
             }
             MemberDevice::Memory(m) => MemberDevice::Memory(m.clone()),
+            MemberDevice::Released(_) => {
+                unreachable!("a removed spare is released after its erase")
+            }
         };
         let (quick, quick_rx) = mpsc::channel();
         let inbox = self.to_self.clone();
@@ -1942,7 +2069,19 @@ impl Controller {
         let (_, thread) = self.erasing.swap_remove(at);
         let _ = thread.join();
         let name = self.devices[device].name();
-        self.events.record(&self.metadata, "spare-erased", &erased_message(&name, &result));
+        let released = self.released_message(device);
+        let message = format!("{}; {released}", erased_message(&name, &result));
+        self.events.record(&self.metadata, "spare-erased", &message);
+    }
+
+    /// Release removed spare `device` (`release_device`) and say how that went.
+    fn released_message(&mut self, device: usize) -> String {
+        match self.release_device(device) {
+            None => "the server has closed it".to_string(),
+            Some(problem) => {
+                format!("the server could not let go of it ({problem}) and holds it until it stops")
+            }
+        }
     }
 
     /// Give up a running copy: its copier is told to stop (until it says it has, its device

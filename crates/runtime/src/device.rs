@@ -11,13 +11,22 @@ use std::sync::Arc;
 pub enum MemberDevice {
     Device(Device),
     Memory(Arc<MemMember>),
+    /// A device this server held and let go (a hot spare removed): closed, with its name
+    /// kept for messages. It holds no role and no spare entry, so the metadata never
+    /// addresses it; its IO fails if anything tried. Its index may be given to the next
+    /// device added.
+    Released(String),
 }
+
+/// Why a released device takes no IO.
+const RELEASED: &str = "the device was released (removed from the array) and is closed";
 
 impl MetaDevice for MemberDevice {
     fn name(&self) -> String {
         match self {
             MemberDevice::Device(d) => d.path().display().to_string(),
             MemberDevice::Memory(m) => m.name().to_string(),
+            MemberDevice::Released(name) => name.clone(),
         }
     }
 
@@ -25,6 +34,7 @@ impl MetaDevice for MemberDevice {
         match self {
             MemberDevice::Device(d) => d.size_bytes(),
             MemberDevice::Memory(m) => m.size_bytes(),
+            MemberDevice::Released(_) => 0,
         }
     }
 
@@ -32,6 +42,7 @@ impl MetaDevice for MemberDevice {
         match self {
             MemberDevice::Device(d) => d.read_at(buf, offset_bytes).map_err(|e| e.to_string()),
             MemberDevice::Memory(m) => m.read(buf, offset_bytes),
+            MemberDevice::Released(_) => Err(RELEASED.into()),
         }
     }
 
@@ -39,6 +50,7 @@ impl MetaDevice for MemberDevice {
         match self {
             MemberDevice::Device(d) => d.write_at(buf, offset_bytes).map_err(|e| e.to_string()),
             MemberDevice::Memory(m) => m.write(buf, offset_bytes),
+            MemberDevice::Released(_) => Err(RELEASED.into()),
         }
     }
 
@@ -46,6 +58,7 @@ impl MetaDevice for MemberDevice {
         match self {
             MemberDevice::Device(d) => d.sync().map_err(|e| e.to_string()),
             MemberDevice::Memory(m) => m.flush(),
+            MemberDevice::Released(_) => Err(RELEASED.into()),
         }
     }
 
@@ -53,6 +66,7 @@ impl MetaDevice for MemberDevice {
         match self {
             MemberDevice::Device(d) => d.capabilities().discard_zeroes,
             MemberDevice::Memory(_) => true,
+            MemberDevice::Released(_) => false,
         }
     }
 
@@ -60,6 +74,7 @@ impl MetaDevice for MemberDevice {
         let device = match self {
             MemberDevice::Device(d) => d,
             MemberDevice::Memory(m) => return m.zero(offset_bytes, len_bytes),
+            MemberDevice::Released(_) => return Err(RELEASED.into()),
         };
         let caps = device.capabilities();
         let result = if caps.discard_zeroes {

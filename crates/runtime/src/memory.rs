@@ -230,8 +230,9 @@ struct Pending {
 #[derive(Debug)]
 pub struct MemDriver {
     members: Vec<Option<Arc<MemMember>>>,
-    /// Hot spares, in registration order after the roles (see `assign_role`).
-    spares: Vec<Arc<MemMember>>,
+    /// Hot spares by registration slot after the roles (see `assign_role`); `None`: a slot
+    /// released (`release_device`), which the next device added may take.
+    spares: Vec<Option<Arc<MemMember>>>,
     pending: VecDeque<Pending>,
     in_flight_max: usize,
 }
@@ -243,13 +244,33 @@ impl MemDriver {
         in_flight_max: usize,
     ) -> Self {
         let in_flight_max = in_flight_max.max(1);
+        let spares = spares.into_iter().map(Some).collect();
         Self { members, spares, pending: VecDeque::with_capacity(in_flight_max), in_flight_max }
     }
 
-    /// A device added while running takes registration slot `slot` (the next one).
+    /// A device added while running takes registration slot `slot`: the next one, or one
+    /// a released spare left.
     pub fn add_device(&mut self, slot: usize, member: Arc<MemMember>) {
-        assert_eq!(slot, self.members.len() + self.spares.len(), "slots are given in order");
-        self.spares.push(member);
+        let roles = self.members.len();
+        assert!(slot >= roles, "a device added while running takes a slot after the roles");
+        let at = slot - roles;
+        if at == self.spares.len() {
+            self.spares.push(Some(member));
+        } else {
+            assert!(self.spares[at].is_none(), "slot {slot} is taken");
+            self.spares[at] = Some(member);
+        }
+    }
+
+    /// Let go of the device in registration slot `slot` (a spare removed): the engine sends
+    /// it no IO (it holds no role). A slot among the roles' keeps its member, which serves a
+    /// role or none (`assign_role`); memory has nothing to close.
+    pub fn release_device(&mut self, slot: usize) {
+        if let Some(spare) =
+            slot.checked_sub(self.members.len()).and_then(|at| self.spares.get_mut(at))
+        {
+            *spare = None;
+        }
     }
 
     /// From now on, IO for `role` goes to device `device` (numbered like registered files:
@@ -259,7 +280,7 @@ impl MemDriver {
         let member = if device < roles {
             self.members[device].clone()
         } else {
-            self.spares.get(device - roles).cloned()
+            self.spares.get(device - roles).cloned().flatten()
         };
         self.members[role] = member;
     }

@@ -167,6 +167,16 @@ pub(crate) enum Control {
         device: AddedDevice,
         done: Sender<Result<(), String>>,
     },
+    /// Let go of the device in registration slot `slot` (a spare removed, or one refused
+    /// after registration): the ring's duplicate of its descriptor is replaced by
+    /// `placeholder` (the controller keeps that open until every reactor answered), so a
+    /// block device is no longer claimed once the controller closes its own descriptor.
+    /// The engine has no IO for the slot: it serves no role.
+    ReleaseDevice {
+        slot: usize,
+        placeholder: std::os::fd::RawFd,
+        done: Sender<Result<(), String>>,
+    },
 }
 
 /// What a reactor needs to address a device added while running.
@@ -562,6 +572,19 @@ impl Reactor {
                                     Ok(())
                                 }
                                 _ => Err("a device of another kind than the array's".to_string()),
+                            };
+                            let _ = done.send(result);
+                        }
+                        Control::ReleaseDevice { slot, placeholder, done } => {
+                            let result = match &mut self.driver {
+                                Backend::Uring(d) => d
+                                    .ring()
+                                    .update_file(slot, placeholder)
+                                    .map_err(|e| e.to_string()),
+                                Backend::Memory(d) => {
+                                    d.release_device(slot);
+                                    Ok(())
+                                }
                             };
                             let _ = done.send(result);
                         }

@@ -903,3 +903,117 @@ fn removing_another_spare_during_a_copy_keeps_the_replace_on_its_device() {
     array.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether this process holds `path` open: as a descriptor of its own, or as a file
+/// registered in one of its io_uring instances (listed under `UserFiles` in the ring's
+/// fdinfo). A block device held either way stays claimed (`O_EXCL`).
+fn held_open(path: &std::path::Path) -> bool {
+    let path = std::fs::canonicalize(path).unwrap();
+    let shown = path.to_str().unwrap();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if std::fs::read_link(entry.path()).is_ok_and(|target| target == path) {
+            return true;
+        }
+        let info = std::path::Path::new("/proc/self/fdinfo").join(entry.file_name());
+        let Ok(info) = std::fs::read_to_string(info) else { continue };
+        if info
+            .lines()
+            .any(|line| line.trim_start().split_once(": ").is_some_and(|(_, f)| f == shown))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// A spare removed, or refused after it was opened, is let go: no descriptor and no ring
+/// keeps it (a block device would stay claimed until the server stopped). Its ring slot
+/// is reused, so more spares than the 64 slots come and go in one server's life, and a
+/// spare in a reused slot rebuilds a member correctly.
+#[test]
+fn removed_and_refused_spares_are_let_go_and_their_slots_reused() {
+    let dir = scratch_dir("letgo");
+    let make = |prefix: &str, name: &str| {
+        let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("{prefix}{i}"))).collect();
+        let spec = CreateSpec {
+            members: paths.clone(),
+            create_files_bytes: Some(24 << 20),
+            ..CreateSpec::in_memory(name, Level::Raid5, CHUNK_BYTES, 2)
+        };
+        create(&spec).unwrap();
+        paths
+    };
+    let ours = make("o", "ours");
+    let theirs = make("t", "theirs");
+    let array = Array::open(&ours, &options(0)).unwrap();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, array.size_bytes(), 31);
+    assert!(held_open(&ours[0]), "the helper does not see what the server holds");
+
+    // Refused after opening: too small, or another array's without --force.
+    let small = dir.join("small");
+    std::fs::File::create(&small).unwrap().set_len(4 << 20).unwrap();
+    let e = array.add_spare(&small, flashraid_control::Overwrite::Refuse).unwrap_err();
+    assert!(e.to_string().contains("too small"), "{e}");
+    assert!(!held_open(&small), "a spare refused as too small is still held");
+    let e = array.add_spare(&theirs[0], flashraid_control::Overwrite::Refuse).unwrap_err();
+    assert!(e.to_string().contains("--force"), "{e}");
+    assert!(!held_open(&theirs[0]), "a spare refused for holding an array is still held");
+
+    // More spares come and go than there are ring slots (64, three taken by the members).
+    for i in 0..70 {
+        let spare = dir.join(format!("spare{i}"));
+        std::fs::File::create(&spare).unwrap().set_len(24 << 20).unwrap();
+        array.add_spare(&spare, flashraid_control::Overwrite::Refuse).unwrap();
+        assert!(held_open(&spare), "round {i}: the added spare is not held");
+        array.remove_spare(spare.to_str().unwrap()).unwrap();
+        assert!(!held_open(&spare), "round {i}: the removed spare is still held");
+        let status = array.status().unwrap();
+        let removed = status.events.iter().rev().find(|e| e.kind == "spare-removed").unwrap();
+        assert!(removed.message.contains("the server has closed it"), "{removed:?}");
+        std::fs::remove_file(&spare).unwrap();
+    }
+    // One removed and added back under its own name, then a spare in a reused slot takes
+    // a member over: the rebuild writes where the ring now points.
+    let last = dir.join("last");
+    std::fs::File::create(&last).unwrap().set_len(24 << 20).unwrap();
+    array.add_spare(&last, flashraid_control::Overwrite::Refuse).unwrap();
+    array.remove_spare(last.to_str().unwrap()).unwrap();
+    array.add_spare(&last, flashraid_control::Overwrite::Refuse).unwrap();
+    array.fail_member(1).unwrap();
+    let status =
+        wait_for(&array, "the rebuild onto the last spare", |s| s.rebuild.is_none() && !s.degraded);
+    assert_eq!(status.members[1].path.as_deref(), last.to_str(), "{status:#?}");
+    // Reads of member 1's chunks now come from the rebuilt spare alone: fail another.
+    array.fail_member(2).unwrap();
+    check(&mut session, &model, "relying on the spare in a reused slot");
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same on in-memory members: a removed spare's slot goes to the next spare added,
+/// which then rebuilds a failed member in that slot.
+#[test]
+fn in_memory_spare_slots_are_reused() {
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
+    let spec = CreateSpec::in_memory("slots", Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
+    let array = Array::open_in_memory(&members, &options(0)).unwrap();
+    let mut session = array.session().unwrap();
+    let mut model = fill(&mut session, array.size_bytes(), 41);
+    drop(session);
+    for i in 0..70 {
+        let spare = MemMember::new(&format!("spare{i}"), 16 << 20);
+        array.add_spare_in_memory(spare).unwrap();
+        array.remove_spare(&format!("spare{i}")).unwrap();
+        assert!(array.status().unwrap().spares.is_empty(), "round {i}");
+    }
+    array.add_spare_in_memory(MemMember::new("last", 16 << 20)).unwrap();
+    // The rebuild under load, then reads with two other members failed: member 2's
+    // chunks come from the spare in the reused slot alone.
+    fail_and_rebuild(&array, 2, &mut model);
+    let status = array.status().unwrap();
+    assert_eq!(status.members[2].path.as_deref(), Some("last"), "{status:#?}");
+}
