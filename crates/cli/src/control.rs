@@ -529,7 +529,8 @@ pub struct SpareArgs {
     full_rebuild: bool,
     /// `add` a hot spare, or `remove` one (it leaves the array's superblocks and its own are
     /// erased, so it no longer claims the array, and the server closes it; the target of a
-    /// running replace is refused: `replace --cancel` first).
+    /// running replace is refused: `replace --cancel` first). `remove` of a failed member
+    /// the array no longer uses closes it, keeping its superblocks (`add` takes it back).
     #[arg(value_parser = ["add", "remove"])]
     action: String,
     /// The device or file to add or remove (for `remove`, as `status` lists the spares).
@@ -556,10 +557,14 @@ pub fn run_spare(args: SpareArgs) -> Result<()> {
             .into_iter()
             .flatten()
             .rev()
-            .find(|e| e["kind"] == "spare-removed")
+            .find(|e| e["kind"] == "spare-removed" || e["kind"] == "member-released")
             .and_then(|e| e["message"].as_str());
+        // A spare: erased and closed. A failed member: closed (its superblocks kept).
+        let done = |m: &str| {
+            (m.contains("are erased") || m.contains("is let go")) && m.contains("has closed it")
+        };
         match removed {
-            Some(message) if message.contains("are erased") => println!("{message}"),
+            Some(message) if done(message) => println!("{message}"),
             Some(message) => eprintln!("flashraid: warning: {message}"),
             None => println!("{} removed", device.display()),
         }

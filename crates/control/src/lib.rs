@@ -602,6 +602,19 @@ impl Metadata {
         self.sizes.len()
     }
 
+    /// Record the size of `device`, about to hold a slot: the next index, or a known one
+    /// (the same device again, or a new device in the place of one the caller let go of,
+    /// whose recorded size is not this device's). Superblocks carry it, and copy 1's place
+    /// follows from it.
+    fn note_size(&mut self, devices: &[&dyn MetaDevice], device: usize) {
+        let size = devices[device].size_bytes();
+        if device == self.sizes.len() {
+            self.sizes.push(size);
+        } else {
+            self.sizes[device] = size;
+        }
+    }
+
     /// Roles a metadata write failed since the last call: the engine must apply them
     /// (`Shard::apply_failed`) like any other failure.
     pub fn take_unapplied_failures(&mut self) -> Vec<MemberIndex> {
@@ -658,7 +671,7 @@ impl Metadata {
                 "{} is too small: a member of this array needs {needed} bytes of data area \
                  (the members are {} bytes each)",
                 d.name(),
-                self.sizes.iter().copied().min().unwrap_or(0)
+                self.holders().iter().map(|&(h, _)| self.sizes[h]).min().unwrap_or(0)
             )));
         }
         if self.template.members.len() + self.template.spares.len() >= flashraid_layout::MEMBERS_MAX
@@ -673,13 +686,7 @@ impl Metadata {
         write_bitmap_area(d, &self.template, &[], self.template.bitmap_shards)?;
         let shards = self.template.bitmap_shards;
         write_map_area(d, &self.template, BitmapKind::Missed, &[], shards)?;
-        if device == self.sizes.len() {
-            self.sizes.push(d.size_bytes());
-        } else {
-            // A known index: the same device again, or a new one in the place of a device
-            // the caller let go of (neither holds a slot: `check_newcomer`).
-            self.sizes[device] = d.size_bytes();
-        }
+        self.note_size(devices, device);
         self.template.spares.push(flashraid_format::superblock::MemberEntry {
             uuid,
             state: MemberState::Spare,
@@ -861,9 +868,7 @@ impl Metadata {
         // any more; the copy's target, if another device took the role, stays a plain spare.
         self.clear_replacing_of(r);
         self.write_maps_for_newcomer(devices, device)?;
-        if device == self.sizes.len() {
-            self.sizes.push(devices[device].size_bytes());
-        }
+        self.note_size(devices, device);
         self.template.members[r] = entry;
         self.template.rebuild_role = role.0;
         self.template.rebuild_cursor_stripes = 0;

@@ -284,8 +284,9 @@ pub(crate) enum ToController {
     CancelReplace(Sender<Result<(), ArrayError>>),
     /// Take a hot spare (by its device name) out of the array (`Array::remove_spare`).
     RemoveSpare(String, Sender<Result<(), ArrayError>>),
-    /// From the thread erasing a removed spare's superblocks (device index, outcome).
-    SpareErased(usize, EraseOutcome),
+    /// From the thread erasing a removed spare's superblocks (device index, the thread, the
+    /// outcome). The thread names the erase: the device index may belong to a later one.
+    SpareErased(usize, std::thread::ThreadId, EraseOutcome),
     /// Start (`Some(repair)`) or stop (`None`) a scrub.
     Scrub(Option<bool>, Sender<Result<(), ArrayError>>),
     Status(Sender<ArrayStatus>),
@@ -930,7 +931,9 @@ impl Array {
     /// (matched by name, or by the file both names resolve to), and for the target of a
     /// running `replace` (cancel that first). Once erased, the server closes the device
     /// (every reactor's ring too), so a block device is free for other use; an erase that
-    /// outlasts the wait closes it when it ends.
+    /// outlasts the wait closes it when it ends. A failed member the array no longer uses
+    /// (`mdadm --remove` of a faulty device) is closed the same way with its superblocks
+    /// kept, so `add_spare` takes it back as the stale member it is.
     pub fn remove_spare(&self, name: &str) -> Result<(), ArrayError> {
         let name = name.to_string();
         self.ask_controller(|tx| ToController::RemoveSpare(name, tx))
@@ -1300,8 +1303,8 @@ impl Controller {
                 Some(ToController::RemoveSpare(name, reply)) => {
                     let _ = reply.send(self.remove_spare(&name));
                 }
-                Some(ToController::SpareErased(device, result)) => {
-                    self.spare_erased_late(device, result);
+                Some(ToController::SpareErased(device, thread, result)) => {
+                    self.spare_erased_late(device, thread, result);
                 }
                 Some(ToController::AddSpare(spare, overwrite, re_add, reply)) => {
                     let result = self.add_spare(spare, overwrite, re_add);
@@ -1538,18 +1541,25 @@ impl Controller {
             link.bell.ring();
             waits.push(rx);
         }
+        // Every reactor is waited for, even after an error: each duplicates the caller's
+        // descriptor, which must stay open (and the slot unreleased) until all have.
+        let mut outcome = Ok(());
         for rx in waits {
-            rx.recv()
-                .map_err(|_| ArrayError::Stopped)?
-                .map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))?;
+            let answer = rx.recv().map_err(|_| ArrayError::Stopped).and_then(|r| {
+                r.map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))
+            });
+            if outcome.is_ok() {
+                outcome = answer;
+            }
         }
-        Ok(())
+        outcome
     }
 
     /// Every reactor lets go of the device in ring slot `slot` (its duplicate descriptor is
     /// replaced by one of /dev/null); the slot is then free for the next device added,
-    /// unless it is a role's (never reused: a failed role still maps to its slot until a
-    /// spare takes it over). On an error the slot is left as it is, never reused.
+    /// unless it is one of the roles' first slots, which hold the devices present at the
+    /// start and are never handed out again (slots for devices added while running are
+    /// given after them). On an error the slot is left as it is, never reused.
     fn release_slot(&mut self, slot: usize) -> Result<(), String> {
         let placeholder = std::fs::File::open("/dev/null")
             .map_err(|e| format!("cannot open /dev/null to release a device slot: {e}"))?;
@@ -1685,13 +1695,19 @@ impl Controller {
             }
         };
         let added = self.list_new_spare(index, overwrite, re_add);
-        if added.is_err() && !self.metadata_lists(index) {
-            // Refused (it holds data, is too small...): the server lets go of it at once, or
-            // a block device would stay claimed until the server stops.
+        if !self.metadata_lists(index) {
+            // Refused (it holds data, is too small...), or dropped because its own
+            // superblock write failed: the server lets go of it at once, or a block device
+            // would stay claimed until the server stops.
             if let Some(problem) = self.release_device(index) {
-                eprintln!("flashraid: {name} was refused but could not be let go: {problem}");
-            } else if index + 1 == self.devices.len() && self.metadata.known_devices() <= index {
-                // Never counted by the metadata: the table shrinks back.
+                eprintln!(
+                    "flashraid: {name} is not in the array but could not be let go: {problem}"
+                );
+            }
+            if index + 1 == self.devices.len() && self.metadata.known_devices() <= index {
+                // Never counted by the metadata: the table shrinks back (even if a ring
+                // could not let go, the next device must take the index the metadata
+                // expects).
                 self.devices.pop();
                 self.registered.pop();
             }
@@ -1980,6 +1996,9 @@ impl Controller {
         let found =
             spares.iter().copied().find(|&d| same_device_name(&self.devices[d].name(), name));
         let Some(device) = found else {
+            if let Some(device) = self.held_unlisted(name) {
+                return self.release_former_member(device);
+            }
             let listed: Vec<String> = spares.iter().map(|&d| self.devices[d].name()).collect();
             let listed = if listed.is_empty() { "none".to_string() } else { listed.join(", ") };
             return Err(ArrayError::Other(format!(
@@ -2030,6 +2049,44 @@ impl Controller {
         Ok(())
     }
 
+    /// A device the server holds open that the array no longer lists, named `name`: a
+    /// member that failed (replaced by a spare, or its role still missing), or one left out
+    /// at the start.
+    fn held_unlisted(&self, name: &str) -> Option<usize> {
+        (0..self.devices.len()).find(|&d| {
+            !matches!(self.devices[d], MemberDevice::Released(_))
+                && !self.metadata_lists(d)
+                && same_device_name(&self.devices[d].name(), name)
+        })
+    }
+
+    /// `spare remove` of a failed member no longer in the array (`mdadm --remove` of a
+    /// faulty device): the server lets go of it, so a block device can be pulled or used
+    /// elsewhere. Its superblocks are kept: it is this array's, stale, and `spare add`
+    /// takes it back (re-added with only what it missed where the map allows).
+    fn release_former_member(&mut self, device: usize) -> Result<(), ArrayError> {
+        let name = self.devices[device].name();
+        if self.erasing.iter().any(|&(d, _)| d == device) {
+            return Err(ArrayError::Other(format!(
+                "{name} was removed and its superblocks are still being erased (the device \
+                 has not answered): the server lets go of it once the erase has ended"
+            )));
+        }
+        if self.copy.is_some() || self.stopping_copier.is_some() {
+            // A copier reads the old member through a descriptor of its own.
+            return Err(ArrayError::Other(format!(
+                "a replace's copy is running or stopping: let go of {name} once it has ended"
+            )));
+        }
+        let released = self.released_message(device);
+        let message = format!(
+            "{name}, a member no longer in the array, is let go; its superblocks are kept \
+             (`spare add` takes it back); {released}"
+        );
+        self.events.record(&self.metadata, "member-released", &message);
+        Ok(())
+    }
+
     /// Start erasing removed spare `device`'s superblocks on a thread of its own: a spare
     /// removed because it stopped answering must not hold the controller (status, failures,
     /// flushes) with it. The thread sends its outcome on the returned channel (the controller
@@ -2056,16 +2113,26 @@ impl Controller {
                 let result =
                     flashraid_control::erase_superblocks(&handle).map_err(|e| e.to_string());
                 let _ = quick.send(result.clone());
-                let _ = inbox.send(ToController::SpareErased(device, result));
+                let thread = std::thread::current().id();
+                let _ = inbox.send(ToController::SpareErased(device, thread, result));
             })
             .map_err(|e| e.to_string())?;
         Ok((quick_rx, thread))
     }
 
     /// The erase of a removed spare that outlasted `ERASE_WAIT` ended (an erase that ended
-    /// within it was reported already: its message is ignored here).
-    fn spare_erased_late(&mut self, device: usize, result: EraseOutcome) {
-        let Some(at) = self.erasing.iter().position(|&(d, _)| d == device) else { return };
+    /// within it was reported already: its message is ignored here, and matches no entry
+    /// of `erasing` even if a later erase of a device at the same index waits there).
+    fn spare_erased_late(
+        &mut self,
+        device: usize,
+        thread: std::thread::ThreadId,
+        result: EraseOutcome,
+    ) {
+        let ours = |&(d, ref t): &(usize, std::thread::JoinHandle<()>)| {
+            d == device && t.thread().id() == thread
+        };
+        let Some(at) = self.erasing.iter().position(ours) else { return };
         let (_, thread) = self.erasing.swap_remove(at);
         let _ = thread.join();
         let name = self.devices[device].name();

@@ -229,10 +229,12 @@ struct Pending {
 /// The engine's driver over in-memory members.
 #[derive(Debug)]
 pub struct MemDriver {
+    /// The device serving each role now (`None`: missing or failed; no IO comes for it).
     members: Vec<Option<Arc<MemMember>>>,
-    /// Hot spares by registration slot after the roles (see `assign_role`); `None`: a slot
-    /// released (`release_device`), which the next device added may take.
-    spares: Vec<Option<Arc<MemMember>>>,
+    /// Devices by registration slot, numbered like the io_uring driver's registered files:
+    /// the roles' devices at the start, then spares. `assign_role` maps a role to a slot's
+    /// device; `None`: no device (a role missing at the start, a slot released).
+    slots: Vec<Option<Arc<MemMember>>>,
     pending: VecDeque<Pending>,
     in_flight_max: usize,
 }
@@ -244,45 +246,34 @@ impl MemDriver {
         in_flight_max: usize,
     ) -> Self {
         let in_flight_max = in_flight_max.max(1);
-        let spares = spares.into_iter().map(Some).collect();
-        Self { members, spares, pending: VecDeque::with_capacity(in_flight_max), in_flight_max }
+        let slots = members.iter().cloned().chain(spares.into_iter().map(Some)).collect();
+        Self { members, slots, pending: VecDeque::with_capacity(in_flight_max), in_flight_max }
     }
 
     /// A device added while running takes registration slot `slot`: the next one, or one
-    /// a released spare left.
+    /// a released device left.
     pub fn add_device(&mut self, slot: usize, member: Arc<MemMember>) {
-        let roles = self.members.len();
-        assert!(slot >= roles, "a device added while running takes a slot after the roles");
-        let at = slot - roles;
-        if at == self.spares.len() {
-            self.spares.push(Some(member));
+        if slot == self.slots.len() {
+            self.slots.push(Some(member));
         } else {
-            assert!(self.spares[at].is_none(), "slot {slot} is taken");
-            self.spares[at] = Some(member);
+            assert!(self.slots[slot].is_none(), "slot {slot} is taken");
+            self.slots[slot] = Some(member);
         }
     }
 
     /// Let go of the device in registration slot `slot` (a spare removed): the engine sends
-    /// it no IO (it holds no role). A slot among the roles' keeps its member, which serves a
-    /// role or none (`assign_role`); memory has nothing to close.
+    /// it no IO (it holds no role; a role's own reference is in `members`). Memory has
+    /// nothing to close.
     pub fn release_device(&mut self, slot: usize) {
-        if let Some(spare) =
-            slot.checked_sub(self.members.len()).and_then(|at| self.spares.get_mut(at))
-        {
-            *spare = None;
+        if let Some(device) = self.slots.get_mut(slot) {
+            *device = None;
         }
     }
 
-    /// From now on, IO for `role` goes to device `device` (numbered like registered files:
-    /// roles, then spares). IO already submitted was performed where it was sent.
-    pub fn assign_role(&mut self, role: usize, device: usize) {
-        let roles = self.members.len();
-        let member = if device < roles {
-            self.members[device].clone()
-        } else {
-            self.spares.get(device - roles).cloned().flatten()
-        };
-        self.members[role] = member;
+    /// From now on, IO for `role` goes to the device in registration slot `slot`. IO
+    /// already submitted was performed where it was sent.
+    pub fn assign_role(&mut self, role: usize, slot: usize) {
+        self.members[role] = self.slots.get(slot).cloned().flatten();
     }
 
     /// When the earliest delayed completion is due (`None`: none is waiting for time). A
