@@ -211,6 +211,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
         "queue_depth": s.queue_depth,
         "event": s.event,
         "spares": s.spares,
+        "held_unlisted": s.held_unlisted,
         "scrub": s.scrub.as_ref().map(|x| json!({
             "mode": if x.repair { "repair" } else { "check" },
             "running": x.running,
@@ -363,6 +364,12 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
     }
     for spare in v["spares"].as_array().into_iter().flatten() {
         println!("  spare    {}", spare.as_str().unwrap_or("?"));
+    }
+    for held in v["held_unlisted"].as_array().into_iter().flatten() {
+        println!(
+            "  held     {} (no longer in the array; `spare remove` lets go of it)",
+            held.as_str().unwrap_or("?")
+        );
     }
     if let Some(line) = rebuild_line(&v["rebuild"]) {
         println!("{line}");
@@ -533,7 +540,8 @@ pub struct SpareArgs {
     /// the array no longer uses closes it, keeping its superblocks (`add` takes it back).
     #[arg(value_parser = ["add", "remove"])]
     action: String,
-    /// The device or file to add or remove (for `remove`, as `status` lists the spares).
+    /// The device or file to add or remove (for `remove`, as `status` lists the spares and
+    /// the devices it holds that are no longer in the array).
     device: PathBuf,
 }
 

@@ -164,6 +164,9 @@ pub struct ArrayStatus {
     pub members: Vec<MemberStatus>,
     /// Hot spares present (their device names); the first takes over a failed role.
     pub spares: Vec<String>,
+    /// Devices the server holds open that the array no longer lists (failed members, and
+    /// former spares left out at the start): `remove_spare` lets go of them.
+    pub held_unlisted: Vec<String>,
     /// The rebuild of a replacement, if one runs.
     pub rebuild: Option<RebuildProgress>,
     /// The scrub running, or the last one that ran.
@@ -654,6 +657,8 @@ impl Array {
         let mut controller = Controller {
             next_slot,
             free_slots: Vec::new(),
+            role_slots: (0..geometry.member_count()).collect(),
+            detached_slots: Vec::new(),
             preferred_spare: None,
             takeover_partial: None,
             copy: None,
@@ -1042,6 +1047,13 @@ struct Controller {
     /// taken before `next_slot`, so a server that adds and removes spares for ever does
     /// not run out. At most `MEMBERS_MAX` entries (each slot once).
     free_slots: Vec<usize>,
+    /// The ring slot each role's IO goes to in every reactor (`Control::StartRebuild` moves
+    /// it; role `r` starts at slot `r`). A failed role keeps its mapping until a spare takes
+    /// it over, and IO queued for it before it failed (not yet submitted) still goes there.
+    role_slots: Vec<usize>,
+    /// Released slots some failed role still maps to: not handed out (the next device would
+    /// get that IO) until `begin_rebuild` moves the last such role off them.
+    detached_slots: Vec<usize>,
     /// The spare `replace` added: the next takeover uses it rather than the first spare.
     preferred_spare: Option<usize>,
     /// The role whose copy is done: the next takeover of exactly that role by
@@ -1559,7 +1571,8 @@ impl Controller {
     /// replaced by one of /dev/null); the slot is then free for the next device added,
     /// unless it is one of the roles' first slots, which hold the devices present at the
     /// start and are never handed out again (slots for devices added while running are
-    /// given after them). On an error the slot is left as it is, never reused.
+    /// given after them), or a failed role still maps to it (`detached_slots`). On an error
+    /// the slot is left as it is, never reused.
     fn release_slot(&mut self, slot: usize) -> Result<(), String> {
         let placeholder = std::fs::File::open("/dev/null")
             .map_err(|e| format!("cannot open /dev/null to release a device slot: {e}"))?;
@@ -1585,9 +1598,16 @@ impl Controller {
             }
         }
         drop(placeholder);
-        if outcome.is_ok() && slot >= self.metadata.superblock().members.len() {
-            assert!(!self.free_slots.contains(&slot), "slot {slot} released twice");
-            self.free_slots.push(slot);
+        if outcome.is_ok() && slot >= self.role_slots.len() {
+            assert!(
+                !self.free_slots.contains(&slot) && !self.detached_slots.contains(&slot),
+                "slot {slot} released twice"
+            );
+            if self.role_slots.contains(&slot) {
+                self.detached_slots.push(slot);
+            } else {
+                self.free_slots.push(slot);
+            }
         }
         outcome
     }
@@ -1598,14 +1618,14 @@ impl Controller {
     /// later takes the index. Returns what could not be done, for the event's message.
     fn release_device(&mut self, index: usize) -> Option<String> {
         assert!(!self.metadata_lists(index), "device {index} is released while the array lists it");
-        let problem = match self.registered[index].take() {
+        let problem = match self.registered[index] {
             Some(slot) => self.release_slot(slot).err(),
             None => None,
         };
-        let name = self.devices[index].name();
         if problem.is_none() {
             // Dropping the `Device` closes the server's own descriptor.
-            self.devices[index] = MemberDevice::Released(name);
+            self.registered[index] = None;
+            self.devices[index] = MemberDevice::Released(self.devices[index].name());
         }
         problem
     }
@@ -1619,7 +1639,9 @@ impl Controller {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
         let name = spare.name();
-        let held = |d: &MemberDevice| !matches!(d, MemberDevice::Released(_)) && d.name() == name;
+        let held = |d: &MemberDevice| {
+            !matches!(d, MemberDevice::Released(_)) && same_device_name(&d.name(), &name)
+        };
         if let Some(index) = self.devices.iter().position(held) {
             if self.erasing.iter().any(|&(d, _)| d == index) {
                 return Err(ArrayError::Other(format!(
@@ -1694,7 +1716,12 @@ impl Controller {
                 self.devices.len() - 1
             }
         };
-        let added = self.list_new_spare(index, overwrite, re_add);
+        let mut added = self.list_new_spare(index, overwrite, re_add);
+        if added.is_ok() && !self.metadata_lists(index) {
+            added = Err(ArrayError::Other(format!(
+                "{name} is not in the array after all: a write to it failed as it was listed"
+            )));
+        }
         if !self.metadata_lists(index) {
             // Refused (it holds data, is too small...), or dropped because its own
             // superblock write failed: the server lets go of it at once, or a block device
@@ -2078,11 +2105,16 @@ impl Controller {
                 "a replace's copy is running or stopping: let go of {name} once it has ended"
             )));
         }
-        let released = self.released_message(device);
-        let message = format!(
-            "{name}, a member no longer in the array, is let go; its superblocks are kept \
-             (`spare add` takes it back); {released}"
-        );
+        let message = match self.release_device(device) {
+            None => format!(
+                "{name}, no longer in the array, is let go; its superblocks are kept (`spare \
+                 add` takes it back); the server has closed it"
+            ),
+            Some(problem) => format!(
+                "{name}, no longer in the array, could not be let go ({problem}): the server \
+                 holds it until it stops"
+            ),
+        };
         self.events.record(&self.metadata, "member-released", &message);
         Ok(())
     }
@@ -2541,6 +2573,13 @@ impl Controller {
         partial: bool,
     ) {
         let registered = self.registered[device].expect("role and spare devices are registered");
+        let left = std::mem::replace(&mut self.role_slots[role.get()], registered);
+        if !self.role_slots.contains(&left)
+            && let Some(at) = self.detached_slots.iter().position(|&s| s == left)
+        {
+            // The last role mapped to a released slot moved off it: it can be handed out.
+            self.free_slots.push(self.detached_slots.swap_remove(at));
+        }
         self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
         self.broadcast(|| Control::StartRebuild {
             role,
@@ -2688,6 +2727,12 @@ impl Controller {
                 })
                 .collect(),
             spares: self.metadata.spare_devices().iter().map(|&d| self.devices[d].name()).collect(),
+            held_unlisted: (0..self.devices.len())
+                .filter(|&d| {
+                    !matches!(self.devices[d], MemberDevice::Released(_)) && !self.metadata_lists(d)
+                })
+                .map(|d| self.devices[d].name())
+                .collect(),
             chunk_bytes: sb.chunk_bytes,
             array_bytes: geometry.array_bytes(),
             degraded: unavailable.iter().any(|&u| u),
