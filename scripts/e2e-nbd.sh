@@ -549,6 +549,15 @@ h.pwrite(data, 300 << 20)
 h.flush()
 print("written while member 6 was out")
 '
+# The failed member is still held open (listed as held); `spare remove` lets go of it,
+# keeping its superblocks, so the re-add below still finds it this array's member 6.
+"$F" status --control "$WORK/control" | contains "^  held .*/m6 " \
+    || fail "status does not list the failed member as held"
+"$F" spare remove --control "$WORK/control" "$WORK/m6" | contains "is let go" \
+    || fail "spare remove of the failed member"
+if "$F" status --control "$WORK/control" | contains "^  held .*/m6 "; then
+    fail "the failed member let go is still listed as held"
+fi
 REBUILT0=$("$F" status --control "$WORK/control" --json | python3 -c \
     'import json,sys; print(json.load(sys.stdin)["counters"]["rebuild_stripes"])')
 "$F" spare add --control "$WORK/control" "$WORK/m6" | tee "$WORK/readd.txt" | contains "re-added" \
