@@ -1622,9 +1622,12 @@ impl Controller {
             Some(slot) => self.release_slot(slot).err(),
             None => None,
         };
+        // Either way the entry leaves its slot: after a failed release the rings may disagree
+        // about what the slot holds, so it is never used again (not on the free lists), and
+        // the device, if added again, is registered afresh.
+        self.registered[index] = None;
         if problem.is_none() {
             // Dropping the `Device` closes the server's own descriptor.
-            self.registered[index] = None;
             self.devices[index] = MemberDevice::Released(self.devices[index].name());
         }
         problem
@@ -1639,9 +1642,8 @@ impl Controller {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
         let name = spare.name();
-        let held = |d: &MemberDevice| {
-            !matches!(d, MemberDevice::Released(_)) && same_device_name(&d.name(), &name)
-        };
+        let held =
+            |d: &MemberDevice| !matches!(d, MemberDevice::Released(_)) && names_device(d, &name);
         if let Some(index) = self.devices.iter().position(held) {
             if self.erasing.iter().any(|&(d, _)| d == index) {
                 return Err(ArrayError::Other(format!(
@@ -1668,6 +1670,12 @@ impl Controller {
             let listed = self.metadata.add_spare(&refs, index, uuid, overwrite);
             self.apply_metadata_failures();
             listed?;
+            if !self.metadata_lists(index) {
+                // The table dropped it again: its own superblock write failed.
+                return Err(ArrayError::Other(format!(
+                    "{name} is not in the array after all: a write to it failed as it was listed"
+                )));
+            }
             self.events.record(
                 &self.metadata,
                 "spare-added",
@@ -2020,8 +2028,7 @@ impl Controller {
     /// Take hot spare `name` out of the array (`Array::remove_spare`).
     fn remove_spare(&mut self, name: &str) -> Result<(), ArrayError> {
         let spares = self.metadata.spare_devices();
-        let found =
-            spares.iter().copied().find(|&d| same_device_name(&self.devices[d].name(), name));
+        let found = spares.iter().copied().find(|&d| names_device(&self.devices[d], name));
         let Some(device) = found else {
             if let Some(device) = self.held_unlisted(name) {
                 return self.release_former_member(device);
@@ -2083,7 +2090,7 @@ impl Controller {
         (0..self.devices.len()).find(|&d| {
             !matches!(self.devices[d], MemberDevice::Released(_))
                 && !self.metadata_lists(d)
-                && same_device_name(&self.devices[d].name(), name)
+                && names_device(&self.devices[d], name)
         })
     }
 
@@ -2729,7 +2736,9 @@ impl Controller {
             spares: self.metadata.spare_devices().iter().map(|&d| self.devices[d].name()).collect(),
             held_unlisted: (0..self.devices.len())
                 .filter(|&d| {
-                    !matches!(self.devices[d], MemberDevice::Released(_)) && !self.metadata_lists(d)
+                    !matches!(self.devices[d], MemberDevice::Released(_))
+                        && !self.metadata_lists(d)
+                        && !self.erasing.iter().any(|&(e, _)| e == d)
                 })
                 .map(|d| self.devices[d].name())
                 .collect(),
@@ -2850,16 +2859,34 @@ fn erased_message(name: &str, result: &EraseOutcome) -> String {
     }
 }
 
-/// Whether a device name the operator gave names the device the server opened as `opened`:
-/// the same string, or the same file once both are resolved (a relative path or a symlink
-/// given to `serve`, the canonical path from the CLI).
-fn same_device_name(opened: &str, given: &str) -> bool {
-    if opened == given {
-        return true;
+/// Whether `given` (a name the operator gave) names the device the server holds: the file
+/// its descriptor has open, by identity (a relative path or a symlink given to `serve`, the
+/// canonical path from the CLI), not whatever the server's own name for it points to now (a
+/// symlink or a by-path name retargeted after a disk swap names another device). The same
+/// string when the given name cannot be looked up (a vanished device), and for in-memory
+/// members.
+fn names_device(device: &MemberDevice, given: &str) -> bool {
+    match device {
+        MemberDevice::Device(d) => {
+            let held = std::fs::metadata(format!("/proc/self/fd/{}", d.raw_fd()));
+            match (held, std::fs::metadata(given)) {
+                (Ok(held), Ok(named)) => file_identity(&held) == file_identity(&named),
+                _ => device.name() == given,
+            }
+        }
+        MemberDevice::Memory(m) => m.name() == given,
+        MemberDevice::Released(_) => false,
     }
-    match (std::fs::canonicalize(opened), std::fs::canonicalize(given)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
+}
+
+/// What makes a file itself: the device number for block devices (any node of it), else
+/// the filesystem and inode.
+fn file_identity(metadata: &std::fs::Metadata) -> (bool, u64, u64) {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if metadata.file_type().is_block_device() {
+        (true, metadata.rdev(), 0)
+    } else {
+        (false, metadata.dev(), metadata.ino())
     }
 }
 
@@ -2938,20 +2965,31 @@ mod tests {
     }
 
     #[test]
-    fn a_device_name_matches_by_string_or_by_the_file_it_resolves_to() {
+    fn a_device_is_named_by_the_file_its_descriptor_holds() {
         let dir = std::env::temp_dir().join(format!("flashraid-names-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("spare");
-        std::fs::write(&file, b"x").unwrap();
-        let link = dir.join("link");
+        let (file, other, link) = (dir.join("spare"), dir.join("other"), dir.join("link"));
+        for f in [&file, &other] {
+            std::fs::File::create(f).unwrap().set_len(1 << 20).unwrap();
+        }
         std::os::unix::fs::symlink(&file, &link).unwrap();
-        let (file, link) = (file.to_str().unwrap(), link.to_str().unwrap());
-        assert!(same_device_name(file, file));
-        assert!(same_device_name(file, link) && same_device_name(link, file));
-        assert!(same_device_name("mem3", "mem3"), "in-memory names match as strings");
-        assert!(!same_device_name(file, dir.join("other").to_str().unwrap()));
-        assert!(!same_device_name("mem3", "mem4"));
+        // Opened through the symlink, as `serve` may have been given it.
+        let held = MemberDevice::Device(Device::open(&link, Access::ReadWrite).unwrap());
+        let name = |p: &std::path::Path| p.to_str().unwrap().to_string();
+        assert!(names_device(&held, &name(&link)));
+        assert!(names_device(&held, &name(&file)), "the file the link resolves to");
+        assert!(!names_device(&held, &name(&other)));
+        // The link retargeted: its name now names another file, not the one held.
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert!(!names_device(&held, &name(&link)), "a retargeted name matched the held file");
+        assert!(names_device(&held, &name(&file)));
+        // A name that no longer exists matches as a string only.
+        std::fs::remove_file(&link).unwrap();
+        assert!(names_device(&held, &name(&link)));
+        let memory = MemberDevice::Memory(MemMember::new("mem3", 1 << 20));
+        assert!(names_device(&memory, "mem3") && !names_device(&memory, "mem4"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -172,6 +172,47 @@ impl UringDriver {
         self.role_file[role] = file;
     }
 
+    /// The registered file `role`'s IO goes to now.
+    pub fn role_file(&self, role: usize) -> u32 {
+        self.role_file[role]
+    }
+
+    /// Fail as `Gone` every IO staged for registered file `file` and not yet pushed (a run
+    /// still gathering, or the parts of a failed merged read not yet read again): its
+    /// device failed or is let go, and the slot may later hold another device, which must
+    /// never receive IO meant for this one. IO already pushed completes on the old file.
+    pub fn fail_staged_for_file(&mut self, file: u32, sink: &mut dyn FnMut(MemberCompletion)) {
+        let gone = Err(IoError::Gone);
+        let mut roles = self.open_roles;
+        while roles != 0 {
+            let role = roles.trailing_zeros() as usize;
+            roles &= roles - 1;
+            let slot = self.open[role].expect("an open role has a run");
+            let run = &self.runs[usize::from(slot)];
+            if run.file != file {
+                continue;
+            }
+            for part in &run.parts[..run.count] {
+                sink(MemberCompletion { token: IoToken(part.token), result: gone });
+            }
+            self.open[role] = None;
+            self.open_roles &= !(1 << role);
+            self.free_runs.push(slot);
+        }
+        let (runs, free_runs) = (&self.runs, &mut self.free_runs);
+        self.retries.retain(|&slot| {
+            let run = &runs[usize::from(slot)];
+            if run.file != file {
+                return true;
+            }
+            for part in &run.parts[run.retried..run.count] {
+                sink(MemberCompletion { token: IoToken(part.token), result: gone });
+            }
+            free_runs.push(slot);
+            false
+        });
+    }
+
     pub fn ring(&mut self) -> &mut Ring {
         &mut self.ring
     }
@@ -590,6 +631,38 @@ mod tests {
         assert_eq!(d.merged_pushed(), 1);
         assert!(done.iter().all(|c| c.result == Err(IoError::Media)), "{done:?}");
         assert_eq!(d.reads_retried(), 0);
+    }
+
+    /// IO staged for a file that is let go (or whose role failed) fails as `Gone` and never
+    /// reaches the kernel; IO staged for other files is untouched and completes.
+    #[test]
+    fn staged_io_for_a_file_let_go_fails_and_the_rest_completes() {
+        let (a, b) = (member_file(4), member_file(4));
+        let mut d = driver(&[&a, &b]);
+        let mut bufs: [IoBuf; 4] = std::array::from_fn(|_| IoBuf::new(BLOCK));
+        let [b0, b1, b2, b3] = bufs.each_mut();
+        for io in [read(1, 0, 0, b0), read(2, 0, 1, b1), read(3, 1, 2, b2), read(4, 1, 3, b3)] {
+            d.submit(io).expect("room");
+        }
+        let mut failed = vec![];
+        d.fail_staged_for_file(d.role_file(0), &mut |c| failed.push(c));
+        failed.sort_by_key(|c| c.token.0);
+        assert_eq!(failed.iter().map(|c| c.token.0).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(failed.iter().all(|c| c.result == Err(IoError::Gone)));
+        let mut done = vec![];
+        while done.len() < 2 {
+            d.submit_ring(1, Some(std::time::Duration::from_millis(100))).unwrap();
+            d.poll(&mut |c| done.push(c));
+        }
+        done.sort_by_key(|c| c.token.0);
+        assert_eq!(done.iter().map(|c| c.token.0).collect::<Vec<_>>(), vec![3, 4]);
+        assert!(done.iter().all(|c| c.result.is_ok()));
+        assert!(bufs[0].as_slice().iter().all(|&x| x == 0), "a failed read reached the file");
+        assert!(bufs[2].as_slice().iter().all(|&x| x == 3));
+        // Nothing is left staged, and the run slots came back.
+        d.submit_ring(0, None).unwrap();
+        assert_eq!(d.ring.in_flight(), 0);
+        assert_eq!(d.free_runs.len(), MERGED_RUNS_MAX);
     }
 
     /// A malformed IO is a bug to stop at, not backpressure to wait out forever.

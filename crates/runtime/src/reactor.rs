@@ -503,7 +503,14 @@ impl Reactor {
                 Ok(ToReactor::Control(control)) => {
                     progress = true;
                     match control {
-                        Control::ApplyFailed(members) => self.shard.apply_failed(&members),
+                        Control::ApplyFailed(members) => {
+                            self.shard.apply_failed(&members);
+                            // What was queued for them would fail or be ignored anyway; left
+                            // queued, it could reach a device that later takes the slot.
+                            for &m in &members {
+                                self.cancel_role_io(&mut state.held_io, m);
+                            }
+                        }
                         Control::Status(reply) => {
                             let _ = reply.send(self.status());
                         }
@@ -530,15 +537,9 @@ impl Reactor {
                             zeroes_after_discard,
                             partial,
                         } => {
-                            // IO for the failed device that never reached the driver fails:
+                            // IO for the failed device that never reached the kernel fails:
                             // after the remap it would reach the new one.
-                            if let Some(io) = state.held_io.take_if(|io| io.member == role) {
-                                self.shard.complete_io(flashraid_engine::MemberCompletion {
-                                    token: io.token,
-                                    result: Err(flashraid_engine::IoError::Gone),
-                                });
-                            }
-                            self.shard.cancel_queued_io(role);
+                            self.cancel_role_io(&mut state.held_io, role);
                             match &mut self.driver {
                                 Backend::Uring(d) => {
                                     d.assign_role(role.get(), u32::try_from(device).expect("fits"))
@@ -577,10 +578,16 @@ impl Reactor {
                         }
                         Control::ReleaseDevice { slot, placeholder, done } => {
                             let result = match &mut self.driver {
-                                Backend::Uring(d) => d
-                                    .ring()
-                                    .update_file(slot, placeholder)
-                                    .map_err(|e| e.to_string()),
+                                Backend::Uring(d) => {
+                                    // Only failed roles can map here (the device is in
+                                    // no role); what they staged must not outlive it.
+                                    let shard = &mut self.shard;
+                                    let file = u32::try_from(slot).expect("fits");
+                                    d.fail_staged_for_file(file, &mut |c| shard.complete_io(c));
+                                    d.ring()
+                                        .update_file(slot, placeholder)
+                                        .map_err(|e| e.to_string())
+                                }
                                 Backend::Memory(d) => {
                                     d.release_device(slot);
                                     Ok(())
@@ -738,6 +745,35 @@ impl Reactor {
         }
         if state.jobs.is_empty() {
             state.job_fds.clear();
+        }
+    }
+
+    /// IO meant for failed `role`'s device that has not reached the kernel fails as `Gone`:
+    /// the IO held back for a full ring, the shard's queue, and the driver's staged runs for
+    /// the role's file (unless another role in service maps to that file: a failed member's
+    /// device re-added into another role). The role's file may later hold another device,
+    /// or the role another file; either must never receive IO meant for the old one.
+    fn cancel_role_io(&mut self, held: &mut Option<MemberIo>, role: MemberIndex) {
+        if let Some(io) = held.take_if(|io| io.member == role) {
+            self.shard.complete_io(flashraid_engine::MemberCompletion {
+                token: io.token,
+                result: Err(flashraid_engine::IoError::Gone),
+            });
+        }
+        self.shard.cancel_queued_io(role);
+        if let Backend::Uring(d) = &mut self.driver {
+            let file = d.role_file(role.get());
+            let roles = self.shard.geometry().member_count();
+            let shared = (0..roles).any(|r| {
+                let other = MemberIndex(u16::try_from(r).expect("fits"));
+                r != role.get()
+                    && d.role_file(r) == file
+                    && self.shard.member_health(other) != Health::Failed
+            });
+            if !shared {
+                let shard = &mut self.shard;
+                d.fail_staged_for_file(file, &mut |c| shard.complete_io(c));
+            }
         }
     }
 
