@@ -1684,6 +1684,40 @@ impl Controller {
             self.take_spare_if_wanted();
             return Ok(());
         }
+        // The name now names another device than the one the server holds under it, no
+        // longer in the array (a disk swapped at a by-path name, a file recreated): the old
+        // one is let go first, or the new one would be refused as named twice.
+        let stale = (0..self.devices.len()).find(|&d| {
+            !matches!(self.devices[d], MemberDevice::Released(_))
+                && self.devices[d].name() == name
+                && !self.metadata_lists(d)
+        });
+        if let Some(stale) = stale {
+            if self.erasing.iter().any(|&(d, _)| d == stale)
+                || self.copy.is_some()
+                || self.stopping_copier.is_some()
+            {
+                return Err(ArrayError::Other(format!(
+                    "{name} names a new device, and the server still holds the old one it \
+                     opened under that name (an erase or a replace's copy is running): try \
+                     again once it has ended"
+                )));
+            }
+            if let Some(problem) = self.release_device(stale) {
+                return Err(ArrayError::Other(format!(
+                    "{name} names a new device, and the old one the server holds under that \
+                     name could not be let go ({problem})"
+                )));
+            }
+            self.events.record(
+                &self.metadata,
+                "member-released",
+                &format!(
+                    "{name} names a new device: the old one the server held under that name, \
+                     no longer in the array, is let go; the server has closed it"
+                ),
+            );
+        }
         let memory = self.devices.iter().any(|d| matches!(d, MemberDevice::Memory(_)));
         let (device, added) = match spare {
             NewSpare::Path(_) if memory => {
@@ -2028,7 +2062,7 @@ impl Controller {
     /// Take hot spare `name` out of the array (`Array::remove_spare`).
     fn remove_spare(&mut self, name: &str) -> Result<(), ArrayError> {
         let spares = self.metadata.spare_devices();
-        let found = spares.iter().copied().find(|&d| names_device(&self.devices[d], name));
+        let found = spares.iter().copied().find(|&d| names_held(&self.devices[d], name));
         let Some(device) = found else {
             if let Some(device) = self.held_unlisted(name) {
                 return self.release_former_member(device);
@@ -2090,7 +2124,7 @@ impl Controller {
         (0..self.devices.len()).find(|&d| {
             !matches!(self.devices[d], MemberDevice::Released(_))
                 && !self.metadata_lists(d)
-                && names_device(&self.devices[d], name)
+                && names_held(&self.devices[d], name)
         })
     }
 
@@ -2879,6 +2913,13 @@ fn names_device(device: &MemberDevice, given: &str) -> bool {
     }
 }
 
+/// For letting go of a device: `given` is the name the server holds it under (as `status`
+/// lists it, even if that name now leads to another file), or names it by identity.
+fn names_held(device: &MemberDevice, given: &str) -> bool {
+    !matches!(device, MemberDevice::Released(_))
+        && (device.name() == given || names_device(device, given))
+}
+
 /// What makes a file itself: the device number for block devices (any node of it), else
 /// the filesystem and inode.
 fn file_identity(metadata: &std::fs::Metadata) -> (bool, u64, u64) {
@@ -2985,6 +3026,11 @@ mod tests {
         std::os::unix::fs::symlink(&other, &link).unwrap();
         assert!(!names_device(&held, &name(&link)), "a retargeted name matched the held file");
         assert!(names_device(&held, &name(&file)));
+        // Letting go of it: the name it is held under still names it.
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert!(names_held(&held, &name(&link)) && names_held(&held, &name(&file)));
+        assert!(!names_held(&held, &name(&other)));
         // A name that no longer exists matches as a string only.
         std::fs::remove_file(&link).unwrap();
         assert!(names_device(&held, &name(&link)));
