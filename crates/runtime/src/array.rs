@@ -933,7 +933,8 @@ impl Array {
     /// superblock's member table, then its own superblocks are erased (on a thread; waited
     /// for up to 2 s), so it no longer claims the array and takes no `--force` to reuse (its
     /// data area is not wiped). Refused for a device that is not one of this array's spares
-    /// (matched by name, or by the file both names resolve to), and for the target of a
+    /// (matched by the name the server holds it under, or by the identity of the file the
+    /// given name leads to), and for the target of a
     /// running `replace` (cancel that first). Once erased, the server closes the device
     /// (every reactor's ring too), so a block device is free for other use; an erase that
     /// outlasts the wait closes it when it ends. A failed member the array no longer uses

@@ -665,6 +665,34 @@ mod tests {
         assert_eq!(d.free_runs.len(), MERGED_RUNS_MAX);
     }
 
+    /// The parts of a failed merged read that wait to be read again are staged IO too: a
+    /// file let go meanwhile fails them, once each, and frees their run slot.
+    #[test]
+    fn a_pending_retry_for_a_file_let_go_fails() {
+        let a = member_file(3);
+        let mut d = driver(&[&a]);
+        let mut bufs: [IoBuf; 3] = std::array::from_fn(|_| IoBuf::new(BLOCK));
+        let [b0, b1, b2] = bufs.each_mut();
+        for io in [read(1, 0, 1, b0), read(2, 0, 2, b1), read(3, 0, 3, b2)] {
+            d.submit(io).expect("room");
+        }
+        // The merged read comes back short (block 3 is past the end): its parts wait to
+        // be pushed again one by one at the next submit.
+        let mut done = vec![];
+        while d.reads_retried() == 0 {
+            d.submit_ring(1, Some(std::time::Duration::from_millis(100))).unwrap();
+            d.poll(&mut |c| done.push(c));
+        }
+        assert!(done.is_empty(), "{done:?}");
+        d.fail_staged_for_file(0, &mut |c| done.push(c));
+        done.sort_by_key(|c| c.token.0);
+        assert_eq!(done.iter().map(|c| c.token.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(done.iter().all(|c| c.result == Err(IoError::Gone)));
+        d.submit_ring(0, None).unwrap();
+        assert_eq!(d.ring.in_flight(), 0, "a failed part was pushed anyway");
+        assert_eq!(d.free_runs.len(), MERGED_RUNS_MAX);
+    }
+
     /// A malformed IO is a bug to stop at, not backpressure to wait out forever.
     #[test]
     #[should_panic(expected = "refused a well-formed member IO")]
