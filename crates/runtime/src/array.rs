@@ -1320,7 +1320,7 @@ impl Controller {
                     self.spare_erased_late(device, thread, result);
                 }
                 Some(ToController::AddSpare(spare, overwrite, re_add, reply)) => {
-                    let result = self.add_spare(spare, overwrite, re_add);
+                    let result = self.add_spare(spare, overwrite, re_add).map(|_| ());
                     if let Err(e) = &result {
                         self.events.record(
                             &self.metadata,
@@ -1639,7 +1639,7 @@ impl Controller {
         spare: NewSpare,
         overwrite: Overwrite,
         re_add: ReAdd,
-    ) -> Result<(), ArrayError> {
+    ) -> Result<usize, ArrayError> {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
         let name = spare.name();
@@ -1663,7 +1663,7 @@ impl Controller {
                 self.registered[index] = Some(self.register_device(added)?);
             }
             if self.try_re_add(index, re_add)? {
-                return Ok(());
+                return Ok(index);
             }
             let refs: Vec<&dyn MetaDevice> =
                 self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1671,53 +1671,21 @@ impl Controller {
             let listed = self.metadata.add_spare(&refs, index, uuid, overwrite);
             self.apply_metadata_failures();
             listed?;
+            let held_name = self.devices[index].name();
             if !self.metadata_lists(index) {
                 // The table dropped it again: its own superblock write failed.
                 return Err(ArrayError::Other(format!(
-                    "{name} is not in the array after all: a write to it failed as it was listed"
+                    "{held_name} is not in the array after all: a write to it failed as it \
+                     was listed"
                 )));
             }
             self.events.record(
                 &self.metadata,
                 "spare-added",
-                &format!("{name} is a hot spare again"),
+                &format!("{held_name} is a hot spare again"),
             );
             self.take_spare_if_wanted();
-            return Ok(());
-        }
-        // The name now names another device than the one the server holds under it, no
-        // longer in the array (a disk swapped at a by-path name, a file recreated): the old
-        // one is let go first, or the new one would be refused as named twice.
-        let stale = (0..self.devices.len()).find(|&d| {
-            !matches!(self.devices[d], MemberDevice::Released(_))
-                && self.devices[d].name() == name
-                && !self.metadata_lists(d)
-        });
-        if let Some(stale) = stale {
-            if self.erasing.iter().any(|&(d, _)| d == stale)
-                || self.copy.is_some()
-                || self.stopping_copier.is_some()
-            {
-                return Err(ArrayError::Other(format!(
-                    "{name} names a new device, and the server still holds the old one it \
-                     opened under that name (an erase or a replace's copy is running): try \
-                     again once it has ended"
-                )));
-            }
-            if let Some(problem) = self.release_device(stale) {
-                return Err(ArrayError::Other(format!(
-                    "{name} names a new device, and the old one the server holds under that \
-                     name could not be let go ({problem})"
-                )));
-            }
-            self.events.record(
-                &self.metadata,
-                "member-released",
-                &format!(
-                    "{name} names a new device: the old one the server held under that name, \
-                     no longer in the array, is let go; the server has closed it"
-                ),
-            );
+            return Ok(index);
         }
         let memory = self.devices.iter().any(|d| matches!(d, MemberDevice::Memory(_)));
         let (device, added) = match spare {
@@ -1736,6 +1704,7 @@ impl Controller {
             NewSpare::Memory(m) => (MemberDevice::Memory(m.clone()), AddedDevice::Memory(m)),
         };
         let name = device.name();
+        self.let_go_of_stale_names(&device)?;
         // Every reactor registers it first (nothing is written yet): a spare the metadata
         // lists is then always one every reactor can address.
         let slot = self.register_device(added)?;
@@ -1782,7 +1751,53 @@ impl Controller {
                 self.registered.pop();
             }
         }
-        added
+        added.map(|()| index)
+    }
+
+    /// `device`, just opened, is about to be added; any device the server still holds under
+    /// a name that now leads to it (a disk swapped at a by-path name, a file recreated, a
+    /// symlink retargeted) and that the array no longer lists is let go first: it is not
+    /// the device that name means any more, and leaving it would have the new one refused
+    /// as named twice. Refused while an erase or a replace's copy may still use it.
+    fn let_go_of_stale_names(&mut self, device: &MemberDevice) -> Result<(), ArrayError> {
+        let new_name = device.name();
+        let stale: Vec<usize> = (0..self.devices.len())
+            .filter(|&d| {
+                let held = &self.devices[d];
+                !matches!(held, MemberDevice::Released(_))
+                    && !self.metadata_lists(d)
+                    && (held.name() == new_name || names_device(device, &held.name()))
+            })
+            .collect();
+        for stale in stale {
+            let old_name = self.devices[stale].name();
+            if self.erasing.iter().any(|&(d, _)| d == stale)
+                || self.copy.is_some()
+                || self.stopping_copier.is_some()
+            {
+                return Err(ArrayError::Other(format!(
+                    "{old_name} now leads to {new_name}, and the server still holds the old \
+                     device it opened under that name (an erase or a replace's copy is \
+                     running): try again once it has ended"
+                )));
+            }
+            if let Some(problem) = self.release_device(stale) {
+                return Err(ArrayError::Other(format!(
+                    "{old_name} now leads to {new_name}; the old device the server holds under \
+                     that name could not be let go ({problem})"
+                )));
+            }
+            self.events.record(
+                &self.metadata,
+                "member-released",
+                &format!(
+                    "{old_name} now names a new device ({new_name}): the old one the server \
+                     held under that name, no longer in the array, is let go; the server has \
+                     closed it"
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// List new device `index` (registered in every reactor) as a hot spare, or re-add it
@@ -1851,19 +1866,19 @@ impl Controller {
         let name = spare.name();
         // A device already listed as a spare (a replace given up, or a restart during the
         // copy) is used as it is; anything else is added as a spare first.
-        let listed = self.devices.iter().position(|d| d.name() == name);
-        let new = match listed.filter(|d| self.metadata.spare_devices().contains(d)) {
+        let listed = self
+            .metadata
+            .spare_devices()
+            .iter()
+            .copied()
+            .find(|&d| names_device(&self.devices[d], &name));
+        let new = match listed {
             Some(index) => index,
-            None => {
-                self.add_spare(spare, overwrite, ReAdd::Never)?;
-                self.devices
-                    .iter()
-                    .position(|d| d.name() == name)
-                    .filter(|d| self.metadata.spare_devices().contains(d))
-                    .ok_or_else(|| {
-                        ArrayError::Other("the new device is not a spare of this array".into())
-                    })?
-            }
+            None => Some(self.add_spare(spare, overwrite, ReAdd::Never)?)
+                .filter(|d| self.metadata.spare_devices().contains(d))
+                .ok_or_else(|| {
+                    ArrayError::Other("the new device is not a spare of this array".into())
+                })?,
         };
         if matches!(self.devices[old], MemberDevice::Memory(_)) {
             // In-memory members cannot be read while the reactors write them (no device
@@ -2063,9 +2078,21 @@ impl Controller {
     /// Take hot spare `name` out of the array (`Array::remove_spare`).
     fn remove_spare(&mut self, name: &str) -> Result<(), ArrayError> {
         let spares = self.metadata.spare_devices();
-        let found = spares.iter().copied().find(|&d| names_held(&self.devices[d], name));
-        let Some(device) = found else {
-            if let Some(device) = self.held_unlisted(name) {
+        // The spares and the devices held but no longer listed: by the name the server holds
+        // one under first (as status lists it, even if it now leads to another file), then
+        // by the identity of the file the given name leads to.
+        let candidates: Vec<usize> = (0..self.devices.len())
+            .filter(|&d| {
+                !matches!(self.devices[d], MemberDevice::Released(_))
+                    && (spares.contains(&d) || !self.metadata_lists(d))
+            })
+            .collect();
+        let found =
+            candidates.iter().copied().find(|&d| same_name(&self.devices[d].name(), name)).or_else(
+                || candidates.iter().copied().find(|&d| names_device(&self.devices[d], name)),
+            );
+        let Some(device) = found.filter(|d| spares.contains(d)) else {
+            if let Some(device) = found {
                 return self.release_former_member(device);
             }
             let listed: Vec<String> = spares.iter().map(|&d| self.devices[d].name()).collect();
@@ -2116,17 +2143,6 @@ impl Controller {
         };
         self.events.record(&self.metadata, "spare-removed", &message);
         Ok(())
-    }
-
-    /// A device the server holds open that the array no longer lists, named `name`: a
-    /// member that failed (replaced by a spare, or its role still missing), or one left out
-    /// at the start.
-    fn held_unlisted(&self, name: &str) -> Option<usize> {
-        (0..self.devices.len()).find(|&d| {
-            !matches!(self.devices[d], MemberDevice::Released(_))
-                && !self.metadata_lists(d)
-                && names_held(&self.devices[d], name)
-        })
     }
 
     /// `spare remove` of a failed member no longer in the array (`mdadm --remove` of a
@@ -2914,11 +2930,15 @@ fn names_device(device: &MemberDevice, given: &str) -> bool {
     }
 }
 
-/// For letting go of a device: `given` is the name the server holds it under (as `status`
-/// lists it, even if that name now leads to another file), or names it by identity.
-fn names_held(device: &MemberDevice, given: &str) -> bool {
-    !matches!(device, MemberDevice::Released(_))
-        && (device.name() == given || names_device(device, given))
+/// Whether two names are the same name: the same string, or the same absolute path once
+/// each is made absolute (the server's against its own directory, where it opened it; the
+/// CLI sends absolute paths), with no symlink resolved.
+fn same_name(held: &str, given: &str) -> bool {
+    held == given
+        || matches!(
+            (std::path::absolute(held), std::path::absolute(given)),
+            (Ok(a), Ok(b)) if a == b
+        )
 }
 
 /// What makes a file itself: the device number for block devices (any node of it), else
@@ -3027,11 +3047,11 @@ mod tests {
         std::os::unix::fs::symlink(&other, &link).unwrap();
         assert!(!names_device(&held, &name(&link)), "a retargeted name matched the held file");
         assert!(names_device(&held, &name(&file)));
-        // Letting go of it: the name it is held under still names it.
-        std::fs::remove_file(&link).unwrap();
-        std::os::unix::fs::symlink(&other, &link).unwrap();
-        assert!(names_held(&held, &name(&link)) && names_held(&held, &name(&file)));
-        assert!(!names_held(&held, &name(&other)));
+        // Names as names: the same string, or the same absolute path, no link resolved.
+        assert!(same_name(&name(&link), &name(&link)));
+        let cwd = std::env::current_dir().unwrap();
+        assert!(same_name("relative-name", cwd.join("relative-name").to_str().unwrap()));
+        assert!(!same_name(&name(&link), &name(&file)), "a link is its own name");
         // A name that no longer exists matches as a string only.
         std::fs::remove_file(&link).unwrap();
         assert!(names_device(&held, &name(&link)));

@@ -1174,46 +1174,66 @@ fn a_slot_a_failed_role_maps_to_is_not_handed_out() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A failed member's file replaced at the same path (a disk swapped at a by-path name, a
-/// file recreated): the old device, held under that name, is let go by that name, or when
-/// the new device is added under it (found in review: the new one was refused as named
-/// twice, and the old one could not be removed by the name status listed).
+/// Failed members opened through symlinks (as by-path names are), whose names then lead
+/// to other devices (a disk swapped, a link retargeted). Names come as the CLI sends them:
+/// canonical for `spare add`, as given for `spare remove`. The old device held under such a
+/// name is let go by that name, never a spare the name now leads to, and when a new device
+/// is added under it (found in review: the new one was refused as named twice, the old one
+/// could not be removed by the name status listed, and removing it by that name removed the
+/// spare the link led to instead).
 #[test]
 fn a_name_that_now_leads_to_a_new_device_lets_the_old_one_go() {
     let dir = scratch_dir("swapped");
     let paths = raid6_files(&dir, "m", "swapped");
-    let array = Array::open(&paths, &options(0)).unwrap();
+    let links: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("link{i}"))).collect();
+    for (link, path) in links.iter().zip(&paths) {
+        std::os::unix::fs::symlink(path, link).unwrap();
+    }
+    let array = Array::open(&links, &options(0)).unwrap();
     let mut session = array.session().unwrap();
     let model = fill(&mut session, array.size_bytes(), 81);
     let text = |p: &PathBuf| p.to_str().unwrap().to_string();
     array.fail_member(3).unwrap();
     array.fail_member(4).unwrap();
-    for role in [3, 4] {
-        std::fs::remove_file(&paths[role]).unwrap();
-        std::fs::File::create(&paths[role]).unwrap().set_len(40 << 20).unwrap();
-    }
     let status = array.status().unwrap();
-    assert_eq!(status.held_unlisted, vec![text(&paths[3]), text(&paths[4])], "{status:#?}");
-    // By the name status lists, though it now leads to another file.
-    array.remove_spare(&text(&paths[3])).unwrap();
-    assert_eq!(array.status().unwrap().held_unlisted, vec![text(&paths[4])]);
-    // The new device under the other name: the old one is let go, the new one added.
-    array.add_spare(&paths[4], flashraid_control::Overwrite::Refuse).unwrap();
+    assert_eq!(status.held_unlisted, vec![text(&links[3]), text(&links[4])], "{status:#?}");
+
+    // link3 retargeted to a new file that is added as a spare first (it takes member 3
+    // over); then `spare remove link3`, the name status lists, lets go of the old device,
+    // not of the spare the link now leads to.
+    let new3 = dir.join("new3");
+    std::fs::File::create(&new3).unwrap().set_len(40 << 20).unwrap();
+    std::fs::remove_file(&links[3]).unwrap();
+    std::os::unix::fs::symlink(&new3, &links[3]).unwrap();
+    let canonical = |p: &PathBuf| std::fs::canonicalize(p).unwrap();
+    array.add_spare(&canonical(&new3), flashraid_control::Overwrite::Refuse).unwrap();
     let status = array.status().unwrap();
-    assert!(status.held_unlisted.is_empty(), "{status:#?}");
+    assert_eq!(status.members[3].path.as_deref(), Some(text(&canonical(&new3)).as_str()));
+    // (Added under its canonical name, new3 did not share link3's name string, but link3
+    // led to it: the old device held under link3 was let go then.)
+    assert_eq!(status.held_unlisted, vec![text(&links[4])], "{status:#?}");
     assert!(
         status
             .events
             .iter()
-            .any(|e| e.kind == "member-released" && e.message.contains("names a new device")),
+            .any(|e| e.kind == "member-released" && e.message.contains("now names a new device")),
         "{:?}",
         status.events
     );
-    array.add_spare(&paths[3], flashraid_control::Overwrite::Refuse).unwrap();
-    let status = wait_for(&array, "both rebuilds", |s| s.rebuild.is_none() && !s.degraded);
-    let mut serving: Vec<_> = [3, 4].map(|r| status.members[r].path.clone().unwrap()).to_vec();
-    serving.sort();
-    assert_eq!(serving, vec![text(&paths[3]), text(&paths[4])], "{status:#?}");
+    let e = array.remove_spare(&text(&links[3])).unwrap_err().to_string();
+    assert!(e.contains("is not a hot spare"), "removing by link3 touched new3: {e}");
+
+    // m4 recreated at its path: link4 leads to the new file. `spare remove link4` lets go
+    // of the old device; then the new file is added.
+    std::fs::remove_file(&paths[4]).unwrap();
+    std::fs::File::create(&paths[4]).unwrap().set_len(40 << 20).unwrap();
+    array.remove_spare(&text(&links[4])).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.held_unlisted.is_empty(), "{status:#?}");
+    wait_for(&array, "member 3's rebuild", |s| s.rebuild.is_none());
+    array.add_spare(&canonical(&paths[4]), flashraid_control::Overwrite::Refuse).unwrap();
+    let status = wait_for(&array, "member 4's rebuild", |s| s.rebuild.is_none() && !s.degraded);
+    assert_eq!(status.members[4].path.as_deref(), Some(text(&canonical(&paths[4])).as_str()));
     array.fail_member(0).unwrap();
     array.fail_member(1).unwrap();
     check(&mut session, &model, "relying on the new devices");
