@@ -64,6 +64,18 @@ fn raid6_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> 
     paths
 }
 
+/// A RAID 5 of three 24 MiB member files `<prefix>0..2` in `dir`, created; their paths.
+fn raid5_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> {
+    let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("{prefix}{i}"))).collect();
+    let spec = CreateSpec {
+        members: paths.clone(),
+        create_files_bytes: Some(24 << 20),
+        ..CreateSpec::in_memory(name, Level::Raid5, CHUNK_BYTES, 2)
+    };
+    create(&spec).unwrap();
+    paths
+}
+
 /// Files of a member's size (40 MiB, as `raid6_files` makes them), added to `array` as hot
 /// spares in this order.
 fn add_file_spares(array: &Array, paths: &[&PathBuf]) {
@@ -92,6 +104,25 @@ fn check(session: &mut Session, model: &[u8], what: &str) {
         let first = got.iter().zip(model).position(|(a, b)| a != b).unwrap();
         panic!("{what}: differs at byte {first}");
     }
+}
+
+/// Fail the members `others` and read everything back (what was rebuilt or taken back
+/// must carry it), then stop the array and remove `dir`.
+fn lean_on_and_stop(
+    array: Array,
+    mut session: Session,
+    model: &[u8],
+    others: &[usize],
+    what: &str,
+    dir: &std::path::Path,
+) {
+    for &r in others {
+        array.fail_member(r).unwrap();
+    }
+    check(&mut session, model, what);
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Fail `role` while a writer runs, wait for the spare's rebuild, check everything.
@@ -190,12 +221,7 @@ fn file_raid6_rebuild_resumes_after_a_restart() {
     wait_for(&array, "the resumed rebuild to finish", |s| s.rebuild.is_none());
     let mut session = array.session().unwrap();
     check(&mut session, &model, "after the resumed rebuild");
-    array.fail_member(0).unwrap();
-    array.fail_member(2).unwrap();
-    check(&mut session, &model, "relying on the rebuilt member");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(array, session, &model, &[0, 2], "relying on the rebuilt member", &dir);
 }
 
 #[test]
@@ -280,18 +306,8 @@ fn adding_a_file_that_holds_another_array_needs_force() {
     let dir = std::env::temp_dir().join(format!("flashraid-addspare-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let make = |prefix: &str, name: &str| {
-        let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("{prefix}{i}"))).collect();
-        let spec = CreateSpec {
-            members: paths.clone(),
-            create_files_bytes: Some(24 << 20),
-            ..CreateSpec::in_memory(name, Level::Raid5, CHUNK_BYTES, 2)
-        };
-        create(&spec).unwrap();
-        paths
-    };
-    let ours = make("o", "ours");
-    let theirs = make("t", "theirs");
+    let ours = raid5_files(&dir, "o", "ours");
+    let theirs = raid5_files(&dir, "t", "theirs");
     let array = Array::open(&ours, &options(0)).unwrap();
     let e = array.add_spare(&theirs[0], flashraid_control::Overwrite::Refuse).unwrap_err();
     assert!(e.to_string().contains("--force"), "{e}");
@@ -938,18 +954,8 @@ fn in_a_ring(path: &std::path::Path) -> bool {
 #[test]
 fn removed_and_refused_spares_are_let_go_and_their_slots_reused() {
     let dir = scratch_dir("letgo");
-    let make = |prefix: &str, name: &str| {
-        let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("{prefix}{i}"))).collect();
-        let spec = CreateSpec {
-            members: paths.clone(),
-            create_files_bytes: Some(24 << 20),
-            ..CreateSpec::in_memory(name, Level::Raid5, CHUNK_BYTES, 2)
-        };
-        create(&spec).unwrap();
-        paths
-    };
-    let ours = make("o", "ours");
-    let theirs = make("t", "theirs");
+    let ours = raid5_files(&dir, "o", "ours");
+    let theirs = raid5_files(&dir, "t", "theirs");
     let array = Array::open(&ours, &options(0)).unwrap();
     let mut session = array.session().unwrap();
     let model = fill(&mut session, array.size_bytes(), 31);
@@ -991,11 +997,7 @@ fn removed_and_refused_spares_are_let_go_and_their_slots_reused() {
         wait_for(&array, "the rebuild onto the last spare", |s| s.rebuild.is_none() && !s.degraded);
     assert_eq!(status.members[1].path.as_deref(), last.to_str(), "{status:#?}");
     // Reads of member 1's chunks now come from the rebuilt spare alone: fail another.
-    array.fail_member(2).unwrap();
-    check(&mut session, &model, "relying on the spare in a reused slot");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(array, session, &model, &[2], "relying on the spare in a reused slot", &dir);
 }
 
 /// The same on in-memory members: a removed spare's slot goes to the next spare added,
@@ -1082,12 +1084,14 @@ fn failed_members_are_let_go_and_taken_back() {
     }
     check(&mut session, &model, "after the re-add");
     // Lean on both: fail two others and read everything.
-    array.fail_member(0).unwrap();
-    array.fail_member(1).unwrap();
-    check(&mut session, &model, "relying on the members taken over and taken back");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(
+        array,
+        session,
+        &model,
+        &[0, 1],
+        "relying on the members taken over and taken back",
+        &dir,
+    );
 }
 
 /// In-memory members: a former member (registered in its role's slot at the start) that
@@ -1166,12 +1170,7 @@ fn a_slot_a_failed_role_maps_to_is_not_handed_out() {
     // Now nothing maps to it: the next device gets it.
     add_file_spares(&array, &[&b]);
     assert_eq!(ring_slot(&b), Some(slot), "the slot no role maps to any more is not reused");
-    array.fail_member(0).unwrap();
-    array.fail_member(1).unwrap();
-    check(&mut session, &model, "relying on the member rebuilt onto a");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(array, session, &model, &[0, 1], "relying on the member rebuilt onto a", &dir);
 }
 
 /// Failed members opened through symlinks (as by-path names are), whose names then lead
@@ -1234,10 +1233,5 @@ fn a_name_that_now_leads_to_a_new_device_lets_the_old_one_go() {
     array.add_spare(&canonical(&paths[4]), flashraid_control::Overwrite::Refuse).unwrap();
     let status = wait_for(&array, "member 4's rebuild", |s| s.rebuild.is_none() && !s.degraded);
     assert_eq!(status.members[4].path.as_deref(), Some(text(&canonical(&paths[4])).as_str()));
-    array.fail_member(0).unwrap();
-    array.fail_member(1).unwrap();
-    check(&mut session, &model, "relying on the new devices");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(array, session, &model, &[0, 1], "relying on the new devices", &dir);
 }
