@@ -545,9 +545,13 @@ impl Metadata {
         device: usize,
     ) -> Result<(), ControlError> {
         let d = devices[device];
-        let holds = self.holders().iter().any(|&(h, _)| h == device);
+        let holders = self.holders();
+        let holds = holders.iter().any(|&(h, _)| h == device);
+        // Among the devices in the array: one the caller holds that the array no longer
+        // lists may carry the same name (a file recreated at a failed member's path) and
+        // is let go once the new one is in.
         let named_twice =
-            devices.iter().enumerate().any(|(i, k)| i != device && k.name() == d.name());
+            holders.iter().any(|&(h, _)| h != device && devices[h].name() == d.name());
         if holds || named_twice {
             return Err(ControlError::DuplicateDevice { device: d.name() });
         }

@@ -1704,7 +1704,7 @@ impl Controller {
             NewSpare::Memory(m) => (MemberDevice::Memory(m.clone()), AddedDevice::Memory(m)),
         };
         let name = device.name();
-        self.let_go_of_stale_names(&device)?;
+        let stale = self.stale_names(&device);
         // Every reactor registers it first (nothing is written yet): a spare the metadata
         // lists is then always one every reactor can address.
         let slot = self.register_device(added)?;
@@ -1751,53 +1751,54 @@ impl Controller {
                 self.registered.pop();
             }
         }
+        if added.is_ok() {
+            self.let_go_of_stale_names(&stale, &name);
+        }
         added.map(|()| index)
     }
 
-    /// `device`, just opened, is about to be added; any device the server still holds under
-    /// a name that now leads to it (a disk swapped at a by-path name, a file recreated, a
-    /// symlink retargeted) and that the array no longer lists is let go first: it is not
-    /// the device that name means any more, and leaving it would have the new one refused
-    /// as named twice. Refused while an erase or a replace's copy may still use it.
-    fn let_go_of_stale_names(&mut self, device: &MemberDevice) -> Result<(), ArrayError> {
+    /// Devices the server holds under a name that now leads to `device`, just opened and
+    /// about to be added (a disk swapped at a by-path name, a file recreated, a symlink
+    /// retargeted), and that the array no longer lists: not the devices those names mean
+    /// any more.
+    fn stale_names(&self, device: &MemberDevice) -> Vec<usize> {
         let new_name = device.name();
-        let stale: Vec<usize> = (0..self.devices.len())
+        (0..self.devices.len())
             .filter(|&d| {
                 let held = &self.devices[d];
                 !matches!(held, MemberDevice::Released(_))
                     && !self.metadata_lists(d)
                     && (held.name() == new_name || names_device(device, &held.name()))
             })
-            .collect();
-        for stale in stale {
-            let old_name = self.devices[stale].name();
-            if self.erasing.iter().any(|&(d, _)| d == stale)
+            .collect()
+    }
+
+    /// Once the device their names now lead to is in the array, let go of `stale` devices
+    /// (`stale_names`). Nothing is let go if the add fails: the old device of a file
+    /// recreated at its path exists nowhere else. One an erase or a replace's copy may
+    /// still use stays held (`status` lists it; `spare remove` lets go of it later).
+    fn let_go_of_stale_names(&mut self, stale: &[usize], new_name: &str) {
+        for &d in stale {
+            if self.metadata_lists(d)
+                || self.erasing.iter().any(|&(e, _)| e == d)
                 || self.copy.is_some()
                 || self.stopping_copier.is_some()
             {
-                return Err(ArrayError::Other(format!(
-                    "{old_name} now leads to {new_name}, and the server still holds the old \
-                     device it opened under that name (an erase or a replace's copy is \
-                     running): try again once it has ended"
-                )));
+                continue;
             }
-            if let Some(problem) = self.release_device(stale) {
-                return Err(ArrayError::Other(format!(
+            let old_name = self.devices[d].name();
+            let message = match self.release_device(d) {
+                None => format!(
+                    "{old_name} now leads to {new_name}: the old device the server held under \
+                     that name, no longer in the array, is let go; the server has closed it"
+                ),
+                Some(problem) => format!(
                     "{old_name} now leads to {new_name}; the old device the server holds under \
                      that name could not be let go ({problem})"
-                )));
-            }
-            self.events.record(
-                &self.metadata,
-                "member-released",
-                &format!(
-                    "{old_name} now names a new device ({new_name}): the old one the server \
-                     held under that name, no longer in the array, is let go; the server has \
-                     closed it"
                 ),
-            );
+            };
+            self.events.record(&self.metadata, "member-released", &message);
         }
-        Ok(())
     }
 
     /// List new device `index` (registered in every reactor) as a hot spare, or re-add it

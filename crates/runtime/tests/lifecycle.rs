@@ -1174,12 +1174,13 @@ fn a_slot_a_failed_role_maps_to_is_not_handed_out() {
 }
 
 /// Failed members opened through symlinks (as by-path names are), whose names then lead
-/// to other devices (a disk swapped, a link retargeted). Names come as the CLI sends them:
-/// canonical for `spare add`, as given for `spare remove`. The old device held under such a
-/// name is let go by that name, never a spare the name now leads to, and when a new device
-/// is added under it (found in review: the new one was refused as named twice, the old one
-/// could not be removed by the name status listed, and removing it by that name removed the
-/// spare the link led to instead).
+/// to other devices (a disk swapped, a link retargeted, a file recreated). Names come as
+/// the CLI sends them (canonical for `spare add`, as given for `spare remove`) or as the
+/// server holds them. The old device held under such a name is let go by that name, never
+/// a spare the name now leads to; and when the new device is added, once it is in, never
+/// when the add is refused. (Found in review: the new device was refused as named twice;
+/// the old one could not be removed by the name status listed; removing it by that name
+/// erased the spare the link led to; it was let go before a refused add.)
 #[test]
 fn a_name_that_now_leads_to_a_new_device_lets_the_old_one_go() {
     let dir = scratch_dir("swapped");
@@ -1192,46 +1193,62 @@ fn a_name_that_now_leads_to_a_new_device_lets_the_old_one_go() {
     let mut session = array.session().unwrap();
     let model = fill(&mut session, array.size_bytes(), 81);
     let text = |p: &PathBuf| p.to_str().unwrap().to_string();
-    array.fail_member(3).unwrap();
-    array.fail_member(4).unwrap();
-    let status = array.status().unwrap();
-    assert_eq!(status.held_unlisted, vec![text(&links[3]), text(&links[4])], "{status:#?}");
-
-    // link3 retargeted to a new file that is added as a spare first (it takes member 3
-    // over); then `spare remove link3`, the name status lists, lets go of the old device,
-    // not of the spare the link now leads to.
-    let new3 = dir.join("new3");
-    std::fs::File::create(&new3).unwrap().set_len(40 << 20).unwrap();
-    std::fs::remove_file(&links[3]).unwrap();
-    std::os::unix::fs::symlink(&new3, &links[3]).unwrap();
     let canonical = |p: &PathBuf| std::fs::canonicalize(p).unwrap();
-    array.add_spare(&canonical(&new3), flashraid_control::Overwrite::Refuse).unwrap();
-    let status = array.status().unwrap();
-    assert_eq!(status.members[3].path.as_deref(), Some(text(&canonical(&new3)).as_str()));
-    // (Added under its canonical name, new3 did not share link3's name string, but link3
-    // led to it: the old device held under link3 was let go then.)
-    assert_eq!(status.held_unlisted, vec![text(&links[4])], "{status:#?}");
-    assert!(
-        status
-            .events
-            .iter()
-            .any(|e| e.kind == "member-released" && e.message.contains("now names a new device")),
-        "{:?}",
-        status.events
-    );
-    let e = array.remove_spare(&text(&links[3])).unwrap_err().to_string();
-    assert!(e.contains("is not a hot spare"), "removing by link3 touched new3: {e}");
+    let file = |p: &PathBuf, bytes: u64| {
+        std::fs::File::create(p).unwrap().set_len(bytes).unwrap();
+        canonical(p)
+    };
+    let released = |status: &ArrayStatus, old: &PathBuf| {
+        status.events.iter().any(|e| {
+            e.kind == "member-released"
+                && e.message.starts_with(&format!("{} now leads", text(old)))
+        })
+    };
 
-    // m4 recreated at its path: link4 leads to the new file. `spare remove link4` lets go
-    // of the old device; then the new file is added.
-    std::fs::remove_file(&paths[4]).unwrap();
-    std::fs::File::create(&paths[4]).unwrap().set_len(40 << 20).unwrap();
-    array.remove_spare(&text(&links[4])).unwrap();
+    // Member 3 fails; a spare takes it over; another spare stays a spare. link3 is then
+    // pointed at that spare: `spare remove link3` lets go of the old member 3, not of it.
+    let s0 = file(&dir.join("s0"), 40 << 20);
+    array.add_spare(&s0, flashraid_control::Overwrite::Refuse).unwrap();
+    array.fail_member(3).unwrap();
+    wait_for(&array, "s0's rebuild", |s| s.rebuild.is_none() && !s.degraded);
+    let spare = file(&dir.join("spare"), 40 << 20);
+    array.add_spare(&spare, flashraid_control::Overwrite::Refuse).unwrap();
+    std::fs::remove_file(&links[3]).unwrap();
+    std::os::unix::fs::symlink(&spare, &links[3]).unwrap();
+    assert_eq!(array.status().unwrap().held_unlisted, vec![text(&links[3])]);
+    array.remove_spare(&text(&links[3])).unwrap();
     let status = array.status().unwrap();
     assert!(status.held_unlisted.is_empty(), "{status:#?}");
-    wait_for(&array, "member 3's rebuild", |s| s.rebuild.is_none());
-    array.add_spare(&canonical(&paths[4]), flashraid_control::Overwrite::Refuse).unwrap();
-    let status = wait_for(&array, "member 4's rebuild", |s| s.rebuild.is_none() && !s.degraded);
-    assert_eq!(status.members[4].path.as_deref(), Some(text(&canonical(&paths[4])).as_str()));
-    lean_on_and_stop(array, session, &model, &[0, 1], "relying on the new devices", &dir);
+    assert_eq!(status.spares, vec![text(&spare)], "removing by link3 touched the spare");
+    let (_, copies) = flashraid_runtime::inspect(&spare).unwrap();
+    assert!(copies.iter().all(Result::is_ok), "the spare link3 leads to was erased");
+
+    // Member 4 fails (the spare takes it over); its file is recreated at its path, so link4
+    // leads to the new file. A refused add (too small) lets nothing go; the add that
+    // succeeds, under the canonical name, lets the old device go once the new one is in.
+    array.fail_member(4).unwrap();
+    wait_for(&array, "the spare's rebuild", |s| s.rebuild.is_none() && !s.degraded);
+    std::fs::remove_file(&paths[4]).unwrap();
+    let new4 = file(&paths[4], 1 << 20);
+    let e = array.add_spare(&new4, flashraid_control::Overwrite::Refuse).unwrap_err();
+    assert!(e.to_string().contains("too small"), "{e}");
+    assert_eq!(array.status().unwrap().held_unlisted, vec![text(&links[4])]);
+    let new4 = file(&paths[4], 40 << 20);
+    array.add_spare(&new4, flashraid_control::Overwrite::Refuse).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.held_unlisted.is_empty() && released(&status, &links[4]), "{status:#?}");
+    assert_eq!(status.spares, vec![text(&new4)]);
+
+    // Member 5 fails (new4 takes it over); its file is recreated, and the new file is added
+    // under the very name the server holds the old one under: no longer refused as named
+    // twice, and the old one is let go.
+    array.fail_member(5).unwrap();
+    wait_for(&array, "new4's rebuild", |s| s.rebuild.is_none() && !s.degraded);
+    std::fs::remove_file(&paths[5]).unwrap();
+    file(&paths[5], 40 << 20);
+    array.add_spare(&links[5], flashraid_control::Overwrite::Refuse).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.held_unlisted.is_empty() && released(&status, &links[5]), "{status:#?}");
+    assert_eq!(status.spares, vec![text(&links[5])]);
+    lean_on_and_stop(array, session, &model, &[0, 1], "relying on the devices taken over", &dir);
 }
