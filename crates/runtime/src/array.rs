@@ -1775,18 +1775,24 @@ impl Controller {
 
     /// Once the device their names now lead to is in the array, let go of `stale` devices
     /// (`stale_names`). Nothing is let go if the add fails: the old device of a file
-    /// recreated at its path exists nowhere else. One an erase or a replace's copy may
-    /// still use stays held (`status` lists it; `spare remove` lets go of it later).
+    /// recreated at its path exists nowhere else. One a replace's copy may still use stays
+    /// held (`status` lists it; `spare remove` by its name lets go of it later, before a
+    /// spare of the same name); one being erased is let go when its erase ends.
     fn let_go_of_stale_names(&mut self, stale: &[usize], new_name: &str) {
         for &d in stale {
-            if self.metadata_lists(d)
-                || self.erasing.iter().any(|&(e, _)| e == d)
-                || self.copy.is_some()
-                || self.stopping_copier.is_some()
-            {
+            let old_name = self.devices[d].name();
+            if self.metadata_lists(d) || self.erasing.iter().any(|&(e, _)| e == d) {
                 continue;
             }
-            let old_name = self.devices[d].name();
+            if self.copy.is_some() || self.stopping_copier.is_some() {
+                let message = format!(
+                    "{old_name} now leads to {new_name}; the old device the server holds under \
+                     that name stays held while a replace's copy runs (`spare remove \
+                     {old_name}` lets go of it then)"
+                );
+                self.events.record(&self.metadata, "member-kept", &message);
+                continue;
+            }
             let message = match self.release_device(d) {
                 None => format!(
                     "{old_name} now leads to {new_name}: the old device the server held under \
@@ -2088,10 +2094,17 @@ impl Controller {
                     && (spares.contains(&d) || !self.metadata_lists(d))
             })
             .collect();
-        let found =
-            candidates.iter().copied().find(|&d| same_name(&self.devices[d].name(), name)).or_else(
-                || candidates.iter().copied().find(|&d| names_device(&self.devices[d], name)),
-            );
+        // Two may carry the name (an old device kept while a copy ran, and the new one
+        // added under its name): the one no longer listed is meant, as the name no longer
+        // leads to it.
+        let by_name = |unlisted: bool| {
+            candidates.iter().copied().find(|&d| {
+                spares.contains(&d) != unlisted && same_name(&self.devices[d].name(), name)
+            })
+        };
+        let found = by_name(true)
+            .or_else(|| by_name(false))
+            .or_else(|| candidates.iter().copied().find(|&d| names_device(&self.devices[d], name)));
         let Some(device) = found.filter(|d| spares.contains(d)) else {
             if let Some(device) = found {
                 return self.release_former_member(device);

@@ -1250,5 +1250,43 @@ fn a_name_that_now_leads_to_a_new_device_lets_the_old_one_go() {
     let status = array.status().unwrap();
     assert!(status.held_unlisted.is_empty() && released(&status, &links[5]), "{status:#?}");
     assert_eq!(status.spares, vec![text(&links[5])]);
+
+    // The same while a replace's copy runs: the old device stays held (said in an event)
+    // beside the new spare of the same name, and `spare remove` by that name means the old
+    // one (refused until the copy has ended), never the new spare, though the new one took
+    // a lower device index (one a device let go of left) and comes first in index order.
+    // A spare added and removed leaves a low index free; "target" is a spare already.
+    let low = file(&dir.join("low"), 40 << 20);
+    array.add_spare(&low, flashraid_control::Overwrite::Refuse).unwrap();
+    let target = file(&dir.join("target"), 40 << 20);
+    array.add_spare(&target, flashraid_control::Overwrite::Refuse).unwrap();
+    array.remove_spare(&text(&low)).unwrap();
+    array.fail_member(4).unwrap(); // "spare", which took member 4 over
+    wait_for(&array, "the rebuild of member 4", |s| s.rebuild.is_none() && !s.degraded);
+    std::fs::remove_file(&spare).unwrap();
+    file(&spare, 40 << 20);
+    array.set_rebuild_rate(4 << 20).unwrap();
+    array.replace(0, &target, flashraid_control::Overwrite::Refuse).unwrap();
+    wait_for(&array, "the copy", |s| s.rebuild.as_ref().is_some_and(|r| r.copying));
+    array.add_spare(&spare, flashraid_control::Overwrite::Refuse).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.held_unlisted, vec![text(&spare)], "{status:#?}");
+    assert!(status.spares.contains(&text(&spare)), "{status:#?}");
+    assert!(status.events.iter().any(|e| e.kind == "member-kept"), "{:?}", status.events);
+    let e = array.remove_spare(&text(&spare)).unwrap_err().to_string();
+    assert!(e.contains("copy is running"), "{e}");
+    array.cancel_replace().unwrap();
+    array.set_rebuild_rate(0).unwrap();
+    let start = Instant::now();
+    while let Err(e) = array.remove_spare(&text(&spare)) {
+        assert!(e.to_string().contains("copy is running"), "{e}");
+        assert!(start.elapsed() < SETTLE_MAX, "the copier never stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = array.status().unwrap();
+    assert!(status.held_unlisted.is_empty(), "{status:#?}");
+    assert!(status.spares.contains(&text(&spare)), "the new spare was removed: {status:#?}");
+    let (_, copies) = flashraid_runtime::inspect(&spare).unwrap();
+    assert!(copies.iter().all(Result::is_ok), "the new spare was erased");
     lean_on_and_stop(array, session, &model, &[0, 1], "relying on the devices taken over", &dir);
 }
