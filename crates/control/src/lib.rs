@@ -429,6 +429,11 @@ impl Metadata {
         (0..self.roles.len()).filter(|&r| self.roles[r].is_none()).collect()
     }
 
+    /// Whether device `device` (a candidate index) holds a role or is a hot spare.
+    pub fn lists(&self, device: usize) -> bool {
+        self.roles.contains(&Some(device)) || self.spares.contains(&device)
+    }
+
     /// Devices (candidate indexes) present as hot spares.
     pub fn spare_devices(&self) -> &[usize] {
         &self.spares
@@ -546,7 +551,7 @@ impl Metadata {
     ) -> Result<(), ControlError> {
         let d = devices[device];
         let holders = self.holders();
-        let holds = holders.iter().any(|&(h, _)| h == device);
+        let holds = self.lists(device);
         // Among the devices in the array: one the caller holds that the array no longer
         // lists may carry the same name (a file recreated at a failed member's path) and
         // is let go once the new one is in.

@@ -670,7 +670,7 @@ impl Array {
             metadata,
             devices,
             reactors,
-            _placeholder: placeholder,
+            placeholder,
             registered,
             rebuild: None,
             rebuild_generation: 0,
@@ -1039,7 +1039,9 @@ struct Controller {
     metadata: Metadata,
     devices: Vec<MemberDevice>,
     reactors: Arc<Vec<ReactorLink>>,
-    _placeholder: std::fs::File,
+    /// /dev/null, opened at the start: the registered file of ring slots that hold no
+    /// device (missing roles, free slots, slots released while running).
+    placeholder: std::fs::File,
     /// Per device: its registered index in the reactors' drivers (roles, then spares).
     registered: Vec<Option<usize>>,
     /// The next registration slot never used (for a spare added while running).
@@ -1470,6 +1472,23 @@ impl Controller {
         }
     }
 
+    /// Send every reactor the control `ask` makes around a reply channel, then wait for
+    /// every answer (`None`: that reactor has stopped). All are waited for even when one
+    /// fails, so whatever the control lends (a descriptor to duplicate) outlives its use.
+    fn ask_every_reactor<T>(&self, ask: impl Fn(Sender<T>) -> Control) -> Vec<Option<T>> {
+        let waits: Vec<Receiver<T>> = self
+            .reactors
+            .iter()
+            .map(|link| {
+                let (tx, rx) = mpsc::channel();
+                let _ = link.tx.send(ToReactor::Control(ask(tx)));
+                link.bell.ring();
+                rx
+            })
+            .collect();
+        waits.into_iter().map(|rx| rx.recv().ok()).collect()
+    }
+
     fn fail(&mut self, members: &[MemberIndex]) -> Result<(), ArrayError> {
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1546,26 +1565,18 @@ impl Controller {
         slot: usize,
         added: AddedDevice,
     ) -> Result<(), ArrayError> {
-        let mut waits = vec![];
-        for link in self.reactors.iter() {
-            let (tx, rx) = mpsc::channel();
-            let device = added.clone();
-            let _ = link.tx.send(ToReactor::Control(Control::AddDevice { slot, device, done: tx }));
-            link.bell.ring();
-            waits.push(rx);
-        }
-        // Every reactor is waited for, even after an error: each duplicates the caller's
-        // descriptor, which must stay open (and the slot unreleased) until all have.
-        let mut outcome = Ok(());
-        for rx in waits {
-            let answer = rx.recv().map_err(|_| ArrayError::Stopped).and_then(|r| {
-                r.map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))
-            });
-            if outcome.is_ok() {
-                outcome = answer;
-            }
-        }
-        outcome
+        let answers =
+            self.ask_every_reactor(|done| Control::AddDevice { slot, device: added.clone(), done });
+        answers
+            .into_iter()
+            .map(|answer| match answer {
+                None => Err(ArrayError::Stopped),
+                Some(r) => {
+                    r.map_err(|e| ArrayError::Other(format!("a reactor cannot use the spare: {e}")))
+                }
+            })
+            .find(Result::is_err)
+            .unwrap_or(Ok(()))
     }
 
     /// Every reactor lets go of the device in ring slot `slot` (its duplicate descriptor is
@@ -1575,30 +1586,14 @@ impl Controller {
     /// given after them), or a failed role still maps to it (`detached_slots`). On an error
     /// the slot is left as it is, never reused.
     fn release_slot(&mut self, slot: usize) -> Result<(), String> {
-        let placeholder = std::fs::File::open("/dev/null")
-            .map_err(|e| format!("cannot open /dev/null to release a device slot: {e}"))?;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&placeholder);
-        let mut waits = vec![];
-        for link in self.reactors.iter() {
-            let (tx, rx) = mpsc::channel();
-            let _ = link.tx.send(ToReactor::Control(Control::ReleaseDevice {
-                slot,
-                placeholder: fd,
-                done: tx,
-            }));
-            link.bell.ring();
-            waits.push(rx);
-        }
-        let mut outcome = Ok(());
-        for rx in waits {
-            // Every reactor is waited for: `placeholder` must stay open until each has
-            // taken its own duplicate.
-            let answer = rx.recv().unwrap_or_else(|_| Err("a reactor has stopped".into()));
-            if outcome.is_ok() {
-                outcome = answer;
-            }
-        }
-        drop(placeholder);
+        let placeholder = std::os::fd::AsRawFd::as_raw_fd(&self.placeholder);
+        let answers =
+            self.ask_every_reactor(|done| Control::ReleaseDevice { slot, placeholder, done });
+        let outcome = answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Err("a reactor has stopped".into())))
+            .find(Result::is_err)
+            .unwrap_or(Ok(()));
         if outcome.is_ok() && slot >= self.role_slots.len() {
             assert!(
                 !self.free_slots.contains(&slot) && !self.detached_slots.contains(&slot),
@@ -1618,7 +1613,7 @@ impl Controller {
     /// elsewhere. Its entry keeps its name (`MemberDevice::Released`) until a device added
     /// later takes the index. Returns what could not be done, for the event's message.
     fn release_device(&mut self, index: usize) -> Option<String> {
-        assert!(!self.metadata_lists(index), "device {index} is released while the array lists it");
+        assert!(!self.metadata.lists(index), "device {index} is released while the array lists it");
         let problem = match self.registered[index] {
             Some(slot) => self.release_slot(slot).err(),
             None => None,
@@ -1643,9 +1638,8 @@ impl Controller {
         // A device this server already holds open (a member that failed): it is registered
         // already, so it only needs listing again.
         let name = spare.name();
-        let held =
-            |d: &MemberDevice| !matches!(d, MemberDevice::Released(_)) && names_device(d, &name);
-        if let Some(index) = self.devices.iter().position(held) {
+        // (`names_device` names no released device.)
+        if let Some(index) = self.devices.iter().position(|d| names_device(d, &name)) {
             if self.erasing.iter().any(|&(d, _)| d == index) {
                 return Err(ArrayError::Other(format!(
                     "{name} was removed and its superblocks are still being erased (the device \
@@ -1662,30 +1656,7 @@ impl Controller {
                 };
                 self.registered[index] = Some(self.register_device(added)?);
             }
-            if self.try_re_add(index, re_add)? {
-                return Ok(index);
-            }
-            let refs: Vec<&dyn MetaDevice> =
-                self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
-            let uuid = random_uuid()?;
-            let listed = self.metadata.add_spare(&refs, index, uuid, overwrite);
-            self.apply_metadata_failures();
-            listed?;
-            let held_name = self.devices[index].name();
-            if !self.metadata_lists(index) {
-                // The table dropped it again: its own superblock write failed.
-                return Err(ArrayError::Other(format!(
-                    "{held_name} is not in the array after all: a write to it failed as it \
-                     was listed"
-                )));
-            }
-            self.events.record(
-                &self.metadata,
-                "spare-added",
-                &format!("{held_name} is a hot spare again"),
-            );
-            self.take_spare_if_wanted();
-            return Ok(index);
+            return self.list_spare(index, overwrite, re_add, Listing::Again).map(|()| index);
         }
         let memory = self.devices.iter().any(|d| matches!(d, MemberDevice::Memory(_)));
         let (device, added) = match spare {
@@ -1710,12 +1681,11 @@ impl Controller {
         let slot = self.register_device(added)?;
         // The index a released device left (one of the same name first), else a new one:
         // the device table stays within the slots' bound however often spares come and go.
-        let released = |d: &MemberDevice| matches!(d, MemberDevice::Released(_));
         let reused = self
             .devices
             .iter()
-            .position(|d| released(d) && d.name() == name)
-            .or_else(|| self.devices.iter().position(released));
+            .position(|d| d.is_released() && d.name() == name)
+            .or_else(|| self.devices.iter().position(MemberDevice::is_released));
         let index = match reused {
             Some(index) => {
                 self.devices[index] = device;
@@ -1728,13 +1698,8 @@ impl Controller {
                 self.devices.len() - 1
             }
         };
-        let mut added = self.list_new_spare(index, overwrite, re_add);
-        if added.is_ok() && !self.metadata_lists(index) {
-            added = Err(ArrayError::Other(format!(
-                "{name} is not in the array after all: a write to it failed as it was listed"
-            )));
-        }
-        if !self.metadata_lists(index) {
+        let added = self.list_spare(index, overwrite, re_add, Listing::New);
+        if !self.metadata.lists(index) {
             // Refused (it holds data, is too small...), or dropped because its own
             // superblock write failed: the server lets go of it at once, or a block device
             // would stay claimed until the server stops.
@@ -1765,10 +1730,8 @@ impl Controller {
         let new_name = device.name();
         (0..self.devices.len())
             .filter(|&d| {
-                let held = &self.devices[d];
-                !matches!(held, MemberDevice::Released(_))
-                    && !self.metadata_lists(d)
-                    && (held.name() == new_name || names_device(device, &held.name()))
+                let held = self.devices[d].name();
+                self.held_unlisted(d) && (held == new_name || names_device(device, &held))
             })
             .collect()
     }
@@ -1781,7 +1744,7 @@ impl Controller {
     fn let_go_of_stale_names(&mut self, stale: &[usize], new_name: &str) {
         for &d in stale {
             let old_name = self.devices[d].name();
-            if self.metadata_lists(d) || self.erasing.iter().any(|&(e, _)| e == d) {
+            if self.metadata.lists(d) || self.erasing.iter().any(|&(e, _)| e == d) {
                 continue;
             }
             if self.copy.is_some() || self.stopping_copier.is_some() {
@@ -1807,13 +1770,16 @@ impl Controller {
         }
     }
 
-    /// List new device `index` (registered in every reactor) as a hot spare, or re-add it
-    /// as the member it was.
-    fn list_new_spare(
+    /// List device `index` (registered in every reactor, not in the array) as a hot spare,
+    /// or re-add it as the member it was. A device the array does not list afterwards (its
+    /// own superblock write failed as it was listed, or as it took a role over) is an
+    /// error.
+    fn list_spare(
         &mut self,
         index: usize,
         overwrite: Overwrite,
         re_add: ReAdd,
+        how: Listing,
     ) -> Result<(), ArrayError> {
         if self.try_re_add(index, re_add)? {
             return Ok(());
@@ -1825,16 +1791,27 @@ impl Controller {
         self.apply_metadata_failures();
         listed?;
         let name = self.devices[index].name();
-        self.events.record(&self.metadata, "spare-added", &format!("hot spare {name} added"));
-        self.take_spare_if_wanted();
+        if self.metadata.lists(index) {
+            let message = match how {
+                Listing::New => format!("hot spare {name} added"),
+                Listing::Again => format!("{name} is a hot spare again"),
+            };
+            self.events.record(&self.metadata, "spare-added", &message);
+            self.take_spare_if_wanted();
+        }
+        if !self.metadata.lists(index) {
+            return Err(ArrayError::Other(format!(
+                "{name} is not in the array after all: a write to it failed as it was listed"
+            )));
+        }
         Ok(())
     }
 
-    /// Whether the metadata holds device `index` in a role or as a spare.
-    fn metadata_lists(&self, index: usize) -> bool {
-        self.metadata.spare_devices().contains(&index)
-            || (0..self.metadata.superblock().members.len())
-                .any(|r| self.metadata.role_device(r) == Some(index))
+    /// Whether the server holds device `index` (not released) though the array no longer
+    /// lists it: a failed member, a former spare left out at the start, an old device a
+    /// name no longer leads to.
+    fn held_unlisted(&self, index: usize) -> bool {
+        !self.devices[index].is_released() && !self.metadata.lists(index)
     }
 
     fn replace(
@@ -1914,20 +1891,12 @@ impl Controller {
             return Err(ArrayError::Other("a device failed while the replace was recorded".into()));
         }
         // Every shard records what is written from now on, before the first byte is copied.
-        let mut acks = vec![];
-        for link in self.reactors.iter() {
-            let (tx, rx) = mpsc::channel();
-            let _ = link.tx.send(ToReactor::Control(Control::CopyRecording(true, tx)));
-            link.bell.ring();
-            acks.push(rx);
-        }
-        for rx in acks {
-            if rx.recv().is_err() {
-                // A reactor is gone: the others must not record for good.
-                self.broadcast_copy_recording(false);
-                self.clear_replacing(new);
-                return Err(ArrayError::Stopped);
-            }
+        let acks = self.ask_every_reactor(|done| Control::CopyRecording(true, done));
+        if acks.iter().any(Option::is_none) {
+            // A reactor is gone: the others must not record for good.
+            self.broadcast_copy_recording(false);
+            self.clear_replacing(new);
+            return Err(ArrayError::Stopped);
         }
         let (MemberDevice::Device(old_device), MemberDevice::Device(new_device)) =
             (&self.devices[old], &self.devices[new])
@@ -2089,10 +2058,7 @@ impl Controller {
         // one under first (as status lists it, even if it now leads to another file), then
         // by the identity of the file the given name leads to.
         let candidates: Vec<usize> = (0..self.devices.len())
-            .filter(|&d| {
-                !matches!(self.devices[d], MemberDevice::Released(_))
-                    && (spares.contains(&d) || !self.metadata_lists(d))
-            })
+            .filter(|&d| spares.contains(&d) || self.held_unlisted(d))
             .collect();
         // Two may carry the name (an old device kept while a copy ran, and the new one
         // added under its name): the one no longer listed is meant, as the name no longer
@@ -2800,11 +2766,7 @@ impl Controller {
                 .collect(),
             spares: self.metadata.spare_devices().iter().map(|&d| self.devices[d].name()).collect(),
             held_unlisted: (0..self.devices.len())
-                .filter(|&d| {
-                    !matches!(self.devices[d], MemberDevice::Released(_))
-                        && !self.metadata_lists(d)
-                        && !self.erasing.iter().any(|&(e, _)| e == d)
-                })
+                .filter(|&d| self.held_unlisted(d) && !self.erasing.iter().any(|&(e, _)| e == d))
                 .map(|d| self.devices[d].name())
                 .collect(),
             chunk_bytes: sb.chunk_bytes,
@@ -2906,6 +2868,14 @@ fn retry_interval_text(us: u64) -> String {
         1_000_000.. => format!("{:.1} s", us as f64 / 1e6),
         _ => format!("{} ms", us.div_ceil(1000)),
     }
+}
+
+/// A device listed as a spare by `Controller::list_spare`: new to the server, or one it
+/// held already (a failed member, a former spare), which its event says.
+#[derive(Clone, Copy)]
+enum Listing {
+    New,
+    Again,
 }
 
 /// How the erase of a removed spare's superblocks ended.

@@ -18,6 +18,13 @@ pub enum MemberDevice {
     Released(String),
 }
 
+impl MemberDevice {
+    /// A device let go of (`Released`): closed, no longer the server's.
+    pub fn is_released(&self) -> bool {
+        matches!(self, MemberDevice::Released(_))
+    }
+}
+
 /// Why a released device takes no IO.
 const RELEASED: &str = "the device was released (removed from the array) and is closed";
 

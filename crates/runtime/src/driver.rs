@@ -532,6 +532,11 @@ mod tests {
         for io in ios {
             d.submit(io).expect("room");
         }
+        collect(d, count)
+    }
+
+    /// Push what is staged and collect `count` completions, sorted by token.
+    fn collect(d: &mut UringDriver, count: usize) -> Vec<MemberCompletion> {
         let mut done = vec![];
         while done.len() < count {
             d.submit_ring(1, Some(std::time::Duration::from_millis(100))).unwrap();
@@ -649,12 +654,7 @@ mod tests {
         failed.sort_by_key(|c| c.token.0);
         assert_eq!(failed.iter().map(|c| c.token.0).collect::<Vec<_>>(), vec![1, 2]);
         assert!(failed.iter().all(|c| c.result == Err(IoError::Gone)));
-        let mut done = vec![];
-        while done.len() < 2 {
-            d.submit_ring(1, Some(std::time::Duration::from_millis(100))).unwrap();
-            d.poll(&mut |c| done.push(c));
-        }
-        done.sort_by_key(|c| c.token.0);
+        let done = collect(&mut d, 2);
         assert_eq!(done.iter().map(|c| c.token.0).collect::<Vec<_>>(), vec![3, 4]);
         assert!(done.iter().all(|c| c.result.is_ok()));
         assert!(bufs[0].as_slice().iter().all(|&x| x == 0), "a failed read reached the file");

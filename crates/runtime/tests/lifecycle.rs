@@ -52,28 +52,51 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A RAID 6 of six 40 MiB member files `<prefix>0..5` in `dir`, created; their paths.
-fn raid6_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> {
-    let paths: Vec<PathBuf> = (0..6).map(|i| dir.join(format!("{prefix}{i}"))).collect();
+/// An array `name` of `count` member files `<prefix>0..` of `bytes` each in `dir`,
+/// created; their paths.
+fn array_files(
+    dir: &std::path::Path,
+    prefix: &str,
+    name: &str,
+    level: Level,
+    count: usize,
+    bytes: u64,
+) -> Vec<PathBuf> {
+    let paths: Vec<PathBuf> = (0..count).map(|i| dir.join(format!("{prefix}{i}"))).collect();
     let spec = CreateSpec {
         members: paths.clone(),
-        create_files_bytes: Some(40 << 20),
-        ..CreateSpec::in_memory(name, Level::Raid6, CHUNK_BYTES, 2)
+        create_files_bytes: Some(bytes),
+        ..CreateSpec::in_memory(name, level, CHUNK_BYTES, 2)
     };
     create(&spec).unwrap();
     paths
 }
 
+/// An in-memory RAID 6 `name` of six 16 MiB members `<prefix>0..5` and hot spares named
+/// `spares` (16 MiB each), created and started with `opts`; the members and the array.
+fn memory_raid6(
+    prefix: &str,
+    name: &str,
+    spares: &[&str],
+    opts: &OpenOptions,
+) -> (Vec<Arc<MemMember>>, Array) {
+    let members: Vec<Arc<MemMember>> =
+        (0..6).map(|i| MemMember::new(&format!("{prefix}{i}"), 16 << 20)).collect();
+    let spares: Vec<Arc<MemMember>> = spares.iter().map(|n| MemMember::new(n, 16 << 20)).collect();
+    let spec = CreateSpec::in_memory(name, Level::Raid6, CHUNK_BYTES, 2);
+    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+    (members, Array::open_in_memory(&all, opts).unwrap())
+}
+
+/// A RAID 6 of six 40 MiB member files `<prefix>0..5` in `dir`, created; their paths.
+fn raid6_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> {
+    array_files(dir, prefix, name, Level::Raid6, 6, 40 << 20)
+}
+
 /// A RAID 5 of three 24 MiB member files `<prefix>0..2` in `dir`, created; their paths.
 fn raid5_files(dir: &std::path::Path, prefix: &str, name: &str) -> Vec<PathBuf> {
-    let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("{prefix}{i}"))).collect();
-    let spec = CreateSpec {
-        members: paths.clone(),
-        create_files_bytes: Some(24 << 20),
-        ..CreateSpec::in_memory(name, Level::Raid5, CHUNK_BYTES, 2)
-    };
-    create(&spec).unwrap();
-    paths
+    array_files(dir, prefix, name, Level::Raid5, 3, 24 << 20)
 }
 
 /// Files of a member's size (40 MiB, as `raid6_files` makes them), added to `array` as hot
@@ -226,11 +249,7 @@ fn file_raid6_rebuild_resumes_after_a_restart() {
 
 #[test]
 fn scrub_finds_silent_corruption_and_repair_fixes_it() {
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("s{i}"), 16 << 20)).collect();
-    let spec = CreateSpec::in_memory("scrub", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
-    let array = Array::open_in_memory(&members, &options(0)).unwrap();
+    let (members, array) = memory_raid6("s", "scrub", &[], &options(0));
     let size = array.size_bytes();
     let mut session = array.session().unwrap();
     let model = fill(&mut session, size, 3);
@@ -394,13 +413,7 @@ fn tunables_given_at_create_or_live_are_stored_and_used_at_the_next_start() {
 #[test]
 fn a_member_that_fails_a_superblock_write_is_failed_in_the_engine_and_replaced() {
     use flashraid_runtime::Trigger;
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("w{i}"), 16 << 20)).collect();
-    let spares = vec![MemMember::new("wspare", 16 << 20)];
-    let spec = CreateSpec::in_memory("metafail", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
-    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
-    let array = Array::open_in_memory(&all, &options(0)).unwrap();
+    let (members, array) = memory_raid6("w", "metafail", &["wspare"], &options(0));
     let size = array.size_bytes();
     let mut session = array.session().unwrap();
     let model = fill(&mut session, size, 5);
@@ -427,13 +440,7 @@ fn a_member_that_fails_a_superblock_write_is_failed_in_the_engine_and_replaced()
 
 #[test]
 fn replace_puts_the_new_device_in_the_role_even_with_another_spare_present() {
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("r{i}"), 16 << 20)).collect();
-    let spares = vec![MemMember::new("standby", 16 << 20)];
-    let spec = CreateSpec::in_memory("replace", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
-    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
-    let array = Array::open_in_memory(&all, &options(0)).unwrap();
+    let (_, array) = memory_raid6("r", "replace", &["standby"], &options(0));
     let size = array.size_bytes();
     let mut session = array.session().unwrap();
     let model = fill(&mut session, size, 6);
@@ -603,12 +610,7 @@ fn replace_copies_the_old_member_while_writes_go_on() {
     let stripes = array.geometry().stripes();
     assert!(rebuilt < stripes / 4, "{rebuilt} of {stripes} stripes rebuilt after the copy");
     check(&mut session, &model, "after the replace");
-    array.fail_member(0).unwrap();
-    array.fail_member(5).unwrap();
-    check(&mut session, &model, "relying on the replacement");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(array, session, &model, &[0, 5], "relying on the replacement", &dir);
 }
 
 /// A `replace` interrupted by a stop, clean or not, starts its copy over at the next start
@@ -758,13 +760,7 @@ fn a_spare_absent_at_one_start_does_not_stop_the_next() {
 /// (ReAdd::Never) adds it as a spare at once.
 #[test]
 fn a_re_add_during_another_rebuild_is_refused_not_downgraded() {
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("b{i}"), 16 << 20)).collect();
-    let spares = vec![MemMember::new("busy-spare", 16 << 20)];
-    let spec = CreateSpec::in_memory("busy", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
-    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
-    let array = Array::open_in_memory(&all, &options(1)).unwrap();
+    let (members, array) = memory_raid6("b", "busy", &["busy-spare"], &options(1));
     let size = array.size_bytes();
     let mut session = array.session().unwrap();
     let model = fill(&mut session, size, 12);
@@ -912,12 +908,7 @@ fn removing_another_spare_during_a_copy_keeps_the_replace_on_its_device() {
     assert_eq!(status.members[3].path.as_deref(), target.to_str(), "{status:#?}");
     let mut session = array.session().unwrap();
     check(&mut session, &model, "after the replace");
-    array.fail_member(0).unwrap();
-    array.fail_member(5).unwrap();
-    check(&mut session, &model, "relying on the replacement");
-    drop(session);
-    array.shutdown().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lean_on_and_stop(array, session, &model, &[0, 5], "relying on the replacement", &dir);
 }
 
 /// Whether this process holds `path` open: as a descriptor of its own, or as a file
@@ -1004,11 +995,7 @@ fn removed_and_refused_spares_are_let_go_and_their_slots_reused() {
 /// which then rebuilds a failed member in that slot.
 #[test]
 fn in_memory_spare_slots_are_reused() {
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
-    let spec = CreateSpec::in_memory("slots", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &[]).unwrap();
-    let array = Array::open_in_memory(&members, &options(0)).unwrap();
+    let (_, array) = memory_raid6("m", "slots", &[], &options(0));
     let mut session = array.session().unwrap();
     let mut model = fill(&mut session, array.size_bytes(), 41);
     drop(session);
@@ -1034,13 +1021,7 @@ fn in_memory_spare_slots_are_reused() {
 #[test]
 fn failed_members_are_let_go_and_taken_back() {
     let dir = scratch_dir("formers");
-    let paths: Vec<PathBuf> = (0..5).map(|i| dir.join(format!("m{i}"))).collect();
-    let spec = CreateSpec {
-        members: paths.clone(),
-        create_files_bytes: Some(24 << 20),
-        ..CreateSpec::in_memory("formers", Level::Raid6, CHUNK_BYTES, 2)
-    };
-    create(&spec).unwrap();
+    let paths = array_files(&dir, "m", "formers", Level::Raid6, 5, 24 << 20);
     // 1 MiB/s: the first takeover's rebuild outlasts the steps below.
     let array = Array::open(&paths, &options(1 << 20)).unwrap();
     let mut session = array.session().unwrap();
@@ -1100,13 +1081,7 @@ fn failed_members_are_let_go_and_taken_back() {
 /// then, the spare, and reads returned wrong data).
 #[test]
 fn in_memory_former_member_takes_over_another_role() {
-    let members: Vec<Arc<MemMember>> =
-        (0..6).map(|i| MemMember::new(&format!("al{i}"), 16 << 20)).collect();
-    let spares = vec![MemMember::new("al-e", 16 << 20)];
-    let spec = CreateSpec::in_memory("alias", Level::Raid6, CHUNK_BYTES, 2);
-    create_in_memory_with_spares(&spec, &members, &spares).unwrap();
-    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
-    let array = Array::open_in_memory(&all, &options(0)).unwrap();
+    let (members, array) = memory_raid6("al", "alias", &["al-e"], &options(0));
     let mut session = array.session().unwrap();
     let model = fill(&mut session, array.size_bytes(), 61);
     array.fail_member(0).unwrap();
