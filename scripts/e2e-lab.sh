@@ -308,8 +308,9 @@ else
             sleep 0.1
         done
     done
-    expect_refusal "SNIA profiles only" "$bin" bench run --profile vm-images --target flashraid \
-        --serve-tcp 10.231.1.1:10819 --insecure-tcp --load-host 10.231.1.2 --out "$work/x"
+    expect_refusal "SNIA profiles and vm-images only" "$bin" bench run --profile degraded-rebuild \
+        --target flashraid --serve-tcp 10.231.1.1:10819 --insecure-tcp --load-host 10.231.1.2 \
+        --out "$work/x"
     expect_refusal "only NBD exports" "$bin" bench run --profile snia-throughput --target members \
         --load-host 10.231.1.2 --out "$work/x"
     "$bin" bench run --profile snia-throughput --target flashraid --serve-tcp 10.231.1.1:10819 \
@@ -338,6 +339,41 @@ for e in first["elements"]:
     got = e["read"]["ios"] + e["write"]["ios"]
     assert got == want > 0, (e["name"], got, want)
 print(f"   two load hosts: every round ran on both; {len(first['elements'])} elements merged")
+EOF
+    echo "-- vm-images from the same two load hosts: 16 VMs each, every VM kept apart"
+    "$bin" bench run --profile vm-images --target flashraid --serve-tcp 10.231.1.1:10819 \
+        --insecure-tcp --load-host 10.231.1.2 --load-host 10.231.2.2 --members 6 \
+        --member-size 32M --dir "$members/m" --out "$work/run9" >"$work/run9.out" \
+        2>"$work/run9.err" || { tail -30 "$work/run9.err"; fail "vm-images with two load hosts"; }
+    grep -q "IOPS over time, all VMs" "$work/run9/vm-images/report.html" \
+        || { tail -30 "$work/run9.err"; fail "vm-images from two hosts: no timeline"; }
+    /usr/bin/python3 - "$work/run9/vm-images" <<'EOF'
+import json, sys, glob
+d = sys.argv[1]
+run = json.load(open(f"{d}/vm-run.json"))
+[t] = run["targets"]
+assert "2 load host(s)" in t["description"], t["description"]
+text = open(f"{d}/0-flashraid/vm-1.json").read()
+raw = json.loads(text[text.index("{"):])
+vms = [c for c in raw["client_stats"] if c["jobname"] != "All clients"]
+per_host = {}
+for c in vms:
+    per_host[c["hostname"]] = per_host.get(c["hostname"], 0) + 1
+assert per_host == {"10.231.1.2": 16, "10.231.2.2": 16}, per_host
+# Every VM is in the report on its own, with the figures its host reported.
+[rep] = t["repetitions"]
+assert len(rep) == 32, len(rep)
+assert sorted(j["read"]["ios"] for j in rep) == sorted(c["read"]["total_ios"] for c in vms)
+assert all(j["read"]["ios"] > 0 and j["write"]["ios"] > 0 for j in rep)
+# The two hosts' VMs work on disjoint slices: host 1's job starts where host 0's VMs end.
+jobs = [open(f"{d}/0-flashraid/vm-1-h{k}.fio").read() for k in (0, 1)]
+slice_ = int([l for l in jobs[0].splitlines() if l.startswith("offset_increment=")][0].split("=")[1])
+assert "\noffset=" not in jobs[0], "host 0 starts at the first VM's slice"
+assert f"\noffset={16 * slice_}\n" in jobs[1], jobs[1]
+[line] = t["timelines"]
+assert line is not None, "the per-VM logs fio's client brought back were not read"
+assert sum(line["total_iops"]) > 0 and max(line["slowest_vm_iops"]) > 0, line
+print(f"   vm-images from two hosts: 16 VMs each, {len(line['total_iops'])} s of IOPS over time")
 EOF
 fi
 

@@ -21,11 +21,11 @@
 //!
 //! Load hosts (`--load-host`): the SNIA profiles' rounds can run on fio servers elsewhere
 //! (fio's client/server mode), each running the whole round at once, their results merged per
-//! element by `flashraid-lab`; preconditioning still runs from this host. The targets must
-//! then be NBD exports over TCP.
+//! element by `flashraid-lab`; vm-images shares its VMs out among them and keeps every VM
+//! apart (their 1-s logs come back through fio's client, named per host). Preconditioning
+//! still runs from this host. The targets must then be NBD exports over TCP.
 //!
-//! Limits: vm-images, video-frames, small-files and degraded-rebuild load from this host
-//! only; video-frames and small-files (in `files`) need root: they mount a filesystem on
+//! Limits: video-frames, small-files and degraded-rebuild load from this host only; video-frames and small-files (in `files`) need root: they mount a filesystem on
 //! each target.
 
 use anyhow::{Context, Result, bail};
@@ -36,13 +36,18 @@ use flashraid_lab::degraded::{
     render_degraded_compare_markdown,
 };
 use flashraid_lab::files::{FilesReport, FilesShape, render_files_html, render_files_markdown};
-use flashraid_lab::fio::{JobResult, parse_fio_client_output, parse_fio_output};
+use flashraid_lab::fio::{
+    JobResult, parse_fio_client_jobs, parse_fio_client_output, parse_fio_output,
+};
 use flashraid_lab::merge::{compare_runs, group_by_workload};
 use flashraid_lab::profile::{
     FileEngine, Mode, Preset, Profile, ProfilePlan, Target, plan_snia, render_round,
     render_round_on_host, render_wipc,
 };
-use flashraid_lab::profile::{VmImagesShape, WorkloadShape, render_vm_images, workload_shape};
+use flashraid_lab::profile::{
+    VmImagesShape, WorkloadShape, render_vm_images, render_vm_images_on_host, vms_on_host,
+    workload_shape,
+};
 use flashraid_lab::report::{
     ArrayState, RunReport, TargetRun, compare_html, compare_markdown, render_csv, render_html,
     render_markdown,
@@ -138,9 +143,10 @@ pub struct LabRunArgs {
     /// fio binary.
     #[arg(long, default_value = "fio")]
     fio: PathBuf,
-    /// A fio server (`fio --server` on a load host) to drive the SNIA profiles' rounds from,
-    /// repeatable: every round runs on all of them at once and their results are merged per
-    /// element (IOPS summed, percentiles from the merged histograms). Targets must then be
+    /// A fio server (`fio --server` on a load host) to drive the SNIA profiles' rounds and
+    /// vm-images from, repeatable: every round runs on all of them at once and their results
+    /// are merged per element (IOPS summed, percentiles from the merged histograms); vm-images
+    /// shares its VMs out among them. Targets must then be
     /// NBD exports the load hosts reach: `flashraid` with --serve-tcp, or `nbd://` URIs.
     #[arg(long = "load-host")]
     load_hosts: Vec<String>,
@@ -347,8 +353,22 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         );
     }
     if !args.load_hosts.is_empty() {
-        if plans.iter().any(|p| !matches!(p, Job::Snia(_))) {
-            bail!("--load-host drives the SNIA profiles only; the others run from this host");
+        if plans.iter().any(|p| !matches!(p, Job::Snia(_) | Job::Vm(_))) {
+            bail!(
+                "--load-host drives the SNIA profiles and vm-images only; video-frames, \
+                 small-files and degraded-rebuild run from this host"
+            );
+        }
+        for plan in &plans {
+            if let Job::Vm(shape) = plan
+                && u32::try_from(args.load_hosts.len()).map_or(true, |h| h > shape.vms)
+            {
+                bail!(
+                    "{} load hosts for vm-images' {} VMs: each load host runs at least one VM",
+                    args.load_hosts.len(),
+                    shape.vms
+                );
+            }
         }
         for spec in &specs {
             match spec {
@@ -973,43 +993,83 @@ fn run_vm(
     for target in specs.iter().enumerate() {
         let (column, raw_dir, prepared) =
             prepare_target(args, target, &dir, Profile::VmImages, &mut report.manifest)?;
-        let mut target = VmTarget {
-            name: column.clone(),
-            description: prepared.description.clone(),
-            repetitions: vec![],
-            timelines: vec![],
+        // With load hosts the VMs run there, shared out, against the target as they reach
+        // it; the preconditioning runs here, once.
+        let (vm_target, hosts) = match &prepared.load_target {
+            Some(remote) if !args.load_hosts.is_empty() => (remote, args.load_hosts.as_slice()),
+            _ => (&prepared.target, &[][..]),
         };
+        let description = match vm_target {
+            Target::Nbd { uri, .. } if !hosts.is_empty() => format!(
+                "{}; VMs run from {} load host(s) over {uri}",
+                prepared.description,
+                hosts.len()
+            ),
+            _ => prepared.description.clone(),
+        };
+        let mut target =
+            VmTarget { name: column.clone(), description, repetitions: vec![], timelines: vec![] };
         let result = (|| -> Result<()> {
             let wipc = render_wipc(wipc_test, &prepared.target)?;
             eprintln!("[vm-images] {column}: preconditioning");
             run_fio(&args.fio, &raw_dir, "wipc", &wipc, None)?;
             for rep in 1..=shape.repetitions {
                 let log_prefix = format!("vm-{rep}");
-                let job = render_vm_images(
-                    &shape,
-                    &prepared.target,
-                    args.seed + u64::from(rep),
-                    &log_prefix,
-                )?;
+                let seed = args.seed + u64::from(rep);
+                let job = render_vm_images(&shape, vm_target, seed, &log_prefix)?;
+                // Each host's VMs log under a prefix of their own (fio's client adds the
+                // host to each log's name as well).
+                let per_host = hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, host)| {
+                        let prefix = format!("{log_prefix}-h{k}");
+                        let text = render_vm_images_on_host(
+                            &shape,
+                            vm_target,
+                            seed,
+                            &prefix,
+                            k,
+                            hosts.len(),
+                        )?;
+                        Ok((host.clone(), text))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
                 if rep == 1 {
                     report.manifest.insert(format!("{column}: vm job (seed varies)"), job.clone());
+                    for (k, (host, text)) in per_host.iter().enumerate() {
+                        report.manifest.insert(
+                            format!("{column}: vm job on load host {k} ({host}, seed varies)"),
+                            text.clone(),
+                        );
+                    }
                 }
                 eprintln!(
-                    "[vm-images] {column}: repetition {rep}/{}, {} VMs for {} s",
+                    "[vm-images] {column}: repetition {rep}/{}, {} VMs for {} s{}",
                     shape.repetitions,
                     shape.vms,
-                    shape.ramp_s + shape.runtime_s
+                    shape.ramp_s + shape.runtime_s,
+                    if hosts.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", from {} load hosts", hosts.len())
+                    }
                 );
                 let limit =
                     Duration::from_secs(u64::from(shape.ramp_s + shape.runtime_s)) + ROUND_OVERRUN;
-                let text = run_fio(&args.fio, &raw_dir, &format!("vm-{rep}"), &job, Some(limit))?;
-                let parsed = parse_fio_output(&text)
-                    .with_context(|| format!("fio output {}/vm-{rep}.json", raw_dir.display()))?;
-                target.push_repetition(parsed.jobs, shape.vms)?;
+                let name = format!("vm-{rep}");
+                let text = run_fio_on(&args.fio, &raw_dir, &name, &job, Some(limit), &per_host)?;
+                let context = || format!("fio output {}/{name}.json", raw_dir.display());
+                let jobs = if hosts.is_empty() {
+                    parse_fio_output(&text).with_context(context)?.jobs
+                } else {
+                    vm_jobs_from_hosts(&text, &shape, hosts.len()).with_context(context)?
+                };
+                target.push_repetition(jobs, shape.vms)?;
                 // The timeline only adds a chart: logs that cannot be read cost the chart,
                 // not the run.
                 target.timelines.push(
-                    read_vm_timeline(&raw_dir, &log_prefix, &shape)
+                    read_vm_timeline(&raw_dir, &log_prefix, &shape, hosts.len())
                         .inspect_err(|e| {
                             eprintln!("    no IOPS timeline for repetition {rep}: {e:#}")
                         })
@@ -1031,27 +1091,87 @@ fn run_vm(
     Ok((dir, render_vm_markdown(&report)))
 }
 
+/// A vm-images repetition's VMs from fio's client-mode output: every VM of every load host,
+/// unmerged (each clone is one VM), checked to come from `hosts` hosts that each ran its
+/// share.
+fn vm_jobs_from_hosts(text: &str, shape: &VmImagesShape, hosts: usize) -> Result<Vec<JobResult>> {
+    let jobs = parse_fio_client_jobs(text)?;
+    let mut per_host: Vec<(String, usize)> = vec![];
+    for (host, _) in &jobs {
+        match per_host.iter_mut().find(|(h, _)| h == host) {
+            Some((_, count)) => *count += 1,
+            None => per_host.push((host.clone(), 1)),
+        }
+    }
+    let mut got: Vec<usize> = per_host.iter().map(|(_, n)| *n).collect();
+    let mut want: Vec<usize> = (0..hosts).map(|k| vms_on_host(shape.vms, k, hosts).len()).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    if got != want {
+        bail!(
+            "VMs reported per load host {:?}, expected shares {want:?} from {hosts} hosts",
+            per_host
+        );
+    }
+    Ok(jobs.into_iter().map(|(_, job)| job).collect())
+}
+
 /// A vm-images repetition's IOPS and latency over time, from the per-VM logs fio wrote in
-/// `raw_dir` (`PREFIX_iops.N.log`, `PREFIX_lat.N.log`).
-fn read_vm_timeline(raw_dir: &Path, log_prefix: &str, shape: &VmImagesShape) -> Result<VmTimeline> {
+/// `raw_dir` (`PREFIX_iops.N.log`, `PREFIX_lat.N.log`; with `hosts` load hosts, host k's
+/// VMs under `PREFIX-hK`, each name followed by the host as fio's client adds it).
+fn read_vm_timeline(
+    raw_dir: &Path,
+    log_prefix: &str,
+    shape: &VmImagesShape,
+    hosts: usize,
+) -> Result<VmTimeline> {
     let interval_ms = u64::from(shape.log_average_ms);
-    let mut timeline =
-        vm_timeline(&read_fio_logs(raw_dir, log_prefix, "iops", shape.vms)?, interval_ms)?;
-    add_latency(&mut timeline, &read_fio_logs(raw_dir, log_prefix, "lat", shape.vms)?, interval_ms);
+    let logs = |kind: &str| -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
+        if hosts == 0 {
+            return read_fio_logs(raw_dir, log_prefix, kind, shape.vms);
+        }
+        let mut all = vec![];
+        for k in 0..hosts {
+            let vms = u32::try_from(vms_on_host(shape.vms, k, hosts).len()).expect("fits");
+            all.extend(read_fio_logs(raw_dir, &format!("{log_prefix}-h{k}"), kind, vms)?);
+        }
+        Ok(all)
+    };
+    let mut timeline = vm_timeline(&logs("iops")?, interval_ms)?;
+    add_latency(&mut timeline, &logs("lat")?, interval_ms);
     Ok(timeline)
 }
 
 /// fio's averaged logs of one kind (`iops`, `lat`) for jobs 1 to `jobs`, as fio names them
-/// in `dir`: `PREFIX_KIND.N.log`.
+/// in `dir`: `PREFIX_KIND.N.log`, or in client mode `PREFIX_KIND.N.log.HOST` (the one such
+/// file; two are an error, not a guess).
 fn read_fio_logs(
     dir: &Path,
     prefix: &str,
     kind: &str,
     jobs: u32,
 ) -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
     (1..=jobs)
         .map(|n| {
-            let path = dir.join(format!("{prefix}_{kind}.{n}.log"));
+            let name = format!("{prefix}_{kind}.{n}.log");
+            let path = if names.contains(&name) {
+                dir.join(&name)
+            } else {
+                let suffixed = format!("{name}.");
+                let found: Vec<&String> =
+                    names.iter().filter(|f| f.starts_with(&suffixed)).collect();
+                match found.as_slice() {
+                    [one] => dir.join(one),
+                    [] => bail!("fio's log {} is missing", dir.join(&name).display()),
+                    many => {
+                        bail!("fio's log {name}: {} candidates in {}", many.len(), dir.display())
+                    }
+                }
+            };
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("fio's log {}", path.display()))?;
             parse_fio_log(&text).with_context(|| format!("fio's log {}", path.display()))

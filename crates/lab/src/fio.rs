@@ -21,7 +21,8 @@
 //! A job's own `error` code is data, not a parse error: the caller decides what a failed job means.
 //!
 //! fio's client mode (several load hosts, `--client`) reports `client_stats` instead of `jobs`;
-//! [`parse_fio_client_output`] merges the hosts per job name from their json+ histograms.
+//! [`parse_fio_client_output`] merges the hosts per job name from their json+ histograms, and
+//! [`parse_fio_client_jobs`] keeps every host's jobs apart (vm-images: one job per VM).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -226,6 +227,28 @@ pub fn parse_fio_client_output(text: &str) -> Result<(FioOutput, Vec<String>), F
     }
     let jobs = groups.into_iter().map(|(_, list)| merge_hosts(list)).collect::<Result<_, _>>()?;
     Ok((FioOutput { fio_version: raw.fio_version.unwrap_or_default(), jobs }, hosts))
+}
+
+/// Parse the output of fio's client mode job by job, unmerged: each host's jobs with the host
+/// that ran them, in output order. For a profile whose jobs are separate workloads (vm-images:
+/// each clone is one VM), where merging by name would lump the VMs of every host together.
+pub fn parse_fio_client_jobs(text: &str) -> Result<Vec<(String, JobResult)>, FioError> {
+    let start = json_start(text).ok_or(FioError::NoJson)?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<RawOutput>();
+    let raw = match stream.next() {
+        Some(parsed) => parsed?,
+        None => return Err(FioError::NoJson),
+    };
+    let jobs = raw
+        .client_stats
+        .into_iter()
+        .filter(|j| j.jobname != ALL_CLIENTS)
+        .map(|mut job| Ok((job.hostname.take().unwrap_or_default(), convert_job(job)?)))
+        .collect::<Result<Vec<_>, FioError>>()?;
+    if jobs.is_empty() {
+        return Err(FioError::NoJobs);
+    }
+    Ok(jobs)
 }
 
 /// One job name's results from every host, as one result.
@@ -582,6 +605,25 @@ mod tests {
         assert!(matches!(parse_fio_client_output(&cut), Err(FioError::BadJob { .. })));
         // Plain (one-host) output has no client_stats.
         assert!(matches!(parse_fio_client_output(JSONPLUS), Err(FioError::NoJobs)));
+    }
+
+    #[test]
+    fn client_mode_jobs_unmerged_keep_their_hosts() {
+        let jobs = parse_fio_client_jobs(CLIENT_2HOSTS).unwrap();
+        let seen: Vec<(&str, &str)> =
+            jobs.iter().map(|(h, j)| (h.as_str(), j.name.as_str())).collect();
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        for host in ["10.231.1.2", "10.231.2.2"] {
+            for name in ["r100-4k", "r0-4k"] {
+                assert_eq!(seen.iter().filter(|s| **s == (host, name)).count(), 1, "{seen:?}");
+            }
+        }
+        // Each host's own figures, not a merge.
+        let reads: Vec<u64> =
+            jobs.iter().filter(|(_, j)| j.name == "r100-4k").map(|(_, j)| j.read.ios).collect();
+        assert_eq!(reads.iter().sum::<u64>(), 73553 + 70820);
+        assert!(reads.contains(&73553) && reads.contains(&70820), "{reads:?}");
+        assert!(matches!(parse_fio_client_jobs(JSONPLUS), Err(FioError::NoJobs)));
     }
 
     fn close(a: f64, b: f64) -> bool {

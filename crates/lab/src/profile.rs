@@ -397,6 +397,8 @@ pub enum ProfileError {
     UnsafeValue { what: &'static str, value: String, reason: &'static str },
     #[error("target region of {region_bytes} bytes is smaller than {needed_bytes} bytes ({why})")]
     TargetTooSmall { region_bytes: u64, needed_bytes: u64, why: &'static str },
+    #[error("{hosts} load hosts for {vms} VMs: every load host runs at least one VM")]
+    TooManyHosts { hosts: usize, vms: u32 },
 }
 
 /// Quick mode caps threads and queue depth at the shape measured on the 2-core CI box (TC 2,
@@ -1018,6 +1020,47 @@ pub fn render_vm_images(
     randseed: u64,
     log_prefix: &str,
 ) -> Result<String, ProfileError> {
+    render_vms(shape, target, randseed, log_prefix, 0..shape.vms)
+}
+
+/// The VMs load host `host` of `hosts` runs: an even share of `vms`, the first hosts taking
+/// one more where they do not divide evenly.
+pub fn vms_on_host(vms: u32, host: usize, hosts: usize) -> std::ops::Range<u32> {
+    assert!(host < hosts, "host {host} of {hosts}");
+    let (hosts, host) = (u32::try_from(hosts).expect("hosts fit"), host as u32);
+    let (each, extra) = (vms / hosts, vms % hosts);
+    let start = host * each + host.min(extra);
+    start..start + each + u32::from(host < extra)
+}
+
+/// vm-images from several load hosts: host `host` of `hosts` runs its share of the VMs
+/// ([`vms_on_host`]), each on the same region of the target it has when one host runs them
+/// all, with a seed of its own. Its logs are named `LOG_PREFIX_KIND.N.log` for its N-th VM
+/// (fio's client adds the host to each name).
+pub fn render_vm_images_on_host(
+    shape: &VmImagesShape,
+    target: &Target,
+    randseed: u64,
+    log_prefix: &str,
+    host: usize,
+    hosts: usize,
+) -> Result<String, ProfileError> {
+    if u32::try_from(hosts).map_or(true, |h| h > shape.vms) {
+        return Err(ProfileError::TooManyHosts { hosts, vms: shape.vms });
+    }
+    let vms = vms_on_host(shape.vms, host, hosts);
+    render_vms(shape, target, randseed.wrapping_add(host as u64 * 1_000_003), log_prefix, vms)
+}
+
+/// The job for VMs `vms` (of `shape.vms`, each on its own slice of the target).
+fn render_vms(
+    shape: &VmImagesShape,
+    target: &Target,
+    randseed: u64,
+    log_prefix: &str,
+    vms: std::ops::Range<u32>,
+) -> Result<String, ProfileError> {
+    assert!(!vms.is_empty() && vms.end <= shape.vms, "VMs {vms:?} of {}", shape.vms);
     let region = target.size_bytes();
     let slice = region / u64::from(shape.vms.max(1)) / (4 * KIB) * (4 * KIB);
     if slice == 0 {
@@ -1038,7 +1081,11 @@ pub fn render_vm_images(
     let _ = writeln!(out, "runtime={}\nramp_time={}", shape.runtime_s, shape.ramp_s);
     let _ =
         writeln!(out, "rw=randrw\nrwmixread={}\nbssplit={}", shape.read_percent, split.join(":"));
-    let _ = writeln!(out, "iodepth={}\nnumjobs={}", shape.queue_depth, shape.vms);
+    let _ = writeln!(out, "iodepth={}\nnumjobs={}", shape.queue_depth, vms.len());
+    // VM k's slice starts at k * slice (fio adds offset_increment per clone to offset).
+    if vms.start > 0 {
+        let _ = writeln!(out, "offset={}", u64::from(vms.start) * slice);
+    }
     let _ = writeln!(out, "size={}\noffset_increment={slice}", slice * target.path_count());
     let _ = writeln!(out, "random_distribution=zipf:{}", shape.zipf_theta);
     // Per-VM results are the point of this profile (fairness), so no group reporting.
@@ -1355,6 +1402,48 @@ loops=2
         assert!(text.contains("bssplit=4k/45:8k/20:16k/10:64k/15:128k/10\n"), "{text}");
         assert!(text.contains("numjobs=32\nsize=33554432\noffset_increment=33554432\n"), "{text}");
         assert!(text.contains("runtime=20\nramp_time=3\n") && text.ends_with("\n[vm]\n"));
+    }
+
+    #[test]
+    fn load_hosts_split_the_vms_and_keep_each_vm_on_its_slice() {
+        let Some(WorkloadShape::VmImages(shape)) = workload_shape(Profile::VmImages, Mode::Quick)
+        else {
+            panic!("vm-images shape");
+        };
+        assert_eq!(shape.vms, 32);
+        let target = Target::Nbd { uri: "nbd://10.0.0.1:10809/lab".into(), size_bytes: GIB };
+        let slice = GIB / 32;
+        for hosts in [1usize, 2, 3, 5, 32] {
+            let mut next_vm = 0;
+            for host in 0..hosts {
+                let vms = vms_on_host(shape.vms, host, hosts);
+                assert_eq!(vms.start, next_vm, "{hosts} hosts: VMs contiguous and in order");
+                assert!(vms.len() >= 32 / hosts && vms.len() <= 32 / hosts + 1);
+                next_vm = vms.end;
+                let text =
+                    render_vm_images_on_host(&shape, &target, 7, "vm-1-h0", host, hosts).unwrap();
+                let line = |key: &str| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix(key))
+                        .map(|v| v.parse::<u64>().unwrap())
+                };
+                assert_eq!(line("numjobs="), Some(vms.len() as u64), "{text}");
+                assert_eq!(line("offset_increment="), Some(slice));
+                assert_eq!(line("size="), Some(slice));
+                assert_eq!(line("offset=").unwrap_or(0), u64::from(vms.start) * slice, "{text}");
+                assert_eq!(line("randseed="), Some(7 + host as u64 * 1_000_003));
+            }
+            assert_eq!(next_vm, 32, "{hosts} hosts run every VM");
+        }
+        // One host runs what render_vm_images renders.
+        assert_eq!(
+            render_vm_images_on_host(&shape, &target, 7, "p", 0, 1).unwrap(),
+            render_vm_images(&shape, &target, 7, "p").unwrap()
+        );
+        assert!(matches!(
+            render_vm_images_on_host(&shape, &target, 7, "p", 0, 33),
+            Err(ProfileError::TooManyHosts { hosts: 33, vms: 32 })
+        ));
     }
 
     #[test]
