@@ -313,6 +313,13 @@ else
         --out "$work/x"
     expect_refusal "only NBD exports" "$bin" bench run --profile snia-throughput --target members \
         --load-host 10.231.1.2 --out "$work/x"
+    expect_refusal "given twice" "$bin" bench run --profile vm-images --target flashraid \
+        --serve-tcp 10.231.1.1:10819 --insecure-tcp --load-host 10.231.1.2 --load-host 10.231.1.2 \
+        --out "$work/x"
+    hosts33=$(for i in $(seq 33); do printf -- '--load-host 10.232.0.%s ' "$i"; done)
+    # shellcheck disable=SC2086 # one word per option
+    expect_refusal "at least one VM" "$bin" bench run --profile vm-images --target flashraid \
+        --serve-tcp 10.231.1.1:10819 --insecure-tcp $hosts33 --out "$work/x"
     "$bin" bench run --profile snia-throughput --target flashraid --serve-tcp 10.231.1.1:10819 \
         --insecure-tcp --load-host 10.231.1.2 --load-host 10.231.2.2 --members 6 --member-size 32M \
         --dir "$members/m" --out "$work/run6" >"$work/run6.out" 2>"$work/run6.err" \
@@ -360,6 +367,9 @@ per_host = {}
 for c in vms:
     per_host[c["hostname"]] = per_host.get(c["hostname"], 0) + 1
 assert per_host == {"10.231.1.2": 16, "10.231.2.2": 16}, per_host
+# Each host's VMs run under its own job name, which is how the lab tells the hosts apart.
+names = {(c["hostname"], c["jobname"]) for c in vms}
+assert names == {("10.231.1.2", "vm-h0"), ("10.231.2.2", "vm-h1")}, names
 # Every VM is in the report on its own, with the figures its host reported.
 [rep] = t["repetitions"]
 assert len(rep) == 32, len(rep)

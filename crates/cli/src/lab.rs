@@ -25,8 +25,9 @@
 //! apart (their 1-s logs come back through fio's client, named per host). Preconditioning
 //! still runs from this host. The targets must then be NBD exports over TCP.
 //!
-//! Limits: video-frames, small-files and degraded-rebuild load from this host only; video-frames and small-files (in `files`) need root: they mount a filesystem on
-//! each target.
+//! Limits: video-frames, small-files and degraded-rebuild load from this host only;
+//! video-frames and small-files (in `files`) need root: they mount a filesystem on each
+//! target.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -45,8 +46,8 @@ use flashraid_lab::profile::{
     render_round_on_host, render_wipc,
 };
 use flashraid_lab::profile::{
-    VmImagesShape, WorkloadShape, render_vm_images, render_vm_images_on_host, vms_on_host,
-    workload_shape,
+    VmImagesShape, WorkloadShape, render_vm_images, render_vm_images_on_host, vm_job_on_host,
+    vms_on_host, workload_shape,
 };
 use flashraid_lab::report::{
     ArrayState, RunReport, TargetRun, compare_html, compare_markdown, render_csv, render_html,
@@ -144,9 +145,9 @@ pub struct LabRunArgs {
     #[arg(long, default_value = "fio")]
     fio: PathBuf,
     /// A fio server (`fio --server` on a load host) to drive the SNIA profiles' rounds and
-    /// vm-images from, repeatable: every round runs on all of them at once and their results
-    /// are merged per element (IOPS summed, percentiles from the merged histograms); vm-images
-    /// shares its VMs out among them. Targets must then be
+    /// vm-images from, repeatable: every SNIA round runs on all of them at once and their
+    /// results are merged per element (IOPS summed, percentiles from the merged histograms);
+    /// vm-images shares its VMs out among them, all started together. Targets must then be
     /// NBD exports the load hosts reach: `flashraid` with --serve-tcp, or `nbd://` URIs.
     #[arg(long = "load-host")]
     load_hosts: Vec<String>,
@@ -353,6 +354,11 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         );
     }
     if !args.load_hosts.is_empty() {
+        if let Some(twice) =
+            args.load_hosts.iter().enumerate().find(|(i, h)| args.load_hosts[..*i].contains(h))
+        {
+            bail!("load host {} is given twice: give each fio server once", twice.1);
+        }
         if plans.iter().any(|p| !matches!(p, Job::Snia(_) | Job::Vm(_))) {
             bail!(
                 "--load-host drives the SNIA profiles and vm-images only; video-frames, \
@@ -990,6 +996,17 @@ fn run_vm(
         manifest,
         targets: vec![],
     };
+    if !args.load_hosts.is_empty() {
+        report.manifest.insert(
+            "load hosts".into(),
+            format!(
+                "{} (fio client/server; the VMs shared out in load-host order, each on the slice \
+                 it has from one host, with a seed per host, all started together; each VM \
+                 reported on its own; preconditioning from this host)",
+                args.load_hosts.join(", ")
+            ),
+        );
+    }
     for target in specs.iter().enumerate() {
         let (column, raw_dir, prepared) =
             prepare_target(args, target, &dir, Profile::VmImages, &mut report.manifest)?;
@@ -1092,28 +1109,29 @@ fn run_vm(
 }
 
 /// A vm-images repetition's VMs from fio's client-mode output: every VM of every load host,
-/// unmerged (each clone is one VM), checked to come from `hosts` hosts that each ran its
-/// share.
+/// unmerged (each clone is one VM), host by host in load-host order (each host's job has its
+/// own name, [`vm_job_on_host`]), each host checked to have reported exactly its share.
 fn vm_jobs_from_hosts(text: &str, shape: &VmImagesShape, hosts: usize) -> Result<Vec<JobResult>> {
-    let jobs = parse_fio_client_jobs(text)?;
-    let mut per_host: Vec<(String, usize)> = vec![];
-    for (host, _) in &jobs {
-        match per_host.iter_mut().find(|(h, _)| h == host) {
-            Some((_, count)) => *count += 1,
-            None => per_host.push((host.clone(), 1)),
+    let mut jobs: Vec<Option<JobResult>> =
+        parse_fio_client_jobs(text)?.into_iter().map(|(_, job)| Some(job)).collect();
+    let mut ordered = Vec::with_capacity(jobs.len());
+    for k in 0..hosts {
+        let name = vm_job_on_host(k);
+        let mine: Vec<JobResult> = jobs
+            .iter_mut()
+            .filter(|j| j.as_ref().is_some_and(|j| j.name == name))
+            .filter_map(Option::take)
+            .collect();
+        let want = vms_on_host(shape.vms, k, hosts).len();
+        if mine.len() != want {
+            bail!("load host {k} reported {} VMs ({name}), not its share of {want}", mine.len());
         }
+        ordered.extend(mine);
     }
-    let mut got: Vec<usize> = per_host.iter().map(|(_, n)| *n).collect();
-    let mut want: Vec<usize> = (0..hosts).map(|k| vms_on_host(shape.vms, k, hosts).len()).collect();
-    got.sort_unstable();
-    want.sort_unstable();
-    if got != want {
-        bail!(
-            "VMs reported per load host {:?}, expected shares {want:?} from {hosts} hosts",
-            per_host
-        );
+    if let Some(other) = jobs.iter().flatten().next() {
+        bail!("fio reported a job no load host was given: {:?}", other.name);
     }
-    Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    Ok(ordered)
 }
 
 /// A vm-images repetition's IOPS and latency over time, from the per-VM logs fio wrote in
@@ -1128,12 +1146,12 @@ fn read_vm_timeline(
     let interval_ms = u64::from(shape.log_average_ms);
     let logs = |kind: &str| -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
         if hosts == 0 {
-            return read_fio_logs(raw_dir, log_prefix, kind, shape.vms);
+            return read_fio_logs(raw_dir, log_prefix, kind, shape.vms, false);
         }
         let mut all = vec![];
         for k in 0..hosts {
             let vms = u32::try_from(vms_on_host(shape.vms, k, hosts).len()).expect("fits");
-            all.extend(read_fio_logs(raw_dir, &format!("{log_prefix}-h{k}"), kind, vms)?);
+            all.extend(read_fio_logs(raw_dir, &format!("{log_prefix}-h{k}"), kind, vms, true)?);
         }
         Ok(all)
     };
@@ -1143,22 +1161,27 @@ fn read_vm_timeline(
 }
 
 /// fio's averaged logs of one kind (`iops`, `lat`) for jobs 1 to `jobs`, as fio names them
-/// in `dir`: `PREFIX_KIND.N.log`, or in client mode `PREFIX_KIND.N.log.HOST` (the one such
-/// file; two are an error, not a guess).
+/// in `dir`: `PREFIX_KIND.N.log`, or with `client_mode` `PREFIX_KIND.N.log.HOST` (the one
+/// such file: each host's logs have a prefix of their own; two are an error, not a guess).
 fn read_fio_logs(
     dir: &Path,
     prefix: &str,
     kind: &str,
     jobs: u32,
+    client_mode: bool,
 ) -> Result<Vec<Vec<flashraid_lab::vm::LogSample>>> {
-    let names: Vec<String> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
+    let names: Vec<String> = if client_mode {
+        std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect()
+    } else {
+        vec![]
+    };
     (1..=jobs)
         .map(|n| {
             let name = format!("{prefix}_{kind}.{n}.log");
-            let path = if names.contains(&name) {
+            let path = if !client_mode {
                 dir.join(&name)
             } else {
                 let suffixed = format!("{name}.");
@@ -1569,8 +1592,8 @@ impl Drill<'_> {
                 }
             })
             .collect();
-        let iops = read_fio_logs(self.dir, "drill", "iops", load.threads)?;
-        let latency = read_fio_logs(self.dir, "drill", "lat", load.threads)?;
+        let iops = read_fio_logs(self.dir, "drill", "iops", load.threads, false)?;
+        let latency = read_fio_logs(self.dir, "drill", "lat", load.threads, false)?;
         Ok(flashraid_lab::degraded::Drill::from_logs(&iops, &latency, 1000, markers)?)
     }
 

@@ -1035,8 +1035,10 @@ pub fn vms_on_host(vms: u32, host: usize, hosts: usize) -> std::ops::Range<u32> 
 
 /// vm-images from several load hosts: host `host` of `hosts` runs its share of the VMs
 /// ([`vms_on_host`]), each on the same region of the target it has when one host runs them
-/// all, with a seed of its own. Its logs are named `LOG_PREFIX_KIND.N.log` for its N-th VM
-/// (fio's client adds the host to each name).
+/// all, with a seed of its own. Its job is named [`vm_job_on_host`] (so its VMs are told
+/// apart from other hosts' by name, also for two fio servers on one address), and its logs
+/// `LOG_PREFIX_KIND.N.log`, one per VM (fio's client adds the host to each name; N is fio's
+/// job number, not necessarily the VM's place in its share).
 pub fn render_vm_images_on_host(
     shape: &VmImagesShape,
     target: &Target,
@@ -1049,7 +1051,16 @@ pub fn render_vm_images_on_host(
         return Err(ProfileError::TooManyHosts { hosts, vms: shape.vms });
     }
     let vms = vms_on_host(shape.vms, host, hosts);
-    render_vms(shape, target, randseed.wrapping_add(host as u64 * 1_000_003), log_prefix, vms)
+    let text =
+        render_vms(shape, target, randseed.wrapping_add(host as u64 * 1_000_003), log_prefix, vms)?;
+    let section = "\n[vm]\n";
+    assert!(text.ends_with(section), "render_vms ends with the VM job's section");
+    Ok(format!("{}\n[{}]\n", &text[..text.len() - section.len()], vm_job_on_host(host)))
+}
+
+/// The job name of load host `host`'s VMs.
+pub fn vm_job_on_host(host: usize) -> String {
+    format!("vm-h{host}")
 }
 
 /// The job for VMs `vms` (of `shape.vms`, each on its own slice of the target).
@@ -1435,11 +1446,13 @@ loops=2
             }
             assert_eq!(next_vm, 32, "{hosts} hosts run every VM");
         }
-        // One host runs what render_vm_images renders.
+        // One host runs what render_vm_images renders, under its own job name.
         assert_eq!(
             render_vm_images_on_host(&shape, &target, 7, "p", 0, 1).unwrap(),
-            render_vm_images(&shape, &target, 7, "p").unwrap()
+            render_vm_images(&shape, &target, 7, "p").unwrap().replace("\n[vm]\n", "\n[vm-h0]\n")
         );
+        let text = render_vm_images_on_host(&shape, &target, 7, "p", 2, 3).unwrap();
+        assert!(text.ends_with("\n[vm-h2]\n") && !text.contains("[vm]"), "{text}");
         assert!(matches!(
             render_vm_images_on_host(&shape, &target, 7, "p", 0, 33),
             Err(ProfileError::TooManyHosts { hosts: 33, vms: 32 })
