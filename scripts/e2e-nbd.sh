@@ -448,13 +448,17 @@ print("data intact after scrub repair")
 '
 
 step "tune: tunables change live and are stored; cores and queue depth at the next start"
+"$F" status --control "$WORK/control" --json | contains '"member_timeout_ms": 60000' \
+    || fail "the default member timeout is not in force"
 "$F" tune --control "$WORK/control" --merge-window-us 200 --scrub-rate 300M --resync-rate 1G \
-    --shards 2 --queue-depth 256 | tee "$WORK/tune.txt"
+    --shards 2 --queue-depth 256 --member-timeout-ms 20000 | tee "$WORK/tune.txt"
 contains "merge window (us): 200 (stored)" <"$WORK/tune.txt" || fail "tune did not say what it set"
+"$F" status --control "$WORK/control" --json | contains '"member_timeout_ms": 20000' \
+    || fail "the member timeout set live is not in force"
 "$F" tune --control "$WORK/control" --shards 0 2>/dev/null && fail "tune accepted 0 reactors"
 "$F" tune --control "$WORK/control" >"$WORK/tunables.json"
 for want in '"merge_window_us": 200' '"scrub_rate_mib_per_s": 300' '"resync_rate_mib_per_s": 1024' \
-    '"shards": 2' '"queue_depth": 256'; do
+    '"shards": 2' '"queue_depth": 256' '"member_timeout_ms": 20000'; do
     contains "$want" <"$WORK/tunables.json" || { cat "$WORK/tunables.json"; fail "tunables lack $want"; }
 done
 "$F" inspect --json "${MEMBERS[0]}" | contains '"queue_depth": 256' \

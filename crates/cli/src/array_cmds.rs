@@ -81,6 +81,13 @@ pub struct TunableArgs {
     /// Applies at the next start.
     #[arg(long, value_parser = clap::value_parser!(u32).range(16..=32768))]
     pub queue_depth: Option<u32>,
+    /// A member with IO outstanding and none of it completing for this long is failed as
+    /// stalled and its stripes served from redundancy, in milliseconds (default 60000,
+    /// twice the kernel's NVMe and SCSI command timeout; 0: never; at most 3600000). Lower
+    /// it to drop a member that has become far slower than its peers sooner; IO it already
+    /// holds still waits for it.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=3_600_000))]
+    pub member_timeout_ms: Option<u32>,
 }
 
 impl TunableArgs {
@@ -94,6 +101,7 @@ impl TunableArgs {
             resync_rate_mib_per_s: self.resync_rate.map(mib_per_s),
             shards: self.shards,
             queue_depth: self.queue_depth,
+            member_timeout_ms: self.member_timeout_ms,
         }
     }
 }
@@ -109,6 +117,7 @@ pub fn tunables_json(t: &flashraid_format::superblock::Tunables) -> serde_json::
         "merge_window_us": t.merge_window_us,
         "shards": t.shards,
         "queue_depth": t.queue_depth,
+        "member_timeout_ms": t.member_timeout_ms,
     })
 }
 
@@ -275,7 +284,7 @@ fn print_superblock(copy: usize, sb: &Superblock) {
     let show = |v: Option<u32>, unit: &str| v.map_or("-".to_string(), |v| format!("{v}{unit}"));
     println!(
         "    tunables: rebuild rate {} (busy {}), resync rate {}, scrub rate {}, merge window {}, \
-         scrub every {}, shards {}, queue depth {}",
+         scrub every {}, shards {}, queue depth {}, member timeout {}",
         show(t.rebuild_rate_mib_per_s, " MiB/s"),
         show(t.rebuild_busy_rate_mib_per_s, " MiB/s"),
         show(t.resync_rate_mib_per_s, " MiB/s"),
@@ -284,6 +293,7 @@ fn print_superblock(copy: usize, sb: &Superblock) {
         show(t.scrub_interval_hours, " h"),
         show(t.shards, ""),
         show(t.queue_depth, ""),
+        show(t.member_timeout_ms, " ms"),
     );
     for (i, m) in sb.members.iter().chain(&sb.spares).enumerate() {
         let failed = if m.state == MemberState::Failed {

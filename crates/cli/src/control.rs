@@ -194,7 +194,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
     } else {
         "optimal"
     };
-    json!({
+    let mut status = json!({
         "name": s.name,
         "uuid": s.uuid.to_string(),
         "level": s.level.name(),
@@ -266,7 +266,10 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "kind": e.kind,
             "message": e.message,
         })).collect::<Vec<_>>(),
-    })
+    });
+    // Beside the stored tunables: the timeout in force (the default when none is stored).
+    status["member_timeout_ms"] = json!(s.member_timeout_ms);
+    status
 }
 
 #[derive(Args, Debug)]
@@ -698,6 +701,7 @@ fn tune_key(key: &str) -> Option<fn(u64) -> Option<Tunable>> {
         "merge-window-us" => |v| u32::try_from(v).ok().map(Tunable::MergeWindowUs),
         "shards" => |v| u32::try_from(v).ok().map(Tunable::Shards),
         "queue-depth" => |v| u32::try_from(v).ok().map(Tunable::QueueDepth),
+        "member-timeout-ms" => |v| u32::try_from(v).ok().map(Tunable::MemberTimeoutMs),
         _ => return None,
     })
 }
@@ -748,6 +752,10 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
     if let Some(n) = t.queue_depth {
         let what = "queue depth (from the next start)";
         changes.push((what, tune("queue-depth", n.into()), n.to_string()));
+    }
+    if let Some(ms) = t.member_timeout_ms {
+        let shown = if ms == 0 { "never".to_string() } else { ms.to_string() };
+        changes.push(("member timeout (ms)", tune("member-timeout-ms", ms.into()), shown));
     }
     for (what, command, shown) in &changes {
         ask(&path, command)?;

@@ -6,6 +6,11 @@ use crate::EngineError;
 /// The longest merge window accepted, in microseconds: a window is for neighbouring writes
 /// already on their way, and a mistaken huge one would hold writes for minutes.
 pub const MERGE_WINDOW_US_MAX: u32 = 100_000;
+/// The member timeout when none is set: twice Linux's default NVMe and SCSI command timeout
+/// (30 s), so the kernel gives up on a hung command (and reports an error) first.
+pub const MEMBER_IO_TIMEOUT_US_DEFAULT: u64 = 60_000_000;
+/// The longest member timeout: an hour.
+pub const MEMBER_IO_TIMEOUT_US_MAX: u64 = 3_600_000_000;
 
 /// One shard's configuration. Safety-relevant limits have no `Default`; use
 /// [`ShardConfig::recommended`] and adjust.
@@ -57,6 +62,11 @@ pub struct ShardConfig {
     /// putting more of one large request on one shard (see `crate::owner`). Not stored on
     /// disk; the router and every shard must be built with the same value.
     pub stripe_run_member_bytes: u64,
+    /// How long a member may have IO outstanding with none of it completing before the
+    /// shard fails it as stalled, in microseconds (0: never). Longer than the kernel's own
+    /// command timeout by default, so a device the kernel is still retrying or resetting
+    /// is not failed before the kernel gives up on it.
+    pub member_io_timeout_us: u64,
 }
 
 impl ShardConfig {
@@ -78,6 +88,7 @@ impl ShardConfig {
             rebuild_rate_bytes_per_s: 0,
             rebuild_busy_rate_bytes_per_s: 200 << 20,
             stripe_run_member_bytes: 0,
+            member_io_timeout_us: MEMBER_IO_TIMEOUT_US_DEFAULT,
         }
     }
 
@@ -108,6 +119,9 @@ impl ShardConfig {
         }
         if self.merge_window_us > u64::from(MERGE_WINDOW_US_MAX) {
             return bad("merge_window_us must be at most 100000 (0.1 s)");
+        }
+        if self.member_io_timeout_us > MEMBER_IO_TIMEOUT_US_MAX {
+            return bad("member_io_timeout_us must be at most 3600000000 (an hour)");
         }
         if self.rebuild_stall_retry_us == 0 {
             return bad("rebuild_stall_retry_us must be at least 1");

@@ -22,7 +22,9 @@ pub mod router;
 pub mod shard;
 mod table;
 
-pub use config::{MERGE_WINDOW_US_MAX, ShardConfig};
+pub use config::{
+    MEMBER_IO_TIMEOUT_US_DEFAULT, MEMBER_IO_TIMEOUT_US_MAX, MERGE_WINDOW_US_MAX, ShardConfig,
+};
 pub use io::{Driver, Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
 pub use owner::Ownership;
 pub use request::{Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow};

@@ -3,7 +3,7 @@
 //! No member data is simulated; these tests are about ordering and state, not bytes.
 
 use flashraid_engine::{
-    BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo, MemberIoKind,
+    BitmapSetup, Durability, FailReason, Health, IoError, MemberCompletion, MemberIo, MemberIoKind,
     MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp, ShardReply,
     ShardRequest, ShardSetup, ShutdownState, ZeroHow,
 };
@@ -445,4 +445,122 @@ fn a_rebuild_retried_under_load_gets_past_its_stall_and_finishes() {
     assert_eq!(end.stripes_done, end.stripes_total, "the rebuild did not finish: {end:?}");
     let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
     assert!(events.iter().any(|e| matches!(e, ShardEvent::RebuildDone { .. })), "{events:?}");
+}
+
+fn read_at(id: u64, offset: u64, len: u32) -> ShardRequest {
+    ShardRequest {
+        id: RequestId(id),
+        op: ShardOp::Read { offset: ArrayOffset(offset), len_bytes: len },
+        buf: Some(IoBuf::new(len as usize)),
+    }
+}
+
+fn events(shard: &mut Shard) -> Vec<ShardEvent> {
+    std::iter::from_fn(|| shard.poll_event()).collect()
+}
+
+/// A member that completes none of its IO for the member timeout is failed as stalled,
+/// whatever the other members do meanwhile; the array then serves its stripes from
+/// redundancy, and the IO it held completes whenever it answers.
+#[test]
+fn a_member_that_completes_nothing_is_failed_after_the_timeout() {
+    let config = ShardConfig {
+        scratch_bytes: 4 << 20,
+        member_io_timeout_us: 1_000_000,
+        ..ShardConfig::recommended()
+    };
+    let mut s = shard_with(config, Level::Raid5, 4, &[], &[]);
+    let g = *s.geometry();
+    s.tick(1_000);
+    s.submit(read_at(1, 0, 4096)).unwrap();
+    let stuck = ios(&mut s);
+    assert_eq!(stuck.len(), 1);
+    let m = stuck[0].member;
+    assert_eq!(s.member_ios_outstanding(m), 1);
+    // Other members keep answering; that does not vouch for `m`.
+    let mut id = 2;
+    for step in 1..=10u64 {
+        s.tick(1_000 + step * 99_000);
+        for stripe in 1..4u64 {
+            s.submit(read_at(id, stripe * g.stripe_data_bytes(), 4096)).unwrap();
+            id += 1;
+        }
+        let batch = ios(&mut s);
+        assert!(batch.iter().all(|io| io.member != m), "stripes 1-3 start on other members");
+        complete(&mut s, batch, |_| Ok(()));
+    }
+    assert!(events(&mut s).is_empty(), "failed before the timeout");
+    s.tick(1_000 + 1_000_000 + 1_000);
+    let failed = events(&mut s);
+    assert!(
+        matches!(failed.as_slice(), [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] if *member == m),
+        "{failed:?}"
+    );
+    s.apply_failed(&[m]);
+    // Reads of every data chunk of three stripes: none goes to the stalled member.
+    for stripe in 4..7u64 {
+        s.submit(read_at(id, stripe * g.stripe_data_bytes(), g.stripe_data_bytes() as u32))
+            .unwrap();
+        id += 1;
+    }
+    let mut served = 0;
+    for _ in 0..100 {
+        let batch = ios(&mut s);
+        if batch.is_empty() {
+            break;
+        }
+        assert!(batch.iter().all(|io| io.member != m), "IO for the stalled member");
+        complete(&mut s, batch, |_| Ok(()));
+    }
+    for r in replies(&mut s) {
+        assert_eq!(r.result, Ok(()), "{r:?}");
+        served += 1;
+    }
+    assert_eq!(served, 30 + 3, "every read but the stalled one answered");
+    // The stalled member answers at last: its read completes, and nothing fails twice.
+    complete(&mut s, stuck, |_| Ok(()));
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].id, r[0].result), (RequestId(1), Ok(())));
+    assert_eq!(s.member_ios_outstanding(m), 0);
+    s.tick(10_000_000);
+    assert!(events(&mut s).is_empty());
+}
+
+/// A member busy for far longer than the timeout is not stalled while its IOs complete, an
+/// idle member never is, and a timeout of 0 fails nothing.
+#[test]
+fn a_member_that_keeps_answering_or_is_idle_is_not_failed() {
+    for timeout_us in [1_000_000, 0] {
+        let config = ShardConfig {
+            scratch_bytes: 4 << 20,
+            member_io_timeout_us: timeout_us,
+            ..ShardConfig::recommended()
+        };
+        let mut s = shard_with(config, Level::Raid5, 4, &[], &[]);
+        s.tick(1_000);
+        // Always one read outstanding on every member, each answered 0.5 s later, for 20 s.
+        let stripe_bytes = s.geometry().stripe_data_bytes();
+        let mut previous = vec![];
+        for step in 0..40u64 {
+            s.tick(1_000 + step * 500_000);
+            s.submit(read_at(step, (step % 8) * stripe_bytes, stripe_bytes as u32)).unwrap();
+            let batch = ios(&mut s);
+            complete(&mut s, std::mem::replace(&mut previous, batch), |_| Ok(()));
+        }
+        complete(&mut s, previous, |_| Ok(()));
+        assert_eq!(replies(&mut s).len(), 40);
+        // Idle for an hour.
+        s.tick(3_600_000_000);
+        let seen = events(&mut s);
+        assert!(seen.is_empty(), "timeout {timeout_us}: {seen:?}");
+        // With the timeout off, even a member that never answers stays in.
+        if timeout_us == 0 {
+            s.submit(read_at(99, 0, 4096)).unwrap();
+            let stuck = ios(&mut s);
+            s.tick(7_200_000_000);
+            assert!(events(&mut s).is_empty());
+            complete(&mut s, stuck, |_| Ok(()));
+        }
+    }
 }

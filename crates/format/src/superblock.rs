@@ -146,6 +146,9 @@ pub struct Tunables {
     pub shards: Option<u32>,
     /// Member IOs in flight per reactor (its io_uring's entries).
     pub queue_depth: Option<u32>,
+    /// A member with IO outstanding and none of it completing for this long is failed as
+    /// stalled, milliseconds (0: never).
+    pub member_timeout_ms: Option<u32>,
 }
 
 const TUNABLES_OFFSET: usize = 232;
@@ -154,7 +157,7 @@ const TUNABLES_OFFSET: usize = 232;
 const TUNABLES_EXT_OFFSET: usize = MISSED_SINCE_OFFSET + 8;
 /// Tunables stored at `TUNABLES_OFFSET + 4` (the rest go to `TUNABLES_EXT_OFFSET`).
 const TUNABLES_BASE_COUNT: usize = 5;
-const TUNABLES_COUNT: usize = 8;
+const TUNABLES_COUNT: usize = 9;
 
 /// Where tunable `i`'s value lives.
 fn tunable_offset(i: usize) -> usize {
@@ -195,6 +198,7 @@ impl Tunables {
             resync_rate_mib_per_s: f[5],
             shards: f[6],
             queue_depth: f[7],
+            member_timeout_ms: f[8],
         }
     }
 
@@ -210,6 +214,7 @@ impl Tunables {
             self.resync_rate_mib_per_s,
             self.shards,
             self.queue_depth,
+            self.member_timeout_ms,
         ]
     }
 

@@ -157,7 +157,9 @@ fn tunables_round_trip_and_unset_stays_unset() {
             resync_rate_mib_per_s: Some(64),
             shards: Some(4),
             queue_depth: Some(256),
+            member_timeout_ms: Some(60_000),
         },
+        Tunables { member_timeout_ms: Some(0), ..Default::default() },
         Tunables { scrub_interval_hours: Some(0), ..Default::default() },
         Tunables { queue_depth: Some(0), shards: Some(u32::MAX), ..Default::default() },
     ] {
@@ -170,9 +172,10 @@ fn tunables_round_trip_and_unset_stays_unset() {
     // (zeroes there) reads as "not set".
     sb.tunables = Tunables { merge_window_us: Some(7), ..Default::default() };
     let image = sb.encode();
-    assert!(image[3336..3348].iter().all(|&b| b == 0), "unset tunables left bytes behind");
+    assert!(image[3336..3352].iter().all(|&b| b == 0), "unset tunables left bytes behind");
     let back = Superblock::decode(&image).unwrap();
     assert_eq!((back.tunables.shards, back.tunables.queue_depth), (None, None));
+    assert_eq!(back.tunables.member_timeout_ms, None);
 }
 
 /// The replace record (a spare's entry names the role it is replacing): it round-trips, an

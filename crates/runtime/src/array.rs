@@ -101,6 +101,9 @@ pub enum Tunable {
     Shards(u32),
     /// Member IOs in flight per reactor: stored, used from the next start.
     QueueDepth(u32),
+    /// A member with IO outstanding and none of it completing for this long is failed as
+    /// stalled, milliseconds (0: never).
+    MemberTimeoutMs(u32),
 }
 
 /// How to open an array.
@@ -191,6 +194,9 @@ pub struct ArrayStatus {
     /// Member IOs in flight per reactor, at most (its io_uring's entries; in-memory members
     /// have no ring and no such bound).
     pub queue_depth: u32,
+    /// The member timeout in force, milliseconds (0: never): a member with IO outstanding
+    /// and none of it completing for this long is failed as stalled.
+    pub member_timeout_ms: u64,
     pub event: u64,
 }
 
@@ -539,6 +545,9 @@ impl Array {
         if let Some(us) = tunables.merge_window_us {
             options.config.merge_window_us = u64::from(us);
         }
+        if let Some(ms) = tunables.member_timeout_ms {
+            options.config.member_io_timeout_us = u64::from(ms) * 1000;
+        }
         if let Some(hours) = tunables.scrub_interval_hours {
             options.scrub_interval =
                 (hours > 0).then(|| std::time::Duration::from_secs(u64::from(hours) * 3600));
@@ -681,6 +690,7 @@ impl Array {
             events: EventLog::new(options.event_command.clone()),
             scrub_rate_bytes_per_s: options.scrub_rate_bytes_per_s,
             ring_entries: options.ring_entries,
+            member_timeout_us: options.config.member_io_timeout_us,
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
@@ -836,6 +846,9 @@ impl Array {
             Tunable::Shards(n) => (1..=flashraid_format::bitmap::SHARDS_MAX).contains(&n),
             Tunable::QueueDepth(n) => (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&n),
             Tunable::MergeWindowUs(us) => us <= flashraid_engine::MERGE_WINDOW_US_MAX,
+            Tunable::MemberTimeoutMs(ms) => {
+                u64::from(ms) * 1000 <= flashraid_engine::MEMBER_IO_TIMEOUT_US_MAX
+            }
             _ => true,
         };
         if !valid {
@@ -1087,6 +1100,8 @@ struct Controller {
     scrub_rate_bytes_per_s: u64,
     /// Entries of each reactor's io_uring, as started.
     ring_entries: u32,
+    /// The member timeout in force (`ShardConfig::member_io_timeout_us`; 0: never).
+    member_timeout_us: u64,
     scrub_interval: Option<std::time::Duration>,
     next_scrub_at: Option<std::time::Instant>,
 }
@@ -1238,7 +1253,7 @@ impl Controller {
                     self.events.record(
                         &self.metadata,
                         "member-failed",
-                        &format!("member {} failed ({reason:?})", member.get()),
+                        &format!("member {} failed ({reason})", member.get()),
                     );
                     self.abandon_copy_for(member);
                     let _ = self.fail(&[member]);
@@ -1449,6 +1464,11 @@ impl Controller {
             Tunable::MergeWindowUs(us) => {
                 self.broadcast(|| Control::SetMergeWindow(u64::from(us)));
                 tunables.merge_window_us = Some(us);
+            }
+            Tunable::MemberTimeoutMs(ms) => {
+                self.member_timeout_us = u64::from(ms) * 1000;
+                self.broadcast(|| Control::SetMemberTimeout(u64::from(ms) * 1000));
+                tunables.member_timeout_ms = Some(ms);
             }
             Tunable::Shards(n) => tunables.shards = Some(n),
             Tunable::QueueDepth(n) => tunables.queue_depth = Some(n),
@@ -2784,6 +2804,7 @@ impl Controller {
             counters,
             shards: shards.len(),
             queue_depth: self.ring_entries,
+            member_timeout_ms: self.member_timeout_us / 1000,
             event: sb.event,
         }
     }

@@ -151,6 +151,8 @@ pub(crate) enum Control {
     SetResyncRate(u64),
     /// The merge window for partial-stripe writes, microseconds (0: none).
     SetMergeWindow(u64),
+    /// The member timeout, microseconds (0: never).
+    SetMemberTimeout(u64),
     /// This shard's share of a running scrub's rate (0: unlimited).
     SetScrubRate(u64),
     /// Scrub every stripe (`repair`: rewrite what disagrees) at this shard's share of a rate
@@ -558,6 +560,7 @@ impl Reactor {
                         Control::SetRebuildBusyRate(rate) => self.shard.set_rebuild_busy_rate(rate),
                         Control::SetResyncRate(rate) => self.shard.set_resync_rate(rate),
                         Control::SetMergeWindow(us) => self.shard.set_merge_window_us(us),
+                        Control::SetMemberTimeout(us) => self.shard.set_member_io_timeout_us(us),
                         Control::SetScrubRate(rate) => self.shard.set_scrub_rate(rate),
                         Control::StartScrub { repair, rate_bytes_per_s } => {
                             self.shard.start_scrub(repair, rate_bytes_per_s)

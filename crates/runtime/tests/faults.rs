@@ -11,7 +11,7 @@ use flashraid_format::layout::DATA_OFFSET_BYTES;
 use flashraid_layout::{ArrayOffset, Geometry, Level, StripeIndex};
 use flashraid_runtime::{
     Array, ArrayStatus, CreateSpec, Event, MemMember, OpenOptions, PowerDomain, Session, Stopped,
-    TornReport, Trigger, create_in_memory,
+    TornReport, Trigger, Tunable, create_in_memory,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -188,6 +188,75 @@ fn a_member_vanishing_under_load_is_failed_and_io_goes_on_raid5() {
 #[test]
 fn a_member_vanishing_under_load_is_failed_and_io_goes_on_raid6() {
     vanish_under_load(Level::Raid6);
+}
+
+/// A member that stops answering under load (its IO held for seconds) is failed as stalled
+/// once none of its IO completed for the member timeout, set live; IO goes on without it, and
+/// what it held completes when it answers.
+#[test]
+fn a_member_that_stalls_under_load_is_failed_and_io_goes_on() {
+    let power = PowerDomain::new();
+    let members = members(6, &power);
+    create(Level::Raid6, &members);
+    let array = Array::open_in_memory(&members, &options()).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.member_timeout_ms, 60_000, "the default");
+    array.tune(Tunable::MemberTimeoutMs(300)).unwrap();
+    const STALLED: usize = 3;
+    let ops_done = AtomicU64::new(0);
+    const THREADS: u64 = 3;
+    const OPS: u64 = 200;
+    const REGION_BYTES: u64 = 2 << 20;
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let (array, ops_done) = (&array, &ops_done);
+            scope.spawn(move || {
+                let mut s = array.session().unwrap();
+                let base = t * REGION_BYTES;
+                for i in 0..OPS {
+                    let len = 4096 * (1 + (i * 7 + t) % 12);
+                    let offset = base + (i * 20480) % (REGION_BYTES - len);
+                    let d = pattern(t * 1000 + i, len);
+                    s.write(offset, &d).unwrap_or_else(|e| panic!("thread {t} op {i}: {e}"));
+                    assert!(read(&mut s, offset, len) == d, "thread {t} op {i}");
+                    ops_done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        while ops_done.load(Ordering::Relaxed) < THREADS * OPS / 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Every IO the member takes from now on completes 3 s late: a hung device, to the
+        // array, that answers in the end.
+        members[STALLED].faults().set_latency_us(3_000_000);
+    });
+    assert_eq!(ops_done.load(Ordering::Relaxed), THREADS * OPS);
+    let status = wait_for(&array, "the stalled member to be failed", |st| {
+        health(st, STALLED) == Health::Failed
+    });
+    assert!(status.degraded && !status.failed, "{status:#?}");
+    let event = status.events.iter().find(|e| e.kind == "member-failed");
+    assert!(
+        event.is_some_and(|e| e.message.contains(&format!("member {STALLED} failed"))
+            && e.message.contains("stalled")),
+        "{:#?}",
+        status.events
+    );
+    assert_eq!(status.tunables.member_timeout_ms, Some(300), "stored with the array");
+    assert_eq!(status.member_timeout_ms, 300);
+    assert!(status.counters.degraded_reads + status.counters.degraded_writes > 0);
+    // Each write was read back as it was made; the last of each thread (overwritten by
+    // none) still reads back with the stalled member out.
+    let mut s = array.session().unwrap();
+    for t in 0..THREADS {
+        let i = OPS - 1;
+        let len = 4096 * (1 + (i * 7 + t) % 12);
+        let offset = t * REGION_BYTES + (i * 20480) % (REGION_BYTES - len);
+        assert!(read(&mut s, offset, len) == pattern(t * 1000 + i, len), "thread {t} op {i}");
+    }
+    members[STALLED].faults().set_latency_us(0);
+    drop(s);
+    drop(array);
 }
 
 #[test]

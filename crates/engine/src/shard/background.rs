@@ -28,6 +28,7 @@ impl Shard {
         // delay is seconds, so this loses nothing).
         if now.saturating_sub(self.last_bitmap_scan_us) >= BITMAP_SCAN_INTERVAL_US {
             self.last_bitmap_scan_us = now;
+            self.check_stalled_members();
             if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
                 self.start_internal_flush();
             }

@@ -24,7 +24,9 @@
 //!   reconstruction plans, once per erasure pattern.
 //!
 //! Fault model: member IO errors. A read error is served from redundancy and the bad range is
-//! rewritten; a member whose reads keep failing, or whose write fails, is failed. Beyond the
+//! rewritten; a member whose reads keep failing, or whose write fails, is failed; so is a
+//! member with IO outstanding that completes none of it for the member timeout (stalled: its
+//! outstanding IO keeps its buffers and its requests until it answers). Beyond the
 //! level's tolerance, reads of lost data return `Unreadable` and writes `ArrayFailed`; wrong
 //! data is never returned.
 
@@ -155,6 +157,22 @@ pub enum FailReason {
     Gone,
     /// A flush failed.
     FlushError,
+    /// IO was outstanding on the member and none of it completed for
+    /// `ShardConfig::member_io_timeout_us`: the member hangs (or is far slower than an array
+    /// can wait for), and its stripes are served from redundancy instead.
+    Stalled,
+}
+
+impl std::fmt::Display for FailReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailReason::WriteError => "a write failed",
+            FailReason::ReadErrors => "too many read errors",
+            FailReason::Gone => "the device is gone",
+            FailReason::FlushError => "a flush failed",
+            FailReason::Stalled => "its IO stalled: none completed within the member timeout",
+        })
+    }
 }
 
 /// Counters for status and benchmarks.
@@ -448,6 +466,12 @@ pub struct Shard {
     missed_offset_bytes: u64,
     members: Vec<MemberSetup>,
     read_errors: Vec<u32>,
+    /// Per member: IOs handed to the driver (`poll_io`) and not yet completed, and when one
+    /// last completed (or, if none was outstanding, when the first of these was handed
+    /// over). A member with IO outstanding and no completion for `member_io_timeout_us` is
+    /// failed as stalled (`check_stalled_members`).
+    member_ios_outstanding: Vec<u32>,
+    member_progress_us: Vec<u64>,
     requests: Vec<Option<Request>>,
     free_requests: Vec<usize>,
     /// Running operations by slot. Boxed: an `Op` is several KiB (per-member arrays sized
@@ -626,6 +650,8 @@ impl Shard {
                     * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
             members: setup.members,
             read_errors: vec![0; n],
+            member_ios_outstanding: vec![0; n],
+            member_progress_us: vec![0; n],
             requests,
             free_requests: (0..requests_max).rev().collect(),
             ops,
@@ -779,7 +805,42 @@ impl Shard {
     }
 
     pub fn poll_io(&mut self) -> Option<MemberIo> {
-        self.ios.pop_front()
+        let io = self.ios.pop_front()?;
+        let m = io.member.get();
+        if self.member_ios_outstanding[m] == 0 {
+            self.member_progress_us[m] = self.now_us;
+        }
+        self.member_ios_outstanding[m] += 1;
+        Some(io)
+    }
+
+    /// IOs handed to the driver for `member` and not completed yet.
+    pub fn member_ios_outstanding(&self, member: MemberIndex) -> u32 {
+        self.member_ios_outstanding[member.get()]
+    }
+
+    /// Change how long a member may leave its IO uncompleted before it is failed as stalled
+    /// (microseconds; 0: never).
+    pub fn set_member_io_timeout_us(&mut self, us: u64) {
+        self.config.member_io_timeout_us = us;
+    }
+
+    /// Fail every member in service that has IO outstanding and completed none of it for
+    /// the member timeout. What it had outstanding stays outstanding (a hung device keeps
+    /// its buffers until it answers); what comes after is served without it.
+    pub(super) fn check_stalled_members(&mut self) {
+        let timeout = self.config.member_io_timeout_us;
+        if timeout == 0 {
+            return;
+        }
+        for m in 0..self.members.len() {
+            let stalled = self.member_ios_outstanding[m] > 0
+                && self.now_us.saturating_sub(self.member_progress_us[m]) >= timeout
+                && matches!(self.members[m].health, Health::Active | Health::Rebuilding);
+            if stalled {
+                self.fail_member(u16::try_from(m).expect("fits"), FailReason::Stalled);
+            }
+        }
     }
 
     pub fn poll_reply(&mut self) -> Option<ShardReply> {
@@ -1374,6 +1435,23 @@ impl Shard {
     // Completion intake
 
     pub fn complete_io(&mut self, completion: MemberCompletion) {
+        let (origin, slot, _, _, chunk) = Self::decode_token(completion.token);
+        // Flush and bitmap tokens carry the member where an operation's carry its chunk.
+        let member = match origin {
+            ORIGIN_OP => usize::from(
+                self.ops[slot].as_ref().expect("completion for a live op").chunk_member[chunk],
+            ),
+            _ => chunk,
+        };
+        assert!(self.member_ios_outstanding[member] > 0, "a completion for no outstanding IO");
+        self.member_ios_outstanding[member] -= 1;
+        self.member_progress_us[member] = self.now_us;
+        self.dispatch_completion(completion);
+    }
+
+    /// The completion of an IO, whether or not it was handed to the driver (`complete_io`
+    /// counts those that were).
+    fn dispatch_completion(&mut self, completion: MemberCompletion) {
         let (origin, slot, serial, part, chunk) = Self::decode_token(completion.token);
         match origin {
             ORIGIN_OP => self.complete_op_io(slot, serial, part, chunk, completion.result),

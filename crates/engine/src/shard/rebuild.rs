@@ -235,8 +235,9 @@ impl Shard {
             }
             keep
         });
+        // Never handed to the driver: not among the member's outstanding IOs.
         for token in cancelled {
-            self.complete_io(crate::io::MemberCompletion {
+            self.dispatch_completion(crate::io::MemberCompletion {
                 token,
                 result: Err(crate::io::IoError::Gone),
             });
