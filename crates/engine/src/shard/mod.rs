@@ -1727,20 +1727,26 @@ impl Shard {
         }
         let op = self.ops[op_slot].as_mut().expect("live");
         if op.phase == Phase::Writing {
-            if op.bitmap_target.is_some() {
-                let region = op.region;
-                self.bitmap.release(region, self.now_us);
-            }
-            let op = self.ops[op_slot].as_mut().expect("live");
             op.phase = Phase::WaitMetadata;
         }
-        let op = self.ops[op_slot].as_ref().expect("live");
         let still_failing = op.needs_failed & self.failing_mask();
         if still_failing != 0 {
             self.waiting_metadata.push(op_slot);
             return;
         }
-        if self.array_failed() && op.kind == OpKind::Write {
+        // Only now may the region be cleared. A write that skipped a failing member leaves
+        // that member's chunk stale; until the failure is durable, a crash brings the member
+        // back in service, and only the region's bit makes the next start resync the stripe
+        // (released when the writes completed, the bit was cleared meanwhile and the stripe
+        // kept parity that disagreed with the returning member: found by the power-loss
+        // simulation, RAID 6 seed 1479).
+        let op = self.ops[op_slot].as_mut().expect("live");
+        if op.bitmap_target.take().is_some() {
+            let region = op.region;
+            self.bitmap.release(region, self.now_us);
+        }
+        let kind = self.ops[op_slot].as_ref().expect("live").kind;
+        if self.array_failed() && kind == OpKind::Write {
             self.ops[op_slot].as_mut().expect("live").result = Err(RequestError::ArrayFailed);
         }
         self.finish_op(op_slot);
