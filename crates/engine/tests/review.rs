@@ -55,8 +55,13 @@ fn shard_with(
     .unwrap()
 }
 
+/// Every IO the shard has for its driver, each accepted at once.
 fn ios(shard: &mut Shard) -> Vec<MemberIo> {
-    std::iter::from_fn(|| shard.poll_io()).collect()
+    let batch: Vec<MemberIo> = std::iter::from_fn(|| shard.poll_io()).collect();
+    for io in &batch {
+        shard.io_submitted(io.member, io.token);
+    }
+    batch
 }
 
 fn complete(
@@ -563,4 +568,142 @@ fn a_member_that_keeps_answering_or_is_idle_is_not_failed() {
             complete(&mut s, stuck, |_| Ok(()));
         }
     }
+}
+
+/// Tick the shard every 100 ms from `from_us` to `to_us`, as a running reactor does (a
+/// single jump longer than half the timeout reads as a pause, not a stall).
+fn tick_through(s: &mut Shard, from_us: u64, to_us: u64) {
+    let mut now = from_us;
+    while now < to_us {
+        now = (now + 100_000).min(to_us);
+        s.tick(now);
+    }
+}
+
+fn stall_shard(level: Level, n: usize, timeout_us: u64) -> Shard {
+    let config = ShardConfig {
+        scratch_bytes: 4 << 20,
+        member_io_timeout_us: timeout_us,
+        ..ShardConfig::recommended()
+    };
+    shard_with(config, level, n, &[], &[])
+}
+
+/// Found in review of the member timeout: a spare that takes over a stalled member's role
+/// inherited the hung device's outstanding IO and was failed as stalled at once; and a late
+/// error from the hung device failed the spare. IO is counted per device (an epoch per role
+/// in each token): the old device's completions, errors included, are not the new one's.
+#[test]
+fn a_spare_taking_over_a_stalled_member_inherits_none_of_its_io() {
+    let mut s = stall_shard(Level::Raid6, 6, 1_000_000);
+    s.tick(1_000);
+    // A write to stripe 0's first data chunk: member `m` will hang on it.
+    s.submit(write(1, 0, 4096)).unwrap();
+    let mut stuck = vec![];
+    let m = s.geometry().data_member(StripeIndex(0), 0, 0);
+    for _ in 0..100 {
+        let batch = ios(&mut s);
+        if batch.is_empty() {
+            break;
+        }
+        let (to_m, others): (Vec<_>, Vec<_>) = batch.into_iter().partition(|io| io.member == m);
+        stuck.extend(to_m);
+        complete(&mut s, others, |_| Ok(()));
+    }
+    assert!(!stuck.is_empty(), "the write reached member {m:?}");
+    tick_through(&mut s, 1_000, 1_000 + 1_000_000 + 1_000);
+    assert!(matches!(
+        events(&mut s).as_slice(),
+        [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] if *member == m
+    ));
+    s.apply_failed(&[m]);
+    s.cancel_queued_io(m);
+    s.start_rebuild(m, StripeIndex(0), false, false);
+    assert_eq!(s.member_ios_outstanding(m), 0, "the new device has nothing outstanding");
+    // The rebuild runs on the new device (its IO answered) while the old IO still hangs,
+    // for far longer than the timeout.
+    for step in 1..=30u64 {
+        s.tick(1_002_000 + step * 100_000);
+        let batch = ios(&mut s);
+        complete(&mut s, batch, |_| Ok(()));
+    }
+    assert!(events(&mut s).iter().all(|e| !matches!(e, ShardEvent::MemberFailed { .. })));
+    // The hung device answers at last, with errors: the new device is not failed for them.
+    complete(&mut s, stuck, |_| Err(IoError::Media));
+    settle(&mut s, |_| Ok(()));
+    let failed: Vec<_> = events(&mut s)
+        .into_iter()
+        .filter(|e| matches!(e, ShardEvent::MemberFailed { .. }))
+        .collect();
+    assert!(failed.is_empty(), "the old device's errors failed the new one: {failed:?}");
+    assert_eq!(s.member_health(m), Health::Rebuilding);
+    let r = replies(&mut s);
+    assert_eq!((r.len(), r[0].result), (1, Ok(())), "the write completes");
+}
+
+/// Found in review: IO the driver has not accepted (held back for a full ring, behind a hung
+/// member's) counted as outstanding, so healthy members looked stalled and were failed one
+/// after another, past the level's tolerance. Only accepted IO counts; and a stall that would
+/// fail the array is waited out, not failed.
+#[test]
+fn only_accepted_io_can_stall_and_a_stall_never_fails_the_array() {
+    let mut s = stall_shard(Level::Raid5, 4, 1_000_000);
+    s.tick(1_000);
+    // Full-stripe reads: IO for every data member, polled; member 2's accepted and hung,
+    // the others (members 0 and 1, checked first) polled but held back (never accepted).
+    let stripe = s.geometry().stripe_data_bytes();
+    s.submit(read_at(1, 0, stripe as u32)).unwrap();
+    let batch: Vec<MemberIo> = std::iter::from_fn(|| s.poll_io()).collect();
+    let (hung, held): (Vec<_>, Vec<_>) = batch.into_iter().partition(|io| io.member.get() == 2);
+    assert!(!hung.is_empty() && !held.is_empty());
+    for io in &hung {
+        s.io_submitted(io.member, io.token);
+    }
+    tick_through(&mut s, 1_000, 1_000 + 5_000_000);
+    let failed = events(&mut s);
+    assert!(
+        matches!(failed.as_slice(), [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] if member.get() == 2),
+        "only the member with accepted IO stalls: {failed:?}"
+    );
+    s.apply_failed(&[MemberIndex(2)]);
+    // The held IO is accepted now and hangs too: members 0 and 1 stall, but RAID 5 cannot
+    // lose a second member, so neither is failed.
+    for io in &held {
+        s.io_submitted(io.member, io.token);
+    }
+    tick_through(&mut s, 1_000 + 5_000_000, 1_000 + 10_000_000);
+    assert!(events(&mut s).is_empty(), "a stall failed the array");
+    complete(&mut s, hung, |_| Ok(()));
+    complete(&mut s, held, |_| Ok(()));
+    settle(&mut s, |_| Ok(()));
+    assert_eq!(replies(&mut s)[0].result, Ok(()));
+}
+
+/// Found in review: after the process was paused (or starved) for longer than the timeout,
+/// the first tick came before the completions waiting in the ring were collected and failed
+/// every busy member. Time the shard did not see moves every progress clock on.
+#[test]
+fn a_pause_longer_than_the_timeout_fails_no_member() {
+    let mut s = stall_shard(Level::Raid6, 6, 1_000_000);
+    s.tick(1_000);
+    let stripe = s.geometry().stripe_data_bytes();
+    s.submit(read_at(1, 0, stripe as u32)).unwrap();
+    let batch = ios(&mut s);
+    // Paused for a minute with every read outstanding; its completions wait in the ring.
+    s.tick(61_000_000);
+    assert!(events(&mut s).is_empty(), "the pause failed members");
+    complete(&mut s, batch, |_| Ok(()));
+    assert_eq!(replies(&mut s)[0].result, Ok(()));
+    // A real stall after the pause is still found, at the timeout.
+    s.submit(read_at(2, 0, 4096)).unwrap();
+    let stuck = ios(&mut s);
+    for step in 1..=12u64 {
+        s.tick(61_000_000 + step * 100_000);
+    }
+    let failed = events(&mut s);
+    assert!(
+        matches!(failed.as_slice(), [ShardEvent::MemberFailed { reason: FailReason::Stalled, .. }]),
+        "{failed:?}"
+    );
+    complete(&mut s, stuck, |_| Ok(()));
 }

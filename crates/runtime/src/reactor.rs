@@ -758,7 +758,7 @@ impl Reactor {
     /// or the role another file; either must never receive IO meant for the old one.
     fn cancel_role_io(&mut self, held: &mut Option<MemberIo>, role: MemberIndex) {
         if let Some(io) = held.take_if(|io| io.member == role) {
-            self.shard.complete_io(flashraid_engine::MemberCompletion {
+            self.shard.complete_unsubmitted_io(flashraid_engine::MemberCompletion {
                 token: io.token,
                 result: Err(flashraid_engine::IoError::Gone),
             });
@@ -785,8 +785,12 @@ impl Reactor {
         let mut moved = false;
         loop {
             let Some(io) = held.take().or_else(|| self.shard.poll_io()) else { return moved };
+            let (member, token) = (io.member, io.token);
             match self.driver.driver().submit(io) {
-                Ok(()) => moved = true,
+                Ok(()) => {
+                    self.shard.io_submitted(member, token);
+                    moved = true;
+                }
                 Err(io) => {
                     *held = Some(io);
                     return moved;

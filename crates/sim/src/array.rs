@@ -524,14 +524,18 @@ impl SimArray {
 
     fn move_ios(&mut self, s: usize) {
         while let Some(io) = self.unsent[s].pop_front() {
+            let (member, token) = (io.member, io.token);
             if let Err(io) = self.drivers[s].submit(io) {
                 self.unsent[s].push_front(io);
                 return;
             }
+            self.shards[s].io_submitted(member, token);
         }
         while let Some(io) = self.shards[s].poll_io() {
-            if let Err(io) = self.drivers[s].submit(io) {
-                self.unsent[s].push_back(io);
+            let (member, token) = (io.member, io.token);
+            match self.drivers[s].submit(io) {
+                Ok(()) => self.shards[s].io_submitted(member, token),
+                Err(io) => self.unsent[s].push_back(io),
             }
         }
     }
@@ -652,7 +656,7 @@ impl SimArray {
                 self.unsent[s].drain(..).partition(|io| io.member == role);
             self.unsent[s] = kept.into();
             for io in stale {
-                self.shards[s].complete_io(flashraid_engine::MemberCompletion {
+                self.shards[s].complete_unsubmitted_io(flashraid_engine::MemberCompletion {
                     token: io.token,
                     result: Err(flashraid_engine::IoError::Gone),
                 });

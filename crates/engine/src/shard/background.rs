@@ -19,6 +19,7 @@ impl Shard {
     /// Advance the shard's clock (microseconds, monotonic) and do what is due: lazy bitmap
     /// clearing (with the member flush it needs first) and background resync.
     pub fn tick(&mut self, now_us: u64) {
+        self.note_clock_gap(now_us.saturating_sub(self.now_us));
         self.now_us = self.now_us.max(now_us);
         let now = self.now_us;
         if !self.merge_waiting.is_empty() {

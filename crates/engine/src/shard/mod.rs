@@ -65,6 +65,11 @@ const REPLANS_MAX: u32 = PARITY_CHUNKS_MAX as u32 + 1;
 
 // Token layout: origin in the top 4 bits, then per-origin fields.
 const ORIGIN_SHIFT: u32 = 60;
+/// Bits 56-59 of a member IO's token: the epoch of the device holding its member's role when
+/// the IO was polled (`member_epoch`), so a completion from a device the role has since left
+/// is told apart from one of the device holding it now.
+const EPOCH_SHIFT: u32 = 56;
+const EPOCHS: usize = 16;
 const ORIGIN_OP: u64 = 1;
 const ORIGIN_FLUSH: u64 = 2;
 const ORIGIN_BITMAP: u64 = 3;
@@ -466,12 +471,21 @@ pub struct Shard {
     missed_offset_bytes: u64,
     members: Vec<MemberSetup>,
     read_errors: Vec<u32>,
-    /// Per member: IOs handed to the driver (`poll_io`) and not yet completed, and when one
-    /// last completed (or, if none was outstanding, when the first of these was handed
-    /// over). A member with IO outstanding and no completion for `member_io_timeout_us` is
-    /// failed as stalled (`check_stalled_members`).
+    /// Per member: the epoch of the device holding its role (bumped when a device takes the
+    /// role over, `start_rebuild`), stamped into each IO's token by `poll_io`.
+    member_epoch: Vec<u8>,
+    /// Per member and epoch (`member * EPOCHS + epoch`): IOs the driver accepted
+    /// (`io_submitted`) and not yet completed. IO held back for a full ring is not counted:
+    /// a member cannot stall on IO it was never given.
     member_ios_outstanding: Vec<u32>,
+    /// Per member, for its current epoch: when an IO last completed (or, if none was
+    /// outstanding, when the first of these was accepted). A member with IO outstanding and
+    /// no completion for `member_io_timeout_us` is failed as stalled
+    /// (`check_stalled_members`).
     member_progress_us: Vec<u64>,
+    /// Set while a completion from a device that no longer holds its member's role is
+    /// handled: its errors say nothing about the device holding the role now.
+    completing_stale: bool,
     requests: Vec<Option<Request>>,
     free_requests: Vec<usize>,
     /// Running operations by slot. Boxed: an `Op` is several KiB (per-member arrays sized
@@ -650,8 +664,10 @@ impl Shard {
                     * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
             members: setup.members,
             read_errors: vec![0; n],
-            member_ios_outstanding: vec![0; n],
+            member_epoch: vec![0; n],
+            member_ios_outstanding: vec![0; n * EPOCHS],
             member_progress_us: vec![0; n],
+            completing_stale: false,
             requests,
             free_requests: (0..requests_max).rev().collect(),
             ops,
@@ -804,19 +820,36 @@ impl Shard {
         }
     }
 
+    /// The next member IO for the driver. Tell the shard when the driver accepts it
+    /// (`io_submitted`); complete it with `complete_io` if it was accepted, else with
+    /// `complete_unsubmitted_io`.
     pub fn poll_io(&mut self) -> Option<MemberIo> {
-        let io = self.ios.pop_front()?;
-        let m = io.member.get();
-        if self.member_ios_outstanding[m] == 0 {
-            self.member_progress_us[m] = self.now_us;
-        }
-        self.member_ios_outstanding[m] += 1;
+        let mut io = self.ios.pop_front()?;
+        let epoch = u64::from(self.member_epoch[io.member.get()]);
+        assert_eq!(io.token.0 >> EPOCH_SHIFT & 0xf, 0, "a token polled twice");
+        io.token.0 |= epoch << EPOCH_SHIFT;
         Some(io)
     }
 
-    /// IOs handed to the driver for `member` and not completed yet.
+    /// The driver accepted a polled IO: from now on it counts as outstanding on its member.
+    pub fn io_submitted(&mut self, member: MemberIndex, token: IoToken) {
+        let m = member.get();
+        let epoch = Self::epoch_of(token);
+        let outstanding = &mut self.member_ios_outstanding[m * EPOCHS + epoch];
+        if *outstanding == 0 && epoch == usize::from(self.member_epoch[m]) {
+            self.member_progress_us[m] = self.now_us;
+        }
+        *outstanding += 1;
+    }
+
+    fn epoch_of(token: IoToken) -> usize {
+        usize::try_from(token.0 >> EPOCH_SHIFT & 0xf).expect("fits")
+    }
+
+    /// IOs the driver accepted for the device now holding `member`'s role, not completed.
     pub fn member_ios_outstanding(&self, member: MemberIndex) -> u32 {
-        self.member_ios_outstanding[member.get()]
+        let m = member.get();
+        self.member_ios_outstanding[m * EPOCHS + usize::from(self.member_epoch[m])]
     }
 
     /// Change how long a member may leave its IO uncompleted before it is failed as stalled
@@ -826,19 +859,42 @@ impl Shard {
     }
 
     /// Fail every member in service that has IO outstanding and completed none of it for
-    /// the member timeout. What it had outstanding stays outstanding (a hung device keeps
-    /// its buffers until it answers); what comes after is served without it.
+    /// the member timeout, as long as the array survives without it (a stall that would fail
+    /// the array is waited out instead: the array may resume when the member answers, a
+    /// failure could not be undone). What it had outstanding stays outstanding (a hung device
+    /// keeps its buffers until it answers); what comes after is served without it.
     pub(super) fn check_stalled_members(&mut self) {
         let timeout = self.config.member_io_timeout_us;
         if timeout == 0 {
             return;
         }
         for m in 0..self.members.len() {
-            let stalled = self.member_ios_outstanding[m] > 0
+            let stalled = self.member_ios_outstanding(MemberIndex(u16::try_from(m).expect("fits")))
+                > 0
                 && self.now_us.saturating_sub(self.member_progress_us[m]) >= timeout
                 && matches!(self.members[m].health, Health::Active | Health::Rebuilding);
-            if stalled {
+            if stalled && self.survives_without(m) {
                 self.fail_member(u16::try_from(m).expect("fits"), FailReason::Stalled);
+            }
+        }
+    }
+
+    /// Whether every stripe survives with member `m` out of service besides those already.
+    fn survives_without(&self, m: usize) -> bool {
+        let mut failed = [false; flashraid_layout::MEMBERS_MAX];
+        for (i, (f, member)) in failed.iter_mut().zip(&self.members).enumerate() {
+            *f = i == m || member.health != Health::Active;
+        }
+        self.geometry.survives(&failed[..self.members.len()])
+    }
+
+    /// Time the shard did not see (the process paused or starved for `gap_us`) is no
+    /// evidence that a member stalled: every member's progress clock moves on by it.
+    pub(super) fn note_clock_gap(&mut self, gap_us: u64) {
+        let timeout = self.config.member_io_timeout_us;
+        if timeout > 0 && gap_us >= timeout / 2 {
+            for p in &mut self.member_progress_us {
+                *p = p.saturating_add(gap_us);
             }
         }
     }
@@ -1281,6 +1337,10 @@ impl Shard {
     }
 
     fn fail_member(&mut self, member: u16, reason: FailReason) {
+        if self.completing_stale {
+            // From a device the role has left: the device holding it now did nothing wrong.
+            return;
+        }
         let m = usize::from(member);
         if matches!(self.members[m].health, Health::Active | Health::Rebuilding) {
             if self.members[m].health == Health::Rebuilding {
@@ -1312,6 +1372,9 @@ impl Shard {
     }
 
     fn note_read_error(&mut self, member: u16, error: IoError) {
+        if self.completing_stale {
+            return;
+        }
         if error == IoError::Gone {
             self.fail_member(member, FailReason::Gone);
             return;
@@ -1434,19 +1497,39 @@ impl Shard {
     // ----------------------------------------------------------------------------------
     // Completion intake
 
+    /// The completion of an IO the driver accepted (`io_submitted`).
     pub fn complete_io(&mut self, completion: MemberCompletion) {
-        let (origin, slot, _, _, chunk) = Self::decode_token(completion.token);
-        // Flush and bitmap tokens carry the member where an operation's carry its chunk.
-        let member = match origin {
+        let member = self.member_of(completion.token);
+        let epoch = Self::epoch_of(completion.token);
+        let outstanding = &mut self.member_ios_outstanding[member * EPOCHS + epoch];
+        assert!(*outstanding > 0, "a completion for no outstanding IO");
+        *outstanding -= 1;
+        if epoch == usize::from(self.member_epoch[member]) {
+            self.member_progress_us[member] = self.now_us;
+        }
+        self.complete_unsubmitted_io(completion);
+    }
+
+    /// The completion of an IO polled but never accepted by the driver (failed while held
+    /// back for a full ring): not among the outstanding.
+    pub fn complete_unsubmitted_io(&mut self, completion: MemberCompletion) {
+        let member = self.member_of(completion.token);
+        let stale = Self::epoch_of(completion.token) != usize::from(self.member_epoch[member]);
+        self.completing_stale = stale;
+        self.dispatch_completion(completion);
+        self.completing_stale = false;
+    }
+
+    /// The member an IO went to (flush and bitmap tokens carry it where an operation's
+    /// carry its chunk).
+    fn member_of(&self, token: IoToken) -> usize {
+        let (origin, slot, _, _, chunk) = Self::decode_token(token);
+        match origin {
             ORIGIN_OP => usize::from(
                 self.ops[slot].as_ref().expect("completion for a live op").chunk_member[chunk],
             ),
             _ => chunk,
-        };
-        assert!(self.member_ios_outstanding[member] > 0, "a completion for no outstanding IO");
-        self.member_ios_outstanding[member] -= 1;
-        self.member_progress_us[member] = self.now_us;
-        self.dispatch_completion(completion);
+        }
     }
 
     /// The completion of an IO, whether or not it was handed to the driver (`complete_io`

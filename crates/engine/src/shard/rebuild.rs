@@ -125,6 +125,12 @@ impl Shard {
             "a rebuild replaces a durably failed member"
         );
         let first = self.own_stripe_from(from.0.min(self.geometry.stripes()));
+        // A device takes the role over: IO still outstanding on the one before (a stalled
+        // member's) is counted apart, and its completions, errors included, are not this
+        // device's. After EPOCHS takeovers an epoch comes round again; IO of that age still
+        // outstanding would then be counted as the new device's.
+        self.member_epoch[m] = (self.member_epoch[m] + 1) % super::EPOCHS as u8;
+        self.member_progress_us[m] = self.now_us;
         self.members[m].health = super::Health::Rebuilding;
         self.members[m].zeroes_after_discard = zeroes_after_discard;
         self.zero_unsupported[m] = false;
@@ -235,7 +241,8 @@ impl Shard {
             }
             keep
         });
-        // Never handed to the driver: not among the member's outstanding IOs.
+        // Never polled (no epoch in the token): not among the outstanding, and the role's
+        // device is the one they were for.
         for token in cancelled {
             self.dispatch_completion(crate::io::MemberCompletion {
                 token,
