@@ -464,6 +464,14 @@ fn events(shard: &mut Shard) -> Vec<ShardEvent> {
     std::iter::from_fn(|| shard.poll_event()).collect()
 }
 
+/// The member of the one event in `events` if it is a failure as stalled.
+fn the_stalled(events: &[ShardEvent]) -> Option<MemberIndex> {
+    match events {
+        [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] => Some(*member),
+        _ => None,
+    }
+}
+
 /// A member that completes none of its IO for the member timeout is failed as stalled,
 /// whatever the other members do meanwhile; the array then serves its stripes from
 /// redundancy, and the IO it held completes whenever it answers.
@@ -497,10 +505,7 @@ fn a_member_that_completes_nothing_is_failed_after_the_timeout() {
     assert!(events(&mut s).is_empty(), "failed before the timeout");
     s.tick(1_000 + 1_000_000 + 1_000);
     let failed = events(&mut s);
-    assert!(
-        matches!(failed.as_slice(), [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] if *member == m),
-        "{failed:?}"
-    );
+    assert_eq!(the_stalled(&failed), Some(m), "{failed:?}");
     s.apply_failed(&[m]);
     // Reads of every data chunk of three stripes: none goes to the stalled member.
     for stripe in 4..7u64 {
@@ -612,10 +617,7 @@ fn a_spare_taking_over_a_stalled_member_inherits_none_of_its_io() {
     }
     assert!(!stuck.is_empty(), "the write reached member {m:?}");
     tick_through(&mut s, 1_000, 1_000 + 1_000_000 + 1_000);
-    assert!(matches!(
-        events(&mut s).as_slice(),
-        [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] if *member == m
-    ));
+    assert_eq!(the_stalled(&events(&mut s)), Some(m));
     s.apply_failed(&[m]);
     s.cancel_queued_io(m);
     s.start_rebuild(m, StripeIndex(0), false, false);
@@ -661,10 +663,8 @@ fn only_accepted_io_can_stall_and_a_stall_never_fails_the_array() {
     }
     tick_through(&mut s, 1_000, 1_000 + 5_000_000);
     let failed = events(&mut s);
-    assert!(
-        matches!(failed.as_slice(), [ShardEvent::MemberFailed { member, reason: FailReason::Stalled }] if member.get() == 2),
-        "only the member with accepted IO stalls: {failed:?}"
-    );
+    let only_2 = the_stalled(&failed) == Some(MemberIndex(2));
+    assert!(only_2, "only the member with accepted IO stalls: {failed:?}");
     s.apply_failed(&[MemberIndex(2)]);
     // The held IO is accepted now and hangs too: members 0 and 1 stall, but RAID 5 cannot
     // lose a second member, so neither is failed.
@@ -701,9 +701,6 @@ fn a_pause_longer_than_the_timeout_fails_no_member() {
         s.tick(61_000_000 + step * 100_000);
     }
     let failed = events(&mut s);
-    assert!(
-        matches!(failed.as_slice(), [ShardEvent::MemberFailed { reason: FailReason::Stalled, .. }]),
-        "{failed:?}"
-    );
+    assert_eq!(the_stalled(&failed), Some(stuck[0].member), "{failed:?}");
     complete(&mut s, stuck, |_| Ok(()));
 }

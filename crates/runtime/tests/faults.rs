@@ -135,42 +135,52 @@ fn raid6_read_errors_are_repaired_and_a_member_failing_writes_is_failed() {
     array.shutdown().unwrap();
 }
 
+/// Writer threads of the load under a fault (`load_under_fault`).
+const LOAD_THREADS: u64 = 3;
+/// Each thread's range of the array.
+const LOAD_REGION_BYTES: u64 = 2 << 20;
+
+/// Where thread `t`'s write `i` goes, and how long it is: 4 KiB to 3 chunks at varying
+/// places (RMW, RCW, full stripes).
+fn load_write(t: u64, i: u64) -> (u64, u64) {
+    let len = 4096 * (1 + (i * 7 + t) % 12);
+    (t * LOAD_REGION_BYTES + (i * 20480) % (LOAD_REGION_BYTES - len), len)
+}
+
+/// `LOAD_THREADS` threads write and read back `ops` writes each in their own ranges; once a
+/// third of the work is done, `fault` runs. Every write must succeed and read back.
+fn load_under_fault(array: &Array, ops: u64, what: &str, fault: impl FnOnce()) {
+    let ops_done = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..LOAD_THREADS {
+            let ops_done = &ops_done;
+            scope.spawn(move || {
+                let mut s = array.session().unwrap();
+                for i in 0..ops {
+                    let (offset, len) = load_write(t, i);
+                    let d = pattern(t * 1000 + i, len);
+                    s.write(offset, &d).unwrap_or_else(|e| panic!("{what} thread {t} op {i}: {e}"));
+                    assert!(read(&mut s, offset, len) == d, "{what} thread {t} op {i}");
+                    ops_done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        while ops_done.load(Ordering::Relaxed) < LOAD_THREADS * ops / 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        fault();
+    });
+    assert_eq!(ops_done.load(Ordering::Relaxed), LOAD_THREADS * ops);
+}
+
 /// Several threads write and verify their own ranges while a member vanishes.
 fn vanish_under_load(level: Level) {
     let power = PowerDomain::new();
     let members = members(6, &power);
     create(level, &members);
     let array = Array::open_in_memory(&members, &options()).unwrap();
-    let ops_done = AtomicU64::new(0);
-    const THREADS: u64 = 3;
-    const OPS: u64 = 300;
-    const REGION_BYTES: u64 = 2 << 20;
     const VANISHED: usize = 2;
-    std::thread::scope(|scope| {
-        for t in 0..THREADS {
-            let (array, ops_done) = (&array, &ops_done);
-            scope.spawn(move || {
-                let mut s = array.session().unwrap();
-                let base = t * REGION_BYTES;
-                for i in 0..OPS {
-                    // Writes of 4 KiB to 3 chunks at varying places: RMW, RCW, full stripes.
-                    let len = 4096 * (1 + (i * 7 + t) % 12);
-                    let offset = base + (i * 20480) % (REGION_BYTES - len);
-                    let d = pattern(t * 1000 + i, len);
-                    s.write(offset, &d)
-                        .unwrap_or_else(|e| panic!("{level} thread {t} op {i}: {e}"));
-                    assert!(read(&mut s, offset, len) == d, "{level} thread {t} op {i}");
-                    ops_done.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-        // Mid-load: a third of the work done.
-        while ops_done.load(Ordering::Relaxed) < THREADS * OPS / 3 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        members[VANISHED].faults().vanish();
-    });
-    assert_eq!(ops_done.load(Ordering::Relaxed), THREADS * OPS);
+    load_under_fault(&array, 300, &level.to_string(), || members[VANISHED].faults().vanish());
     let status = wait_for(&array, "the vanished member to be failed", |st| {
         health(st, VANISHED) == Health::Failed
     });
@@ -203,34 +213,9 @@ fn a_member_that_stalls_under_load_is_failed_and_io_goes_on() {
     assert_eq!(status.member_timeout_ms, 60_000, "the default");
     array.tune(Tunable::MemberTimeoutMs(300)).unwrap();
     const STALLED: usize = 3;
-    let ops_done = AtomicU64::new(0);
-    const THREADS: u64 = 3;
-    const OPS: u64 = 200;
-    const REGION_BYTES: u64 = 2 << 20;
-    std::thread::scope(|scope| {
-        for t in 0..THREADS {
-            let (array, ops_done) = (&array, &ops_done);
-            scope.spawn(move || {
-                let mut s = array.session().unwrap();
-                let base = t * REGION_BYTES;
-                for i in 0..OPS {
-                    let len = 4096 * (1 + (i * 7 + t) % 12);
-                    let offset = base + (i * 20480) % (REGION_BYTES - len);
-                    let d = pattern(t * 1000 + i, len);
-                    s.write(offset, &d).unwrap_or_else(|e| panic!("thread {t} op {i}: {e}"));
-                    assert!(read(&mut s, offset, len) == d, "thread {t} op {i}");
-                    ops_done.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-        while ops_done.load(Ordering::Relaxed) < THREADS * OPS / 3 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // Every IO the member takes from now on completes 3 s late: a hung device, to the
-        // array, that answers in the end.
-        members[STALLED].faults().set_latency_us(3_000_000);
-    });
-    assert_eq!(ops_done.load(Ordering::Relaxed), THREADS * OPS);
+    // Mid-load, every IO the member takes completes 3 s late: a hung device, to the array,
+    // that answers in the end.
+    load_under_fault(&array, 200, "stall", || members[STALLED].faults().set_latency_us(3_000_000));
     let status = wait_for(&array, "the stalled member to be failed", |st| {
         health(st, STALLED) == Health::Failed
     });
@@ -248,11 +233,9 @@ fn a_member_that_stalls_under_load_is_failed_and_io_goes_on() {
     // Each write was read back as it was made; the last of each thread (overwritten by
     // none) still reads back with the stalled member out.
     let mut s = array.session().unwrap();
-    for t in 0..THREADS {
-        let i = OPS - 1;
-        let len = 4096 * (1 + (i * 7 + t) % 12);
-        let offset = t * REGION_BYTES + (i * 20480) % (REGION_BYTES - len);
-        assert!(read(&mut s, offset, len) == pattern(t * 1000 + i, len), "thread {t} op {i}");
+    for t in 0..LOAD_THREADS {
+        let (offset, len) = load_write(t, 199);
+        assert!(read(&mut s, offset, len) == pattern(t * 1000 + 199, len), "thread {t} op 199");
     }
     members[STALLED].faults().set_latency_us(0);
     drop(s);
