@@ -82,11 +82,12 @@ pub struct TunableArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(16..=32768))]
     pub queue_depth: Option<u32>,
     /// A member with IO outstanding and none of it completing for this long is failed as
-    /// stalled and its stripes served from redundancy, in milliseconds (default 60000,
-    /// twice the kernel's NVMe and SCSI command timeout; 0: never; at most 3600000). Lower
-    /// it to drop a member that has become far slower than its peers sooner; IO it already
-    /// holds still waits for it.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=3_600_000))]
+    /// stalled and its stripes served from redundancy (where the array survives without
+    /// it; else the stall is waited out and said in an event), in milliseconds (default
+    /// 60000, twice the kernel's NVMe and SCSI command timeout; 0: never; else 1000 to
+    /// 3600000). Lower it to drop a member that has become far slower than its peers
+    /// sooner; IO it already holds still waits for it.
+    #[arg(long, value_name = "MS", value_parser = parse_member_timeout_ms)]
     pub member_timeout_ms: Option<u32>,
 }
 
@@ -119,6 +120,16 @@ pub fn tunables_json(t: &flashraid_format::superblock::Tunables) -> serde_json::
         "queue_depth": t.queue_depth,
         "member_timeout_ms": t.member_timeout_ms,
     })
+}
+
+/// `--member-timeout-ms`: 0 (never), or 1000 to 3600000.
+fn parse_member_timeout_ms(text: &str) -> Result<u32, String> {
+    let ms: u32 = text.trim().parse().map_err(|_| format!("{text:?} is not a number of ms"))?;
+    if ms == 0 || (1000..=3_600_000).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!("{ms} ms: give 0 (never) or 1000 to 3600000 (1 s to an hour)"))
+    }
 }
 
 /// Parse sizes like 4096, 64K, 512M, 2G, 1T (binary units).

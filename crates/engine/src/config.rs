@@ -11,6 +11,10 @@ pub const MERGE_WINDOW_US_MAX: u32 = 100_000;
 pub const MEMBER_IO_TIMEOUT_US_DEFAULT: u64 = 60_000_000;
 /// The longest member timeout: an hour.
 pub const MEMBER_IO_TIMEOUT_US_MAX: u64 = 3_600_000_000;
+/// The shortest member timeout (but 0, never): a second. Far above how long a reactor goes
+/// between ticks when idle (a few milliseconds), so a tick gap of half the timeout means the
+/// process did not run, not that it slept.
+pub const MEMBER_IO_TIMEOUT_US_MIN: u64 = 1_000_000;
 
 /// One shard's configuration. Safety-relevant limits have no `Default`; use
 /// [`ShardConfig::recommended`] and adjust.
@@ -120,8 +124,10 @@ impl ShardConfig {
         if self.merge_window_us > u64::from(MERGE_WINDOW_US_MAX) {
             return bad("merge_window_us must be at most 100000 (0.1 s)");
         }
-        if self.member_io_timeout_us > MEMBER_IO_TIMEOUT_US_MAX {
-            return bad("member_io_timeout_us must be at most 3600000000 (an hour)");
+        let timeout = self.member_io_timeout_us;
+        if timeout != 0 && !(MEMBER_IO_TIMEOUT_US_MIN..=MEMBER_IO_TIMEOUT_US_MAX).contains(&timeout)
+        {
+            return bad("member_io_timeout_us must be 0 (never) or 1 s to an hour");
         }
         if self.rebuild_stall_retry_us == 0 {
             return bad("rebuild_stall_retry_us must be at least 1");

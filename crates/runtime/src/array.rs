@@ -691,6 +691,7 @@ impl Array {
             scrub_rate_bytes_per_s: options.scrub_rate_bytes_per_s,
             ring_entries: options.ring_entries,
             member_timeout_us: options.config.member_io_timeout_us,
+            stall_noted: vec![None; geometry.member_count()],
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
@@ -847,7 +848,11 @@ impl Array {
             Tunable::QueueDepth(n) => (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&n),
             Tunable::MergeWindowUs(us) => us <= flashraid_engine::MERGE_WINDOW_US_MAX,
             Tunable::MemberTimeoutMs(ms) => {
-                u64::from(ms) * 1000 <= flashraid_engine::MEMBER_IO_TIMEOUT_US_MAX
+                let us = u64::from(ms) * 1000;
+                ms == 0
+                    || (flashraid_engine::MEMBER_IO_TIMEOUT_US_MIN
+                        ..=flashraid_engine::MEMBER_IO_TIMEOUT_US_MAX)
+                        .contains(&us)
             }
             _ => true,
         };
@@ -1102,6 +1107,8 @@ struct Controller {
     ring_entries: u32,
     /// The member timeout in force (`ShardConfig::member_io_timeout_us`; 0: never).
     member_timeout_us: u64,
+    /// Per role: when a stall that could not be failed was last said in an event.
+    stall_noted: Vec<Option<std::time::Instant>>,
     scrub_interval: Option<std::time::Duration>,
     next_scrub_at: Option<std::time::Instant>,
 }
@@ -1163,6 +1170,9 @@ const ERASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often rebuild progress is recorded in the superblocks, at most.
 const REBUILD_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// A stall the array would not survive failing is said in an event at most this often per
+/// member (the shards report it once a member timeout while it lasts).
+const STALL_NOTE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A clean shutdown in progress: the shards' acknowledgements still awaited.
 struct PendingShutdown {
@@ -1257,6 +1267,9 @@ impl Controller {
                     );
                     self.abandon_copy_for(member);
                     let _ = self.fail(&[member]);
+                }
+                Some(ToController::Event(_shard, ShardEvent::MemberStalled { member })) => {
+                    self.member_stalled(member);
                 }
                 Some(ToController::Event(
                     shard,
@@ -1507,6 +1520,52 @@ impl Controller {
             })
             .collect();
         waits.into_iter().map(|rx| rx.recv().ok()).collect()
+    }
+
+    /// A shard reports `member` stalled (IO outstanding, none completed for the member
+    /// timeout). Failed if the array survives without it, judged on the metadata, which has
+    /// every shard's failures in the order they came (a shard alone cannot: another's may be
+    /// on its way); else waited out, with an event at most once a minute, since a failure
+    /// past the level's tolerance could not be undone when the member answers.
+    fn member_stalled(&mut self, member: MemberIndex) {
+        let role = member.get();
+        let missing = self.metadata.missing_roles();
+        if missing.contains(&role) {
+            return; // already out of service (failed since, or by another shard's report)
+        }
+        // A role being rebuilt holds only part of its data: counted as out.
+        let rebuilding = self.metadata.rebuild_in_progress().map(|(r, _)| r.get());
+        let geometry = self.metadata.superblock().geometry();
+        let unavailable: Vec<bool> = (0..geometry.member_count())
+            .map(|r| r == role || missing.contains(&r) || rebuilding == Some(r))
+            .collect();
+        let ms = self.member_timeout_us / 1000;
+        if geometry.survives(&unavailable) {
+            self.events.record(
+                &self.metadata,
+                "member-failed",
+                &format!(
+                    "member {role} failed (its IO stalled: none of it completed for {ms} ms, \
+                     the member timeout); IO it holds still waits for it"
+                ),
+            );
+            self.abandon_copy_for(member);
+            let _ = self.fail(&[member]);
+            return;
+        }
+        let noted = &mut self.stall_noted[role];
+        if noted.is_none_or(|at| at.elapsed() >= STALL_NOTE_INTERVAL) {
+            *noted = Some(std::time::Instant::now());
+            self.events.record(
+                &self.metadata,
+                "member-stalled",
+                &format!(
+                    "member {role} has completed none of its IO for {ms} ms, but is not \
+                     failed: the array would not survive without it; requests waiting for it \
+                     wait until it answers"
+                ),
+            );
+        }
     }
 
     fn fail(&mut self, members: &[MemberIndex]) -> Result<(), ArrayError> {

@@ -24,9 +24,10 @@
 //!   reconstruction plans, once per erasure pattern.
 //!
 //! Fault model: member IO errors. A read error is served from redundancy and the bad range is
-//! rewritten; a member whose reads keep failing, or whose write fails, is failed; so is a
-//! member with IO outstanding that completes none of it for the member timeout (stalled: its
-//! outstanding IO keeps its buffers and its requests until it answers). Beyond the
+//! rewritten; a member whose reads keep failing, or whose write fails, is failed. A member
+//! with IO outstanding that completes none of it for the member timeout is reported stalled
+//! (the metadata owner decides whether to fail it; its outstanding IO keeps its buffers and
+//! its requests until it answers). Beyond the
 //! level's tolerance, reads of lost data return `Unreadable` and writes `ArrayFailed`; wrong
 //! data is never returned.
 
@@ -150,6 +151,12 @@ pub enum ShardEvent {
     RebuildStalled { member: MemberIndex, stripe: StripeIndex },
     /// This shard's scrub finished (or stopped early, saying why).
     ScrubDone { tally: ScrubTally, stopped: Option<&'static str> },
+    /// The device holding `member`'s role has IO outstanding and completed none of it for
+    /// the member timeout. A report, not a failure: whether the array can do without the
+    /// member is the metadata owner's to judge (it sees every shard's failures); it fails
+    /// the member through the metadata, or waits the stall out. Repeated at most once a
+    /// timeout while the stall lasts.
+    MemberStalled { member: MemberIndex },
 }
 
 /// Why a member was failed.
@@ -162,10 +169,6 @@ pub enum FailReason {
     Gone,
     /// A flush failed.
     FlushError,
-    /// IO was outstanding on the member and none of it completed for
-    /// `ShardConfig::member_io_timeout_us`: the member hangs (or is far slower than an array
-    /// can wait for), and its stripes are served from redundancy instead.
-    Stalled,
 }
 
 impl std::fmt::Display for FailReason {
@@ -175,7 +178,6 @@ impl std::fmt::Display for FailReason {
             FailReason::ReadErrors => "too many read errors",
             FailReason::Gone => "the device is gone",
             FailReason::FlushError => "a flush failed",
-            FailReason::Stalled => "its IO stalled: none completed within the member timeout",
         })
     }
 }
@@ -480,9 +482,12 @@ pub struct Shard {
     member_ios_outstanding: Vec<u32>,
     /// Per member, for its current epoch: when an IO last completed (or, if none was
     /// outstanding, when the first of these was accepted). A member with IO outstanding and
-    /// no completion for `member_io_timeout_us` is failed as stalled
+    /// no completion for `member_io_timeout_us` is reported stalled
     /// (`check_stalled_members`).
     member_progress_us: Vec<u64>,
+    /// Per member: when its stall was last reported (`None`: not stalled since its last
+    /// progress).
+    member_stall_reported_us: Vec<Option<u64>>,
     /// Set while a completion from a device that no longer holds its member's role is
     /// handled: its errors say nothing about the device holding the role now.
     completing_stale: bool,
@@ -667,6 +672,7 @@ impl Shard {
             member_epoch: vec![0; n],
             member_ios_outstanding: vec![0; n * EPOCHS],
             member_progress_us: vec![0; n],
+            member_stall_reported_us: vec![None; n],
             completing_stale: false,
             requests,
             free_requests: (0..requests_max).rev().collect(),
@@ -858,34 +864,29 @@ impl Shard {
         self.config.member_io_timeout_us = us;
     }
 
-    /// Fail every member in service that has IO outstanding and completed none of it for
-    /// the member timeout, as long as the array survives without it (a stall that would fail
-    /// the array is waited out instead: the array may resume when the member answers, a
-    /// failure could not be undone). What it had outstanding stays outstanding (a hung device
-    /// keeps its buffers until it answers); what comes after is served without it.
+    /// Report every member in service that has IO outstanding and completed none of it for
+    /// the member timeout (`ShardEvent::MemberStalled`), again at most once a timeout while
+    /// it lasts. The shard does not fail it: it sees only its own failures, and a stall
+    /// failed past the level's tolerance would fail an array that may resume when the member
+    /// answers. What the member has outstanding stays outstanding (a hung device keeps its
+    /// buffers until it answers).
     pub(super) fn check_stalled_members(&mut self) {
         let timeout = self.config.member_io_timeout_us;
         if timeout == 0 {
             return;
         }
         for m in 0..self.members.len() {
-            let stalled = self.member_ios_outstanding(MemberIndex(u16::try_from(m).expect("fits")))
-                > 0
+            let member = MemberIndex(u16::try_from(m).expect("fits"));
+            let stalled = self.member_ios_outstanding(member) > 0
                 && self.now_us.saturating_sub(self.member_progress_us[m]) >= timeout
                 && matches!(self.members[m].health, Health::Active | Health::Rebuilding);
-            if stalled && self.survives_without(m) {
-                self.fail_member(u16::try_from(m).expect("fits"), FailReason::Stalled);
+            let due = self.member_stall_reported_us[m]
+                .is_none_or(|at| self.now_us.saturating_sub(at) >= timeout);
+            if stalled && due {
+                self.member_stall_reported_us[m] = Some(self.now_us);
+                self.events.push_back(ShardEvent::MemberStalled { member });
             }
         }
-    }
-
-    /// Whether every stripe survives with member `m` out of service besides those already.
-    fn survives_without(&self, m: usize) -> bool {
-        let mut failed = [false; flashraid_layout::MEMBERS_MAX];
-        for (i, (f, member)) in failed.iter_mut().zip(&self.members).enumerate() {
-            *f = i == m || member.health != Health::Active;
-        }
-        self.geometry.survives(&failed[..self.members.len()])
     }
 
     /// Time the shard did not see (the process paused or starved for `gap_us`) is no
@@ -1506,6 +1507,7 @@ impl Shard {
         *outstanding -= 1;
         if epoch == usize::from(self.member_epoch[member]) {
             self.member_progress_us[member] = self.now_us;
+            self.member_stall_reported_us[member] = None;
         }
         self.complete_unsubmitted_io(completion);
     }

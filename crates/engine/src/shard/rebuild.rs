@@ -131,6 +131,7 @@ impl Shard {
         // outstanding would then be counted as the new device's.
         self.member_epoch[m] = (self.member_epoch[m] + 1) % super::EPOCHS as u8;
         self.member_progress_us[m] = self.now_us;
+        self.member_stall_reported_us[m] = None;
         self.members[m].health = super::Health::Rebuilding;
         self.members[m].zeroes_after_discard = zeroes_after_discard;
         self.zero_unsupported[m] = false;
