@@ -67,7 +67,9 @@ pub struct ShardConfig {
     /// disk; the router and every shard must be built with the same value.
     pub stripe_run_member_bytes: u64,
     /// How long a member may have IO outstanding with none of it completing before the
-    /// shard fails it as stalled, in microseconds (0: never). Longer than the kernel's own
+    /// shard reports it stalled (`ShardEvent::MemberStalled`; the metadata owner fails it
+    /// where the array survives that), in microseconds (0: never; else
+    /// `MEMBER_IO_TIMEOUT_US_MIN` to `_MAX`). Longer than the kernel's own
     /// command timeout by default, so a device the kernel is still retrying or resetting
     /// is not failed before the kernel gives up on it.
     pub member_io_timeout_us: u64,

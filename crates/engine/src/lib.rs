@@ -31,8 +31,8 @@ pub use owner::Ownership;
 pub use request::{Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow};
 pub use router::{ArrayOp, Piece, PieceOp, RouteError, Router};
 pub use shard::{
-    BitmapSetup, FailReason, Health, MemberSetup, RebuildStatus, ScrubStatus, ScrubTally, Shard,
-    ShardCounters, ShardEvent, ShardSetup, ShutdownState,
+    BitmapSetup, EPOCHS, FailReason, Health, MemberSetup, RebuildStatus, ScrubStatus, ScrubTally,
+    Shard, ShardCounters, ShardEvent, ShardSetup, ShutdownState,
 };
 
 /// Why an engine component could not be built.

@@ -467,7 +467,7 @@ fn events(shard: &mut Shard) -> Vec<ShardEvent> {
 /// The member of the one event in `events` if it is a stall report.
 fn the_stalled(events: &[ShardEvent]) -> Option<MemberIndex> {
     match events {
-        [ShardEvent::MemberStalled { member }] => Some(*member),
+        [ShardEvent::MemberStalled { member, .. }] => Some(*member),
         _ => None,
     }
 }
@@ -667,7 +667,7 @@ fn only_accepted_io_can_stall_and_a_stall_is_only_reported() {
     let only_2 = !failed.is_empty()
         && failed
             .iter()
-            .all(|e| matches!(e, ShardEvent::MemberStalled { member } if member.get() == 2));
+            .all(|e| matches!(e, ShardEvent::MemberStalled { member, .. } if member.get() == 2));
     assert!(only_2, "only the member with accepted IO stalls: {failed:?}");
     s.apply_failed(&[MemberIndex(2)]);
     // The held IO is accepted now and hangs too: members 0 and 1 are reported, and nothing
@@ -679,7 +679,7 @@ fn only_accepted_io_can_stall_and_a_stall_is_only_reported() {
     let mut reported: Vec<u16> = events(&mut s)
         .iter()
         .map(|e| match e {
-            ShardEvent::MemberStalled { member } => member.get() as u16,
+            ShardEvent::MemberStalled { member, .. } => member.get() as u16,
             other => panic!("the shard did more than report: {other:?}"),
         })
         .collect();

@@ -195,7 +195,8 @@ pub struct ArrayStatus {
     /// have no ring and no such bound).
     pub queue_depth: u32,
     /// The member timeout in force, milliseconds (0: never): a member with IO outstanding
-    /// and none of it completing for this long is failed as stalled.
+    /// and none of it completing for this long is failed as stalled where the array
+    /// survives that (else the stall is waited out).
     pub member_timeout_ms: u64,
     pub event: u64,
 }
@@ -692,6 +693,7 @@ impl Array {
             ring_entries: options.ring_entries,
             member_timeout_us: options.config.member_io_timeout_us,
             stall_noted: vec![None; geometry.member_count()],
+            role_epoch: vec![0; geometry.member_count()],
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
@@ -1109,6 +1111,10 @@ struct Controller {
     member_timeout_us: u64,
     /// Per role: when a stall that could not be failed was last said in an event.
     stall_noted: Vec<Option<std::time::Instant>>,
+    /// Per role: the epoch of the device holding it, counted as every shard counts it (one
+    /// per `StartRebuild`, mod `EPOCHS`): failure and stall reports naming another are about
+    /// a device the role has left.
+    role_epoch: Vec<u8>,
     scrub_interval: Option<std::time::Duration>,
     next_scrub_at: Option<std::time::Instant>,
 }
@@ -1259,7 +1265,17 @@ impl Controller {
             }
             match message {
                 None => {}
-                Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, reason })) => {
+                Some(ToController::Event(
+                    _shard,
+                    ShardEvent::MemberFailed { member, epoch, .. },
+                )) if epoch != self.role_epoch[member.get()] => {
+                    // About a device the role has left: another shard reported the same
+                    // failure first and a spare took over. The spare did nothing wrong.
+                }
+                Some(ToController::Event(
+                    _shard,
+                    ShardEvent::MemberFailed { member, reason, .. },
+                )) => {
                     self.events.record(
                         &self.metadata,
                         "member-failed",
@@ -1268,9 +1284,14 @@ impl Controller {
                     self.abandon_copy_for(member);
                     let _ = self.fail(&[member]);
                 }
-                Some(ToController::Event(_shard, ShardEvent::MemberStalled { member })) => {
+                // A report about a device the role has left (another shard's report failed
+                // it first and a spare took over) says nothing of the spare: dropped below.
+                Some(ToController::Event(_shard, ShardEvent::MemberStalled { member, epoch }))
+                    if epoch == self.role_epoch[member.get()] =>
+                {
                     self.member_stalled(member);
                 }
+                Some(ToController::Event(_, ShardEvent::MemberStalled { .. })) => {}
                 Some(ToController::Event(
                     shard,
                     ShardEvent::RebuildProgress { done_below, generation, .. },
@@ -2698,6 +2719,9 @@ impl Controller {
             self.free_slots.push(self.detached_slots.swap_remove(at));
         }
         self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
+        // Every shard's `start_rebuild` bumps the role's epoch the same way.
+        let epoch = &mut self.role_epoch[role.get()];
+        *epoch = (*epoch + 1) % flashraid_engine::EPOCHS as u8;
         self.broadcast(|| Control::StartRebuild {
             role,
             device: registered,

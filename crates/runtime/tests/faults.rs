@@ -202,13 +202,18 @@ fn a_member_vanishing_under_load_is_failed_and_io_goes_on_raid6() {
 
 /// A member that stops answering under load (its IO held for seconds) is failed as stalled
 /// once none of its IO completed for the member timeout, set live; IO goes on without it, and
-/// what it held completes when it answers.
+/// what it held completes when it answers. The hot spare that takes its role over is not
+/// failed by the other shard's report of the same stall (found in review: every shard with
+/// IO on the member reports it, and a report handled after the takeover failed the spare).
 #[test]
 fn a_member_that_stalls_under_load_is_failed_and_io_goes_on() {
     let power = PowerDomain::new();
     let members = members(6, &power);
-    create(Level::Raid6, &members);
-    let array = Array::open_in_memory(&members, &options()).unwrap();
+    let spares = vec![MemMember::new_in("spare", MEMBER_BYTES, &power)];
+    let spec = CreateSpec::in_memory("faults", Level::Raid6, CHUNK_BYTES, 2);
+    flashraid_runtime::create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+    let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+    let array = Array::open_in_memory(&all, &options()).unwrap();
     let status = array.status().unwrap();
     assert_eq!(status.member_timeout_ms, 60_000, "the default");
     assert!(array.tune(Tunable::MemberTimeoutMs(999)).is_err(), "below the 1 s minimum");
@@ -217,10 +222,16 @@ fn a_member_that_stalls_under_load_is_failed_and_io_goes_on() {
     // Mid-load, every IO the member takes completes 4 s late: a hung device, to the array,
     // that answers in the end.
     load_under_fault(&array, 200, "stall", || members[STALLED].faults().set_latency_us(4_000_000));
-    let status = wait_for(&array, "the stalled member to be failed", |st| {
-        health(st, STALLED) == Health::Failed
+    let status = wait_for(&array, "the spare to take the stalled member's role over", |st| {
+        st.events.iter().any(|e| e.kind == "spare-takeover")
     });
-    assert!(status.degraded && !status.failed, "{status:#?}");
+    assert!(!status.failed, "{status:#?}");
+    let status = wait_for(&array, "the spare's rebuild to end", |st| {
+        st.rebuild.is_none() && health(st, STALLED) != Health::Rebuilding
+    });
+    assert_eq!(health(&status, STALLED), Health::Active, "the spare was failed: {status:#?}");
+    let failures = status.events.iter().filter(|e| e.kind == "member-failed").count();
+    assert_eq!(failures, 1, "one failure, of the stalled device only: {:#?}", status.events);
     let event = status.events.iter().find(|e| e.kind == "member-failed");
     assert!(
         event.is_some_and(|e| e.message.contains(&format!("member {STALLED} failed"))
@@ -230,7 +241,6 @@ fn a_member_that_stalls_under_load_is_failed_and_io_goes_on() {
     );
     assert_eq!(status.tunables.member_timeout_ms, Some(1000), "stored with the array");
     assert_eq!(status.member_timeout_ms, 1000);
-    assert!(status.counters.degraded_reads + status.counters.degraded_writes > 0);
     // Each write was read back as it was made; the last of each thread (overwritten by
     // none) still reads back with the stalled member out.
     let mut s = array.session().unwrap();

@@ -70,7 +70,7 @@ const ORIGIN_SHIFT: u32 = 60;
 /// the IO was polled (`member_epoch`), so a completion from a device the role has since left
 /// is told apart from one of the device holding it now.
 const EPOCH_SHIFT: u32 = 56;
-const EPOCHS: usize = 16;
+pub const EPOCHS: usize = 16;
 const ORIGIN_OP: u64 = 1;
 const ORIGIN_FLUSH: u64 = 2;
 const ORIGIN_BITMAP: u64 = 3;
@@ -133,8 +133,10 @@ pub struct ShardSetup {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShardEvent {
     /// The shard stopped using a member. The metadata owner must record it durably and then
-    /// call `apply_failed` on every shard.
-    MemberFailed { member: MemberIndex, reason: FailReason },
+    /// call `apply_failed` on every shard. `epoch` counts the `start_rebuild`s of the role
+    /// (mod 16), as the metadata owner can: a report about a device the role has since left
+    /// (another shard reported it first and a spare took over) names an older epoch.
+    MemberFailed { member: MemberIndex, reason: FailReason, epoch: u8 },
     /// A read error on a member was repaired by rewriting the range from redundancy.
     ErrorCorrected { member: MemberIndex },
     /// Resync of this shard's part of the dirty regions finished.
@@ -156,7 +158,7 @@ pub enum ShardEvent {
     /// member is the metadata owner's to judge (it sees every shard's failures); it fails
     /// the member through the metadata, or waits the stall out. Repeated at most once a
     /// timeout while the stall lasts.
-    MemberStalled { member: MemberIndex },
+    MemberStalled { member: MemberIndex, epoch: u8 },
 }
 
 /// Why a member was failed.
@@ -474,7 +476,8 @@ pub struct Shard {
     members: Vec<MemberSetup>,
     read_errors: Vec<u32>,
     /// Per member: the epoch of the device holding its role (bumped when a device takes the
-    /// role over, `start_rebuild`), stamped into each IO's token by `poll_io`.
+    /// role over, `start_rebuild`), stamped into each IO's token by `poll_io` and carried by
+    /// failure and stall reports.
     member_epoch: Vec<u8>,
     /// Per member and epoch (`member * EPOCHS + epoch`): IOs the driver accepted
     /// (`io_submitted`) and not yet completed. IO held back for a full ring is not counted:
@@ -858,7 +861,7 @@ impl Shard {
         self.member_ios_outstanding[m * EPOCHS + usize::from(self.member_epoch[m])]
     }
 
-    /// Change how long a member may leave its IO uncompleted before it is failed as stalled
+    /// Change how long a member may leave its IO uncompleted before it is reported stalled
     /// (microseconds; 0: never).
     pub fn set_member_io_timeout_us(&mut self, us: u64) {
         self.config.member_io_timeout_us = us;
@@ -884,7 +887,8 @@ impl Shard {
                 .is_none_or(|at| self.now_us.saturating_sub(at) >= timeout);
             if stalled && due {
                 self.member_stall_reported_us[m] = Some(self.now_us);
-                self.events.push_back(ShardEvent::MemberStalled { member });
+                let epoch = self.member_epoch[m];
+                self.events.push_back(ShardEvent::MemberStalled { member, epoch });
             }
         }
     }
@@ -1349,7 +1353,12 @@ impl Shard {
             }
             self.members[m].health = Health::Failing;
             self.health_changed();
-            self.events.push_back(ShardEvent::MemberFailed { member: MemberIndex(member), reason });
+            let epoch = self.member_epoch[m];
+            self.events.push_back(ShardEvent::MemberFailed {
+                member: MemberIndex(member),
+                reason,
+                epoch,
+            });
         }
     }
 
