@@ -70,6 +70,7 @@ const ORIGIN_SHIFT: u32 = 60;
 /// the IO was polled (`member_epoch`), so a completion from a device the role has since left
 /// is told apart from one of the device holding it now.
 const EPOCH_SHIFT: u32 = 56;
+/// Epochs a role's device counter goes through before it comes round again.
 pub const EPOCHS: usize = 16;
 const ORIGIN_OP: u64 = 1;
 const ORIGIN_FLUSH: u64 = 2;
@@ -1514,11 +1515,12 @@ impl Shard {
         let outstanding = &mut self.member_ios_outstanding[member * EPOCHS + epoch];
         assert!(*outstanding > 0, "a completion for no outstanding IO");
         *outstanding -= 1;
-        if epoch == usize::from(self.member_epoch[member]) {
+        let current = epoch == usize::from(self.member_epoch[member]);
+        if current {
             self.member_progress_us[member] = self.now_us;
             self.member_stall_reported_us[member] = None;
         }
-        self.complete_unsubmitted_io(completion);
+        self.dispatch_completion_from(completion, !current);
     }
 
     /// The completion of an IO polled but never accepted by the driver (failed while held
@@ -1526,6 +1528,12 @@ impl Shard {
     pub fn complete_unsubmitted_io(&mut self, completion: MemberCompletion) {
         let member = self.member_of(completion.token);
         let stale = Self::epoch_of(completion.token) != usize::from(self.member_epoch[member]);
+        self.dispatch_completion_from(completion, stale);
+    }
+
+    /// Handle a completion; `stale`: from a device its member's role has left, whose errors
+    /// fail nothing (`completing_stale`).
+    fn dispatch_completion_from(&mut self, completion: MemberCompletion, stale: bool) {
         self.completing_stale = stale;
         self.dispatch_completion(completion);
         self.completing_stale = false;
