@@ -146,8 +146,9 @@ pub struct Tunables {
     pub shards: Option<u32>,
     /// Member IOs in flight per reactor (its io_uring's entries).
     pub queue_depth: Option<u32>,
-    /// A member with IO outstanding and none of it completing for this long is failed as
-    /// stalled, milliseconds (0: never).
+    /// A member with IO outstanding and none of it completing for this long is stalled,
+    /// milliseconds (0: never): failed where the array survives without it, else waited
+    /// out.
     pub member_timeout_ms: Option<u32>,
 }
 

@@ -15,14 +15,21 @@ pub use array::{SimArray, SimOptions, Ticket};
 pub use member::{SimError, SimMember};
 
 /// The seeds a seeded test runs: `FLASHRAID_SEED=n` replays one; `FLASHRAID_SEEDS=n` runs
-/// seeds 1 to n; otherwise 1 to `default_count`.
+/// n seeds, otherwise `default_count`; from 1, or from `FLASHRAID_SEED_FROM=f` (a soak that
+/// explores seeds no earlier soak ran: `FLASHRAID_SEED_FROM=401 FLASHRAID_SEEDS=400`).
 pub fn seeds(default_count: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("FLASHRAID_SEED").ok().and_then(|s| s.parse().ok()) {
+    seeds_from(default_count, |name| std::env::var(name).ok())
+}
+
+/// [`seeds`] with the environment given (`var` looks a name up).
+fn seeds_from(default_count: u64, var: impl Fn(&str) -> Option<String>) -> Vec<u64> {
+    let var = |name| var(name).and_then(|s| s.parse::<u64>().ok());
+    if let Some(seed) = var("FLASHRAID_SEED") {
         return vec![seed];
     }
-    let count =
-        std::env::var("FLASHRAID_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
-    (1..=count).collect()
+    let count = var("FLASHRAID_SEEDS").unwrap_or(default_count);
+    let first = var("FLASHRAID_SEED_FROM").unwrap_or(1).max(1);
+    (first..first.saturating_add(count)).collect()
 }
 
 /// The redundant levels the lifecycle simulations cover, each at its smallest useful width.
@@ -41,5 +48,28 @@ pub fn for_each_redundant_level(mut f: impl FnMut(flashraid_layout::Level, usize
         for seed in seeds(3) {
             f(level, members, seed * 100 + members as u64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seeds_from;
+
+    fn env<'a>(pairs: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn seeds_come_from_the_environment() {
+        assert_eq!(seeds_from(3, env(&[])), vec![1, 2, 3]);
+        assert_eq!(seeds_from(3, env(&[("FLASHRAID_SEEDS", "5")])), vec![1, 2, 3, 4, 5]);
+        let from = [("FLASHRAID_SEEDS", "3"), ("FLASHRAID_SEED_FROM", "401")];
+        assert_eq!(seeds_from(3, env(&from)), vec![401, 402, 403]);
+        assert_eq!(seeds_from(2, env(&[("FLASHRAID_SEED_FROM", "7")])), vec![7, 8]);
+        // One seed replayed, whatever else is set; 0 as a start is 1; junk is the default.
+        let one = [("FLASHRAID_SEED", "1479"), ("FLASHRAID_SEEDS", "9")];
+        assert_eq!(seeds_from(3, env(&one)), vec![1479]);
+        assert_eq!(seeds_from(2, env(&[("FLASHRAID_SEED_FROM", "0")])), vec![1, 2]);
+        assert_eq!(seeds_from(2, env(&[("FLASHRAID_SEEDS", "many")])), vec![1, 2]);
     }
 }

@@ -4,7 +4,8 @@
 //! or by returning read errors). Every read must return what the model holds.
 //!
 //! Seeds: each case prints its seed; `FLASHRAID_SEED=n` replays one; `FLASHRAID_SEEDS=n` runs
-//! more seeds per level. A failing seed becomes a case in `regressions()`.
+//! more seeds per level (`FLASHRAID_SEED_FROM=f`: from seed f). A failing seed becomes a case
+//! in `regressions()`.
 
 use flashraid_control::Init;
 use flashraid_engine::{ArrayOp, Durability};

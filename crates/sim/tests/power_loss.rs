@@ -11,7 +11,8 @@
 //! Sometimes power is cut again in the middle of the resync. A variant cuts power after a
 //! member's writes began to fail and before the metadata marking it failed was written.
 //!
-//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
+//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more
+//! (`FLASHRAID_SEED_FROM=f`: from seed f).
 
 use flashraid_engine::{ArrayOp, Durability};
 use flashraid_format::assembly::DirtyDegraded;

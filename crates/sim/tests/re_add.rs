@@ -10,7 +10,8 @@
 //! - power loss during the partial rebuild resumes it, still partial, from the durable cursor;
 //! - the map is emptied once every role is back, and a second failure and re-add work again.
 //!
-//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
+//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more
+//! (`FLASHRAID_SEED_FROM=f`: from seed f).
 
 use flashraid_control::Init;
 use flashraid_format::assembly::DirtyDegraded;

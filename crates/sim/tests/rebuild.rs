@@ -7,7 +7,8 @@
 //! - the rebuilt member's chunks are right: with other members failed up to the level's
 //!   tolerance, reads that reconstruct from it still return the model's data.
 //!
-//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
+//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more
+//! (`FLASHRAID_SEED_FROM=f`: from seed f).
 
 use flashraid_control::Init;
 use flashraid_engine::{RequestError, ShardEvent};

@@ -8,7 +8,8 @@
 //! - power loss during the copy leaves the array whole (the spare stays a spare), and power
 //!   loss during the partial rebuild resumes it, still partial.
 //!
-//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
+//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more
+//! (`FLASHRAID_SEED_FROM=f`: from seed f).
 
 use flashraid_control::Init;
 use flashraid_format::assembly::DirtyDegraded;

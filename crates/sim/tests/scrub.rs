@@ -10,7 +10,8 @@
 //! chunks disagree is not rewritten from them (healthy or degraded), and stripes an unclean
 //! stop left to resync are passed over and counted, never called checked.
 //!
-//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
+//! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more
+//! (`FLASHRAID_SEED_FROM=f`: from seed f).
 
 use flashraid_control::Init;
 use flashraid_layout::{Level, StripeIndex};
