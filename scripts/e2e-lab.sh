@@ -308,7 +308,7 @@ else
             sleep 0.1
         done
     done
-    expect_refusal "SNIA profiles and vm-images only" "$bin" bench run --profile degraded-rebuild \
+    expect_refusal "small-files run from this host" "$bin" bench run --profile small-files \
         --target flashraid --serve-tcp 10.231.1.1:10819 --insecure-tcp --load-host 10.231.1.2 \
         --out "$work/x"
     expect_refusal "only NBD exports" "$bin" bench run --profile snia-throughput --target members \
@@ -384,6 +384,59 @@ assert f"\noffset={16 * slice_}\n" in jobs[1], jobs[1]
 assert line is not None, "the per-VM logs fio's client brought back were not read"
 assert sum(line["total_iops"]) > 0 and max(line["slowest_vm_iops"]) > 0, line
 print(f"   vm-images from two hosts: 16 VMs each, {len(line['total_iops'])} s of IOPS over time")
+EOF
+    echo "-- degraded-rebuild from the same two load hosts: each on its share, one drill timeline"
+    "$bin" bench run --profile degraded-rebuild --target flashraid --serve-tcp 10.231.1.1:10819 \
+        --insecure-tcp --load-host 10.231.1.2 --load-host 10.231.2.2 --members 6 \
+        --member-size 64M --rebuild-busy-rate 16M --dir "$members/m" --out "$work/run10" \
+        >"$work/run10.out" 2>"$work/run10.err" \
+        || { tail -30 "$work/run10.err"; fail "degraded-rebuild with two load hosts"; }
+    /usr/bin/python3 - "$work/run10/degraded-rebuild" <<'EOF'
+import json, sys, glob, os
+d = sys.argv[1]
+hosts = {"10.231.1.2", "10.231.2.2"}
+manifest = json.load(open(f"{d}/manifest.json"))
+assert "10.231.1.2, 10.231.2.2" in manifest["load hosts"], manifest.get("load hosts")
+run = json.load(open(f"{d}/degraded-run.json"))
+assert [l["load_percent"] for l in run["levels"]] == [100, 0]
+assert all(l["verified"] for l in run["levels"]), "data not verified"
+level = run["levels"][0]
+phases = dict((p, runs) for p, runs in level["phases"])
+folder = f"{d}/0-flashraid/load-100"
+checked = 0
+for phase in ["healthy", "degraded", "rebuilding", "rebuilt"]:
+    names = sorted(os.path.basename(p)[:-5] for p in glob.glob(f"{folder}/{phase}-*.json"))
+    assert len(names) == len(phases[phase]) >= 1, (phase, names, len(phases[phase]))
+    for name, merged in zip(sorted(names, key=lambda n: int(n.split("-")[-1])), phases[phase]):
+        text = open(f"{folder}/{name}.json").read()
+        raw = json.loads(text[text.index("{"):])
+        jobs = [c for c in raw["client_stats"] if c["jobname"] != "All clients"]
+        assert {c["hostname"] for c in jobs} == hosts, (name, jobs)
+        # The phase's result is the two hosts' merged: their IOs summed.
+        want = sum(c["read"]["total_ios"] + c["write"]["total_ios"] for c in jobs)
+        got = merged["read"]["ios"] + merged["write"]["ios"]
+        assert got == want > 0, (name, got, want)
+        # Each host loads its own share of the second half: host 1 starts where host 0 ends.
+        job = [dict(l.split("=", 1) for l in open(f"{folder}/{name}-h{k}.fio").read().splitlines()
+                    if "=" in l and not l.startswith(";")) for k in (0, 1)]
+        assert int(job[1]["offset"]) == int(job[0]["offset"]) + int(job[0]["size"]), job
+        assert job[0]["randseed"] != job[1]["randseed"]
+        checked += 1
+drill = level["drill"]
+assert [m["what"] for m in drill["markers"]] == ["member 0 failed", "spare added", "rebuilt"]
+times = [m["at_s"] for m in drill["markers"]]
+assert 0 < times[0] < times[1] <= times[2] < len(drill["iops"]) + 1, (times, len(drill["iops"]))
+assert sum(1 for v in drill["iops"] if v > 0) >= len(drill["iops"]) - 2, drill["iops"]
+# Both hosts' logs came back through fio's client (named with the host) and were read.
+for k, host in enumerate(sorted(hosts)):
+    logs = glob.glob(f"{folder}/drill-h{k}_iops.*.log.*")
+    assert len(logs) == 2, (k, logs)
+# Their epoch-stamped samples add up bin by bin to the drill's IOPS, to within the edges.
+total = sum(float(l.split(",")[1]) for p in glob.glob(f"{folder}/drill-h*_iops.*.log.*")
+            for l in open(p) if l.strip())
+assert abs(sum(drill["iops"]) - total) <= 0.01 * total, (sum(drill["iops"]), total)
+print(f"   degraded-rebuild from two hosts: {checked} phase runs merged from both, "
+      f"drill of {len(drill['iops'])} s with steps at {times}")
 EOF
 fi
 

@@ -22,12 +22,14 @@
 //! Load hosts (`--load-host`): the SNIA profiles' rounds can run on fio servers elsewhere
 //! (fio's client/server mode), each running the whole round at once, their results merged per
 //! element by `flashraid-lab`; vm-images shares its VMs out among them and keeps every VM
-//! apart (their 1-s logs come back through fio's client, named per host). Preconditioning
-//! still runs from this host. The targets must then be NBD exports over TCP.
+//! apart (their 1-s logs come back through fio's client, named per host); degraded-rebuild's
+//! phase loads and drill run on every host, each on its own share of the load region, the
+//! phases merged and the drill's epoch-stamped logs put on one clock. Preconditioning and
+//! degraded-rebuild's data check still run from this host. The targets must then be NBD
+//! exports over TCP.
 //!
-//! Limits: video-frames, small-files and degraded-rebuild load from this host only;
-//! video-frames and small-files (in `files`) need root: they mount a filesystem on each
-//! target.
+//! Limits: video-frames and small-files load from this host only, and (in `files`) need
+//! root: they mount a filesystem on each target.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -144,11 +146,13 @@ pub struct LabRunArgs {
     /// fio binary.
     #[arg(long, default_value = "fio")]
     fio: PathBuf,
-    /// A fio server (`fio --server` on a load host) to drive the SNIA profiles' rounds and
-    /// vm-images from, repeatable: every SNIA round runs on all of them at once and their
-    /// results are merged per element (IOPS summed, percentiles from the merged histograms);
-    /// vm-images shares its VMs out among them, all started together. Targets must then be
-    /// NBD exports the load hosts reach: `flashraid` with --serve-tcp, or `nbd://` URIs.
+    /// A fio server (`fio --server` on a load host) to drive the SNIA profiles' rounds,
+    /// vm-images and degraded-rebuild from, repeatable: every SNIA round runs on all of them
+    /// at once and their results are merged per element (IOPS summed, percentiles from the
+    /// merged histograms); vm-images shares its VMs out among them, all started together;
+    /// degraded-rebuild runs its load on each, on a share of the load region. Targets must
+    /// then be NBD exports the load hosts reach: `flashraid` with --serve-tcp, or `nbd://`
+    /// URIs.
     #[arg(long = "load-host")]
     load_hosts: Vec<String>,
     /// Also serve the `flashraid` target over TCP on ADDR:PORT, an address the load hosts
@@ -359,10 +363,11 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         {
             bail!("load host {} is given twice: give each fio server once", twice.1);
         }
-        if plans.iter().any(|p| !matches!(p, Job::Snia(_) | Job::Vm(_))) {
+        if plans.iter().any(|p| matches!(p, Job::Files(_))) {
             bail!(
-                "--load-host drives the SNIA profiles and vm-images only; video-frames, \
-                 small-files and degraded-rebuild run from this host"
+                "--load-host drives the SNIA profiles, vm-images and degraded-rebuild; \
+                 video-frames and small-files run from this host (they mount a filesystem \
+                 on the target here)"
             );
         }
         for plan in &plans {
@@ -912,6 +917,24 @@ fn run_fio_on(
     Ok(text)
 }
 
+/// fio's JSON output: run here (`hosts` empty), or in client mode on `hosts`, every one of
+/// which must have reported (each job merged across hosts by name).
+fn parse_fio_output_from(text: &str, hosts: &[String]) -> Result<flashraid_lab::fio::FioOutput> {
+    if hosts.is_empty() {
+        return Ok(parse_fio_output(text)?);
+    }
+    let (parsed, seen) = parse_fio_client_output(text)?;
+    if seen.len() != hosts.len() {
+        bail!(
+            "results from {} of the {} load hosts ({})",
+            seen.len(),
+            hosts.len(),
+            seen.join(", ")
+        );
+    }
+    Ok(parsed)
+}
+
 /// Write a profile's report folder (also after a failure: what was measured before it is
 /// kept): the results as JSON under `json_name`, report.md, report.html, manifest.json.
 fn write_outputs(
@@ -1311,7 +1334,7 @@ fn run_degraded(
 ) -> Result<(PathBuf, String)> {
     use flashraid_lab::degraded::{
         LevelResult, PhaseLoad, phase_figures, render_degraded_html, render_degraded_markdown,
-        render_phase_load, render_verify,
+        render_phase_load, render_phase_load_on_host, render_verify,
     };
     let Some(WorkloadShape::DegradedRebuild(shape)) =
         workload_shape(Profile::DegradedRebuild, args.mode)
@@ -1338,6 +1361,23 @@ fn run_degraded(
     if let Some(rate) = args.rebuild_busy_rate {
         manifest.insert("rebuild busy rate".into(), format!("{rate} B/s"));
     }
+    let hosts = args.load_hosts.as_slice();
+    if !hosts.is_empty() {
+        manifest.insert(
+            "load hosts".into(),
+            format!(
+                "{} (fio client/server; each host runs every phase's load and the drill, \
+                 {threads} threads x QD {queue_depth} each, on its own 1/{} of the load region \
+                 with its own seed, all started together; the phases' results merged, IOPS \
+                 summed and percentiles from the merged histograms; a paced level paces every \
+                 thread of every host at its share; the drill's 1-s logs are stamped with each \
+                 host's clock and put on one clock to within half a second, so the hosts' \
+                 clocks must agree; the data written and verified from this host)",
+                hosts.join(", "),
+                hosts.len()
+            ),
+        );
+    }
     let mut report = DegradedReport {
         run_id,
         mode: args.mode,
@@ -1358,11 +1398,11 @@ fn run_degraded(
             "[degraded-rebuild] load {load_percent}%: a fresh array, data written with verify headers"
         );
         let prepared = prepare(args, spec, &raw_dir, &name)?;
+        // With load hosts every host runs `threads`: each thread paces at its share of all.
+        let all_threads = f64::from(threads) * hosts.len().max(1) as f64;
         let rate_iops_per_thread = match (load_percent, healthy_max_iops) {
             (100, _) | (0, _) => None,
-            (p, Some(max)) => {
-                Some((max * f64::from(p) / 100.0 / f64::from(threads)).max(1.0) as u64)
-            }
+            (p, Some(max)) => Some((max * f64::from(p) / 100.0 / all_threads).max(1.0) as u64),
             (p, None) => bail!("load level {p}% needs the 100% level first (its healthy maximum)"),
         };
         let load = PhaseLoad { threads, queue_depth, runtime_s: phase_s, rate_iops_per_thread };
@@ -1377,6 +1417,12 @@ fn run_degraded(
         };
         let result = (|| -> Result<()> {
             let target = &prepared.target;
+            // The load hosts reach the target over the network; the data is written and
+            // checked from here.
+            let load_target = match &prepared.load_target {
+                Some(remote) if !hosts.is_empty() => remote,
+                _ => target,
+            };
             run_fio(&args.fio, &test_dir, "verify-write", &render_verify(target, false)?, None)?;
             let seed = std::sync::atomic::AtomicU64::new(args.seed);
             let measure = |phase: &str, runtime_s: u32| -> Result<Option<JobResult>> {
@@ -1384,11 +1430,28 @@ fn run_degraded(
                     return Ok(None);
                 }
                 let seed = seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let job = render_phase_load(&PhaseLoad { runtime_s, ..load }, target, seed)?;
+                let phase_load = PhaseLoad { runtime_s, ..load };
+                // With load hosts, `job` (the whole load region) is kept for reference.
+                let job = render_phase_load(&phase_load, load_target, seed)?;
+                let per_host = hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, host)| {
+                        let job = render_phase_load_on_host(
+                            &phase_load,
+                            load_target,
+                            seed,
+                            k,
+                            hosts.len(),
+                        )?;
+                        Ok((host.clone(), job))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
                 let limit = Duration::from_secs(u64::from(runtime_s)) + ROUND_OVERRUN;
-                let text =
-                    run_fio(&args.fio, &test_dir, &format!("{phase}-{seed}"), &job, Some(limit))?;
-                let mut parsed = parse_fio_output(&text)?;
+                let name = format!("{phase}-{seed}");
+                let text = run_fio_on(&args.fio, &test_dir, &name, &job, Some(limit), &per_host)?;
+                let mut parsed = parse_fio_output_from(&text, hosts)
+                    .with_context(|| format!("fio output {}/{name}.json", test_dir.display()))?;
                 let job = parsed.jobs.pop().context("fio reported no job")?;
                 if job.error_code != 0 {
                     bail!("the {phase} load failed with fio error {}", job.error_code);
@@ -1462,8 +1525,9 @@ fn run_degraded(
                     spare: &spare2,
                     spare_bytes: args.member_size,
                     hold: Duration::from_secs(u64::from(phase_s)),
+                    hosts,
                 };
-                level.drill = Some(drill.run(&load, target, seed)?);
+                level.drill = Some(drill.run(&load, load_target, seed)?);
                 level.verified = false;
                 let check = render_verify(target, true)?;
                 match run_fio(&args.fio, &test_dir, "verify-check-after-drill", &check, None) {
@@ -1524,7 +1588,8 @@ fn add_spare_and_wait(
 
 /// degraded-rebuild's drill on a served array: one fio run with 1-s logs while member 0
 /// fails, the array runs degraded, a new spare (`spare`) is added and rebuilt, and the array
-/// runs rebuilt; each state held for `hold` (the rebuild as long as it takes).
+/// runs rebuilt; each state held for `hold` (the rebuild as long as it takes). With load
+/// `hosts`, fio's client runs each host's share there and brings its logs back.
 struct Drill<'a> {
     fio: &'a Path,
     dir: &'a Path,
@@ -1532,6 +1597,7 @@ struct Drill<'a> {
     spare: &'a Path,
     spare_bytes: u64,
     hold: Duration,
+    hosts: &'a [String],
 }
 
 impl Drill<'_> {
@@ -1541,16 +1607,26 @@ impl Drill<'_> {
         target: &Target,
         seed: u64,
     ) -> Result<flashraid_lab::degraded::Drill> {
-        use flashraid_lab::degraded::{DrillMarker, render_drill_load};
+        use flashraid_lab::degraded::{
+            DrillMarker, drill_log_prefix, render_drill_load, render_drill_load_on_host,
+        };
         let job_path = self.dir.join("drill.fio");
         let json_path = self.dir.join("drill.json");
         let stderr_path = self.dir.join("drill.stderr");
         std::fs::write(&job_path, render_drill_load(load, target, seed)?)?;
         let mut command = Command::new(self.fio);
-        command
-            .arg("--output-format=json+")
-            .arg(format!("--output={}", json_path.display()))
-            .arg(&job_path);
+        command.arg("--output-format=json+").arg(format!("--output={}", json_path.display()));
+        if self.hosts.is_empty() {
+            command.arg(&job_path);
+        }
+        for (k, host) in self.hosts.iter().enumerate() {
+            let path = self.dir.join(format!("drill-h{k}.fio"));
+            std::fs::write(
+                &path,
+                render_drill_load_on_host(load, target, seed, k, self.hosts.len())?,
+            )?;
+            command.arg(format!("--client={host}")).arg(path);
+        }
         flashraid_nbd::signals::unblock_in_child(&mut command);
         let mut child = command
             .current_dir(self.dir)
@@ -1571,10 +1647,31 @@ impl Drill<'_> {
         }
         let text = std::fs::read_to_string(&json_path)
             .with_context(|| format!("fio wrote no results to {}", json_path.display()))?;
-        let parsed = parse_fio_output(&text)?;
+        let parsed = parse_fio_output_from(&text, self.hosts)
+            .with_context(|| format!("the drill's fio output {}", json_path.display()))?;
         let result = parsed.jobs.first().context("fio reported no job")?;
         if result.error_code != 0 {
             bail!("the drill's load failed with fio error {}", result.error_code);
+        }
+        let epoch_ms = |at: std::time::SystemTime| {
+            at.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        };
+        if !self.hosts.is_empty() {
+            // Each host's logs, stamped with the epoch by its own clock.
+            let (mut iops, mut latency) = (vec![], vec![]);
+            for k in 0..self.hosts.len() {
+                let prefix = drill_log_prefix(k);
+                iops.extend(read_fio_logs(self.dir, &prefix, "iops", load.threads, true)?);
+                latency.extend(read_fio_logs(self.dir, &prefix, "lat", load.threads, true)?);
+            }
+            let markers = steps.into_iter().map(|(what, at)| (what.to_string(), epoch_ms(at)));
+            return Ok(flashraid_lab::degraded::Drill::from_epoch_logs(
+                &iops,
+                &latency,
+                1000,
+                markers.collect(),
+            )?);
         }
         // fio's log times count from the job's start: its results' time stamp less its run
         // time. The steps are placed on that clock.
@@ -1582,14 +1679,9 @@ impl Drill<'_> {
         let started_ms = ended_ms.saturating_sub(result.runtime_ms());
         let markers = steps
             .into_iter()
-            .map(|(what, at)| {
-                let at_ms = at
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-                DrillMarker {
-                    what: what.to_string(),
-                    at_s: at_ms.saturating_sub(started_ms) as f64 / 1000.0,
-                }
+            .map(|(what, at)| DrillMarker {
+                what: what.to_string(),
+                at_s: epoch_ms(at).saturating_sub(started_ms) as f64 / 1000.0,
             })
             .collect();
         let iops = read_fio_logs(self.dir, "drill", "iops", load.threads, false)?;
@@ -1835,21 +1927,9 @@ fn run_test(
         let text =
             run_fio_on(&args.fio, dir, &format!("round-{round}"), &job, Some(limit), &per_host)?;
         let cpu_after = server_pid.and_then(process_cpu_seconds);
-        let context = || format!("fio output {}/round-{round}.json", dir.display());
-        let parsed = if hosts.is_empty() {
-            parse_fio_output(&text).with_context(context)?
-        } else {
-            let (parsed, seen) = parse_fio_client_output(&text).with_context(context)?;
-            if seen.len() != hosts.len() {
-                bail!(
-                    "round {round}: results from {} of the {} load hosts ({})",
-                    seen.len(),
-                    hosts.len(),
-                    seen.join(", ")
-                );
-            }
-            parsed
-        };
+        let parsed = parse_fio_output_from(&text, hosts).with_context(|| {
+            format!("round {round}: fio output {}/round-{round}.json", dir.display())
+        })?;
         let test_run =
             target_run.test_mut(&test.name).expect("the target run was made from this plan");
         let decision = test_run.push_round(parsed.jobs)?;

@@ -57,13 +57,63 @@ pub fn render_phase_load(
     randseed: u64,
 ) -> Result<String, crate::profile::ProfileError> {
     let (half, rest) = halves(target);
+    phase_load_job(load, target, randseed, half, rest)
+}
+
+/// [`render_phase_load`] for load host `host` of `hosts` (fio's client/server mode): the
+/// host's own contiguous share of the load region (1/`hosts` of it, whole MiB; what the
+/// rounding leaves at the end is not loaded), with a seed of its own. `load` is what each
+/// host runs: its threads, and their pace, are that host's.
+pub fn render_phase_load_on_host(
+    load: &PhaseLoad,
+    target: &Target,
+    randseed: u64,
+    host: usize,
+    hosts: usize,
+) -> Result<String, crate::profile::ProfileError> {
+    let (offset, share) = host_share(target, host, hosts)?;
+    phase_load_job(load, target, host_seed(randseed, host), offset, share)
+}
+
+/// Host `host`'s share of the load region: its offset and length.
+fn host_share(
+    target: &Target,
+    host: usize,
+    hosts: usize,
+) -> Result<(u64, u64), crate::profile::ProfileError> {
+    assert!(host < hosts, "load host {host} of {hosts}");
+    const MIB: u64 = 1 << 20;
+    let (half, rest) = halves(target);
+    let share = rest / hosts as u64 / MIB * MIB;
+    if share == 0 {
+        return Err(crate::profile::ProfileError::TargetTooSmall {
+            region_bytes: rest,
+            needed_bytes: MIB * hosts as u64,
+            why: "1 MiB of the load region (the target's second half) per load host",
+        });
+    }
+    Ok((half + share * host as u64, share))
+}
+
+/// Seeds far apart, so the hosts' random offsets are unrelated.
+fn host_seed(randseed: u64, host: usize) -> u64 {
+    randseed.wrapping_add(host as u64 * 1_000_003)
+}
+
+fn phase_load_job(
+    load: &PhaseLoad,
+    target: &Target,
+    randseed: u64,
+    offset: u64,
+    size: u64,
+) -> Result<String, crate::profile::ProfileError> {
     let mut out = String::from("; flashraid-lab: degraded-rebuild load (generated)\n[global]\n");
     out.push_str(&target.global_lines()?);
     out.push_str("thread=1\ngroup_reporting=1\ntime_based=1\nnorandommap=1\nrefill_buffers=1\n");
     let _ = writeln!(out, "runtime={}\nrandseed={randseed}", load.runtime_s);
     let _ = writeln!(out, "percentile_list={}", crate::profile::PERCENTILE_LIST);
     out.push_str("\n[load]\nrw=randrw\nrwmixread=70\nbs=4096\n");
-    let _ = writeln!(out, "offset={half}\nsize={rest}");
+    let _ = writeln!(out, "offset={offset}\nsize={size}");
     let _ = writeln!(out, "numjobs={}\niodepth={}", load.threads, load.queue_depth);
     if let Some(rate) = load.rate_iops_per_thread {
         let _ = writeln!(out, "rate_iops={rate}");
@@ -85,6 +135,31 @@ pub fn render_drill_load(
     )?;
     out.push_str("write_iops_log=drill\nwrite_lat_log=drill\nlog_avg_msec=1000\n");
     Ok(out)
+}
+
+/// [`render_drill_load`] for load host `host` of `hosts`: the host's share and seed as in
+/// [`render_phase_load_on_host`], logs named `drill-hK` (fio's client brings them back with
+/// the host's name appended) and stamped with Unix epoch milliseconds (`log_unix_epoch`),
+/// since the hosts' jobs start at different moments: [`Drill::from_epoch_logs`] puts them on
+/// one clock, which needs the hosts' clocks to agree.
+pub fn render_drill_load_on_host(
+    load: &PhaseLoad,
+    target: &Target,
+    randseed: u64,
+    host: usize,
+    hosts: usize,
+) -> Result<String, crate::profile::ProfileError> {
+    let (offset, share) = host_share(target, host, hosts)?;
+    let load = PhaseLoad { runtime_s: DRILL_RUNTIME_MAX_S, ..*load };
+    let mut out = phase_load_job(&load, target, host_seed(randseed, host), offset, share)?;
+    let _ = writeln!(out, "write_iops_log={0}\nwrite_lat_log={0}", drill_log_prefix(host));
+    out.push_str("log_avg_msec=1000\nlog_unix_epoch=1\n");
+    Ok(out)
+}
+
+/// The drill logs' name on load host `host`.
+pub fn drill_log_prefix(host: usize) -> String {
+    format!("drill-h{host}")
 }
 
 /// A drill's fio runtime: a day, so that only the runner ends it.
@@ -186,6 +261,48 @@ impl Drill {
             latency_us: timeline.worst_vm_latency_us,
             markers,
         })
+    }
+
+    /// [`Drill::from_logs`] for logs stamped with Unix epoch milliseconds (`log_unix_epoch`:
+    /// a drill from several load hosts, whose jobs start at different moments) and markers
+    /// at epoch milliseconds. All are put on one clock that starts where the earliest log's
+    /// first interval does (its first sample less one interval). A host's samples then fall
+    /// on the bins nearest to them: hosts that started apart are aligned to within half an
+    /// interval.
+    pub fn from_epoch_logs(
+        iops_logs: &[Vec<crate::vm::LogSample>],
+        latency_logs: &[Vec<crate::vm::LogSample>],
+        interval_ms: u64,
+        markers_epoch_ms: Vec<(String, u64)>,
+    ) -> Result<Drill, crate::vm::VmError> {
+        let origin_ms = iops_logs
+            .iter()
+            .chain(latency_logs)
+            .filter_map(|log| log.first())
+            .map(|s| s.time_ms.saturating_sub(interval_ms))
+            .chain(markers_epoch_ms.iter().map(|(_, at)| *at))
+            .min()
+            .unwrap_or(0);
+        let shift = |logs: &[Vec<crate::vm::LogSample>]| -> Vec<Vec<crate::vm::LogSample>> {
+            logs.iter()
+                .map(|log| {
+                    log.iter()
+                        .map(|s| crate::vm::LogSample {
+                            time_ms: s.time_ms.saturating_sub(origin_ms),
+                            ..*s
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let markers = markers_epoch_ms
+            .into_iter()
+            .map(|(what, at_ms)| DrillMarker {
+                what,
+                at_s: at_ms.saturating_sub(origin_ms) as f64 / 1000.0,
+            })
+            .collect();
+        Drill::from_logs(&shift(iops_logs), &shift(latency_logs), interval_ms, markers)
     }
 
     fn bin_s(&self) -> f64 {
@@ -806,6 +923,105 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    fn nbd(size_bytes: u64) -> Target {
+        Target::Nbd { uri: "nbd://10.0.0.1:10809/a".into(), size_bytes }
+    }
+
+    fn value(job: &str, key: &str) -> String {
+        let prefix = format!("{key}=");
+        let found: Vec<&str> = job.lines().filter_map(|l| l.strip_prefix(&prefix)).collect();
+        assert_eq!(found.len(), 1, "{key} in {job}");
+        found[0].to_string()
+    }
+
+    /// Load hosts share the load region (the target's second half) out in whole MiB, each
+    /// with its own seed and the load's own threads and pace; their drills log under their
+    /// own names, stamped with the epoch. The verified first half is no host's.
+    #[test]
+    fn load_hosts_share_the_load_region_out_and_keep_to_it() {
+        let load =
+            PhaseLoad { threads: 2, queue_depth: 8, runtime_s: 5, rate_iops_per_thread: Some(700) };
+        let target = nbd(64 << 20);
+        let whole = render_phase_load(&load, &target, 9).unwrap();
+        assert_eq!(value(&whole, "offset"), (32u64 << 20).to_string());
+        for hosts in [1usize, 2, 3, 5] {
+            let mut end = 32u64 << 20;
+            let mut seeds = vec![];
+            for host in 0..hosts {
+                let job = render_phase_load_on_host(&load, &target, 9, host, hosts).unwrap();
+                let offset: u64 = value(&job, "offset").parse().unwrap();
+                let size: u64 = value(&job, "size").parse().unwrap();
+                assert_eq!(offset, end, "host {host} of {hosts} starts where the last ended");
+                assert!(
+                    size > 0
+                        && size.is_multiple_of(1 << 20)
+                        && size >= (32 << 20) / hosts as u64 - (1 << 20)
+                );
+                end = offset + size;
+                assert_eq!(value(&job, "numjobs"), "2");
+                assert_eq!(value(&job, "rate_iops"), "700");
+                assert_eq!(value(&job, "runtime"), "5");
+                seeds.push(value(&job, "randseed"));
+                let drill = render_drill_load_on_host(&load, &target, 9, host, hosts).unwrap();
+                assert_eq!(value(&drill, "offset"), offset.to_string());
+                assert_eq!(value(&drill, "write_iops_log"), format!("drill-h{host}"));
+                assert_eq!(value(&drill, "write_lat_log"), drill_log_prefix(host));
+                assert_eq!(value(&drill, "log_unix_epoch"), "1");
+                assert_eq!(value(&drill, "runtime"), DRILL_RUNTIME_MAX_S.to_string());
+            }
+            assert!(end <= 64 << 20);
+            seeds.sort();
+            seeds.dedup();
+            assert_eq!(seeds.len(), hosts, "every host its own seed");
+        }
+        // 2 MiB of load region: two hosts get 1 MiB each, three cannot.
+        let small = nbd(4 << 20);
+        assert!(render_phase_load_on_host(&load, &small, 1, 1, 2).is_ok());
+        assert!(matches!(
+            render_phase_load_on_host(&load, &small, 1, 0, 3),
+            Err(crate::profile::ProfileError::TargetTooSmall { .. })
+        ));
+    }
+
+    /// Logs stamped with the epoch (hosts whose jobs started 300 ms and 2 s apart) land on one
+    /// clock from the earliest start: the hosts' seconds add up bin by bin, and the markers
+    /// sit where they happened on it.
+    #[test]
+    fn epoch_stamped_logs_from_hosts_that_started_apart_share_one_clock() {
+        let start_ms = 1_790_000_000_000u64;
+        let host = |offset_ms: u64, values: &[f64]| -> Vec<crate::vm::LogSample> {
+            samples(values)
+                .into_iter()
+                .map(|s| crate::vm::LogSample { time_ms: s.time_ms + start_ms + offset_ms, ..s })
+                .collect()
+        };
+        let a = host(0, &[100.0, 100.0, 100.0, 100.0, 10.0, 100.0]);
+        let b = host(300, &[200.0, 200.0, 200.0, 200.0, 20.0, 200.0]);
+        // A host that connected 2 s late: its first second is the other hosts' third.
+        let c = host(2000, &[400.0, 400.0, 40.0, 400.0]);
+        let d = Drill::from_epoch_logs(
+            &[a.clone(), b, c],
+            &[a],
+            1000,
+            vec![("member 0 failed".into(), start_ms + 4100)],
+        )
+        .unwrap();
+        assert_eq!(d.iops, vec![300.0, 300.0, 700.0, 700.0, 70.0, 700.0]);
+        assert_eq!(d.markers, vec![DrillMarker { what: "member 0 failed".into(), at_s: 4.1 }]);
+        assert_eq!(d.transients()[0].worst_iops, Some(70.0));
+        // Without the epoch shift the same logs would be 1.79e9 s long; with it, a marker
+        // before every log (a step that came first) sets the clock's start.
+        let early = Drill::from_epoch_logs(
+            &[host(0, &[5.0])],
+            &[],
+            1000,
+            vec![("x".into(), start_ms - 1500)],
+        )
+        .unwrap();
+        assert_eq!(early.markers[0].at_s, 0.0);
+        assert_eq!(early.iops.len(), 3);
     }
 
     #[test]
