@@ -1398,11 +1398,9 @@ fn run_degraded(
             "[degraded-rebuild] load {load_percent}%: a fresh array, data written with verify headers"
         );
         let prepared = prepare(args, spec, &raw_dir, &name)?;
-        // With load hosts every host runs `threads`: each thread paces at its share of all.
-        let all_threads = f64::from(threads) * hosts.len().max(1) as f64;
         let rate_iops_per_thread = match (load_percent, healthy_max_iops) {
             (100, _) | (0, _) => None,
-            (p, Some(max)) => Some((max * f64::from(p) / 100.0 / all_threads).max(1.0) as u64),
+            (p, Some(max)) => Some(paced_iops_per_thread(max, p, threads, hosts.len())),
             (p, None) => bail!("load level {p}% needs the 100% level first (its healthy maximum)"),
         };
         let load = PhaseLoad { threads, queue_depth, runtime_s: phase_s, rate_iops_per_thread };
@@ -1554,6 +1552,14 @@ fn run_degraded(
         return Err(e.context(format!("partial report in {}", dir.display())));
     }
     Ok((dir, markdown))
+}
+
+/// fio's `rate_iops` for each thread of a load level at `percent` of `max_iops` (the healthy
+/// maximum of every thread together): each host (one without load hosts) runs `threads`, so
+/// every thread of every host takes an equal share; at least 1.
+fn paced_iops_per_thread(max_iops: f64, percent: u8, threads: u32, hosts: usize) -> u64 {
+    let all_threads = f64::from(threads.max(1)) * hosts.max(1) as f64;
+    (max_iops * f64::from(percent) / 100.0 / all_threads).max(1.0) as u64
 }
 
 /// A new, empty file of `bytes` at `path` (a spare for the served array).
@@ -2158,4 +2164,20 @@ fn load_reports(path: &Path) -> Result<Vec<Loaded>> {
         );
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paced_iops_per_thread;
+
+    /// A paced level's total is the same share of the healthy maximum however many load
+    /// hosts run it: each host runs the load's threads, so each thread's pace shrinks.
+    #[test]
+    fn a_paced_level_shares_its_rate_among_every_hosts_threads() {
+        assert_eq!(paced_iops_per_thread(80_000.0, 50, 4, 0), 10_000); // this host alone
+        assert_eq!(paced_iops_per_thread(80_000.0, 50, 4, 1), 10_000);
+        assert_eq!(paced_iops_per_thread(80_000.0, 50, 4, 2), 5_000);
+        assert_eq!(paced_iops_per_thread(90_000.0, 25, 2, 3), 3_750);
+        assert_eq!(paced_iops_per_thread(10.0, 1, 4, 2), 1, "never 0 (fio: no limit)");
+    }
 }
