@@ -1614,7 +1614,8 @@ impl Drill<'_> {
         seed: u64,
     ) -> Result<flashraid_lab::degraded::Drill> {
         use flashraid_lab::degraded::{
-            DrillMarker, drill_log_prefix, render_drill_load, render_drill_load_on_host,
+            DrillMarker, drill_log_prefix, host_clock_problem, render_drill_load,
+            render_drill_load_on_host,
         };
         let job_path = self.dir.join("drill.fio");
         let json_path = self.dir.join("drill.json");
@@ -1634,6 +1635,7 @@ impl Drill<'_> {
             command.arg(format!("--client={host}")).arg(path);
         }
         flashraid_nbd::signals::unblock_in_child(&mut command);
+        let spawned = std::time::SystemTime::now();
         let mut child = command
             .current_dir(self.dir)
             .stdin(Stdio::null())
@@ -1645,6 +1647,7 @@ impl Drill<'_> {
         let drilled = self.steps(&mut child, &mut steps);
         // fio writes its results and logs when interrupted.
         stop_fio(&mut child)?;
+        let stopped = std::time::SystemTime::now();
         if let Err(e) = drilled {
             let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
             let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
@@ -1664,11 +1667,26 @@ impl Drill<'_> {
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         };
         if !self.hosts.is_empty() {
-            // Each host's logs, stamped with the epoch by its own clock.
+            // Each host's logs, stamped with the epoch by its own clock, which must agree
+            // with this host's: its logs must lie within fio's run here.
             let (mut iops, mut latency) = (vec![], vec![]);
-            for k in 0..self.hosts.len() {
+            for (k, host) in self.hosts.iter().enumerate() {
                 let prefix = drill_log_prefix(k);
-                iops.extend(read_fio_logs(self.dir, &prefix, "iops", load.threads, true)?);
+                let host_iops = read_fio_logs(self.dir, &prefix, "iops", load.threads, true)?;
+                let start = host_iops.iter().filter_map(|l| l.first()).map(|s| s.time_ms).min();
+                let end = host_iops.iter().filter_map(|l| l.last()).map(|s| s.time_ms).max();
+                let (Some(start), Some(end)) = (start, end) else {
+                    bail!("load host {host}: its drill IOPS logs are empty");
+                };
+                let (from, to) = (epoch_ms(spawned), epoch_ms(stopped));
+                if let Some(problem) = host_clock_problem(start.saturating_sub(1000), end, from, to)
+                {
+                    bail!(
+                        "load host {host}: {problem}; the drill's timeline needs the load \
+                         hosts' clocks to agree with this host's (NTP)"
+                    );
+                }
+                iops.extend(host_iops);
                 latency.extend(read_fio_logs(self.dir, &prefix, "lat", load.threads, true)?);
             }
             let markers = steps.into_iter().map(|(what, at)| (what.to_string(), epoch_ms(at)));
@@ -2168,7 +2186,22 @@ fn load_reports(path: &Path) -> Result<Vec<Loaded>> {
 
 #[cfg(test)]
 mod tests {
-    use super::paced_iops_per_thread;
+    use super::{paced_iops_per_thread, parse_fio_output_from};
+
+    /// Results from load hosts are taken only when every host reported.
+    #[test]
+    fn client_output_needs_every_load_host() {
+        let text =
+            include_str!("../../lab/tests/fixtures/fio-3.33-client-2hosts-2elements-jsonplus.json");
+        let two = ["10.231.1.2".to_string(), "10.231.2.2".to_string()];
+        let parsed = parse_fio_output_from(text, &two).unwrap();
+        assert_eq!(parsed.jobs.len(), 2, "two elements, each merged from both hosts");
+        let three = [two[0].clone(), two[1].clone(), "10.231.3.2".to_string()];
+        let err = parse_fio_output_from(text, &three).unwrap_err().to_string();
+        assert!(err.contains("results from 2 of the 3 load hosts"), "{err}");
+        // Without load hosts, client output is not fio's own: no jobs to take.
+        assert!(parse_fio_output_from(text, &[]).is_err());
+    }
 
     /// A paced level's total is the same share of the healthy maximum however many load
     /// hosts run it: each host runs the load's threads, so each thread's pace shrinks.

@@ -112,14 +112,21 @@ fn phase_load_job(
     out.push_str("thread=1\ngroup_reporting=1\ntime_based=1\nnorandommap=1\nrefill_buffers=1\n");
     let _ = writeln!(out, "runtime={}\nrandseed={randseed}", load.runtime_s);
     let _ = writeln!(out, "percentile_list={}", crate::profile::PERCENTILE_LIST);
-    out.push_str("\n[load]\nrw=randrw\nrwmixread=70\nbs=4096\n");
+    let _ = writeln!(out, "\n[load]\nrw=randrw\nrwmixread={LOAD_READ_PERCENT}\nbs=4096");
     let _ = writeln!(out, "offset={offset}\nsize={size}");
     let _ = writeln!(out, "numjobs={}\niodepth={}", load.threads, load.queue_depth);
     if let Some(rate) = load.rate_iops_per_thread {
-        let _ = writeln!(out, "rate_iops={rate}");
+        // fio caps reads and writes apart, a single value each (found by review: the paced
+        // levels ran twice their rate, half reads): the thread's rate split by the mix.
+        let reads = (rate * LOAD_READ_PERCENT).div_ceil(100);
+        let writes = (rate * (100 - LOAD_READ_PERCENT)).div_ceil(100);
+        let _ = writeln!(out, "rate_iops={reads},{writes}");
     }
     Ok(out)
 }
+
+/// The phase load's share of reads, percent.
+const LOAD_READ_PERCENT: u64 = 70;
 
 /// fio job of a drill: the phase load with no end of its own (the runner stops fio with
 /// SIGINT once the drill is over) and 1-s IOPS and latency logs named `drill`.
@@ -155,6 +162,39 @@ pub fn render_drill_load_on_host(
     let _ = writeln!(out, "write_iops_log={0}\nwrite_lat_log={0}", drill_log_prefix(host));
     out.push_str("log_avg_msec=1000\nlog_unix_epoch=1\n");
     Ok(out)
+}
+
+/// The most a load host's clock may be off the lab host's for its drill logs to be used:
+/// far more than fio's connect takes or its stamps jitter, far less than a drill's steps.
+pub const CLOCK_SKEW_MAX_MS: u64 = 2000;
+
+/// Whether a load host's drill logs fit the drill as the lab host's clock saw it: fio was
+/// started at `spawned_ms` and stopped by `stopped_ms` (epoch milliseconds here), and the
+/// host's logs ran from `logs_start_ms` (its earliest log's first sample less one interval)
+/// to `logs_end_ms` (its latest sample) by its own clock. A clock behind shows as a start
+/// before fio was started, one ahead as samples after it was stopped. The problem, if any.
+pub fn host_clock_problem(
+    logs_start_ms: u64,
+    logs_end_ms: u64,
+    spawned_ms: u64,
+    stopped_ms: u64,
+) -> Option<String> {
+    let seconds = |ms: u64| ms as f64 / 1000.0;
+    if logs_start_ms.saturating_add(CLOCK_SKEW_MAX_MS) < spawned_ms {
+        return Some(format!(
+            "its drill logs start {:.1} s before fio was started here: its clock is behind \
+             this host's by at least that",
+            seconds(spawned_ms - logs_start_ms)
+        ));
+    }
+    if logs_end_ms > stopped_ms.saturating_add(CLOCK_SKEW_MAX_MS) {
+        return Some(format!(
+            "its drill logs run {:.1} s past the moment fio was stopped here: its clock is \
+             ahead of this host's by at least that",
+            seconds(logs_end_ms - stopped_ms)
+        ));
+    }
+    None
 }
 
 /// The drill logs' name on load host `host`.
@@ -218,6 +258,11 @@ pub struct Drill {
     /// Per bin: the highest mean latency (us) any thread logged, read or write (0: none).
     pub latency_us: Vec<f64>,
     pub markers: Vec<DrillMarker>,
+    /// Seconds from which every log runs: load hosts start at different moments, and the
+    /// healthy baseline counts only the seconds all of them load (0 with one host; older
+    /// reports have none).
+    #[serde(default)]
+    pub load_from_s: f64,
 }
 
 /// A step of the drill and when it happened.
@@ -260,41 +305,60 @@ impl Drill {
             iops: timeline.total_iops,
             latency_us: timeline.worst_vm_latency_us,
             markers,
+            load_from_s: 0.0,
         })
     }
 
     /// [`Drill::from_logs`] for logs stamped with Unix epoch milliseconds (`log_unix_epoch`:
     /// a drill from several load hosts, whose jobs start at different moments) and markers
-    /// at epoch milliseconds. All are put on one clock that starts where the earliest log's
-    /// first interval does (its first sample less one interval). A host's samples then fall
-    /// on the bins nearest to them: hosts that started apart are aligned to within half an
-    /// interval.
+    /// at epoch milliseconds. The clock starts where the earliest log's first interval does
+    /// (its first sample less one interval). Each log is placed whole, at the interval
+    /// nearest its own start, and its samples keep their places on its own grid: hosts that
+    /// started apart are aligned to within half an interval, and a host's sample is never
+    /// moved into a neighbour's bin by jitter in its stamps (found by review: placing every
+    /// sample alone put two of a host's samples in one bin and none in the next when it
+    /// started half an interval off the clock). A log's stamps less its own start must fit in
+    /// a drill's longest run ([`DRILL_RUNTIME_MAX_S`]), else the logs are refused.
     pub fn from_epoch_logs(
         iops_logs: &[Vec<crate::vm::LogSample>],
         latency_logs: &[Vec<crate::vm::LogSample>],
         interval_ms: u64,
         markers_epoch_ms: Vec<(String, u64)>,
     ) -> Result<Drill, crate::vm::VmError> {
-        let origin_ms = iops_logs
-            .iter()
-            .chain(latency_logs)
-            .filter_map(|log| log.first())
-            .map(|s| s.time_ms.saturating_sub(interval_ms))
-            .chain(markers_epoch_ms.iter().map(|(_, at)| *at))
-            .min()
-            .unwrap_or(0);
-        let shift = |logs: &[Vec<crate::vm::LogSample>]| -> Vec<Vec<crate::vm::LogSample>> {
-            logs.iter()
-                .map(|log| {
-                    log.iter()
-                        .map(|s| crate::vm::LogSample {
-                            time_ms: s.time_ms.saturating_sub(origin_ms),
-                            ..*s
-                        })
-                        .collect()
-                })
-                .collect()
+        let interval_ms = interval_ms.max(1);
+        let start_of = |log: &[crate::vm::LogSample]| {
+            log.first().map(|s| s.time_ms.saturating_sub(interval_ms))
         };
+        let origin_ms = iops_logs.iter().filter_map(|l| start_of(l)).min().unwrap_or(0);
+        let span_max_ms = u64::from(DRILL_RUNTIME_MAX_S) * 1000 + 2 * interval_ms;
+        let mut load_from_ms = 0;
+        let mut place = |logs: &[Vec<crate::vm::LogSample>]| -> Result<Vec<Vec<_>>, _> {
+            let mut placed = Vec::with_capacity(logs.len());
+            for log in logs {
+                let Some(start) = start_of(log) else {
+                    placed.push(vec![]);
+                    continue;
+                };
+                // Whole intervals from the clock's start to the log's, rounded.
+                let offset_ms =
+                    (start.saturating_sub(origin_ms) + interval_ms / 2) / interval_ms * interval_ms;
+                load_from_ms = load_from_ms.max(offset_ms);
+                let mut out = Vec::with_capacity(log.len());
+                for sample in log {
+                    let own_ms = sample.time_ms.saturating_sub(start);
+                    if own_ms.saturating_add(offset_ms) > span_max_ms {
+                        return Err(crate::vm::VmError::LogSpan {
+                            seconds: own_ms.saturating_add(offset_ms) / 1000,
+                        });
+                    }
+                    out.push(crate::vm::LogSample { time_ms: own_ms + offset_ms, ..*sample });
+                }
+                placed.push(out);
+            }
+            Ok(placed)
+        };
+        let iops = place(iops_logs)?;
+        let latency = place(latency_logs)?;
         let markers = markers_epoch_ms
             .into_iter()
             .map(|(what, at_ms)| DrillMarker {
@@ -302,7 +366,9 @@ impl Drill {
                 at_s: at_ms.saturating_sub(origin_ms) as f64 / 1000.0,
             })
             .collect();
-        Drill::from_logs(&shift(iops_logs), &shift(latency_logs), interval_ms, markers)
+        let mut drill = Drill::from_logs(&iops, &latency, interval_ms, markers)?;
+        drill.load_from_s = load_from_ms as f64 / 1000.0;
+        Ok(drill)
     }
 
     fn bin_s(&self) -> f64 {
@@ -326,10 +392,11 @@ impl Drill {
         first.min(end)..end
     }
 
-    /// Mean IOPS before the first marker (the healthy state); `None` without such a bin.
+    /// Mean IOPS before the first marker (the healthy state), from the moment every log
+    /// runs; `None` without such a bin.
     pub fn healthy_iops(&self) -> Option<f64> {
         let first = self.markers.first().map_or(f64::INFINITY, |m| m.at_s);
-        let bins = self.bins_between(0.0, first);
+        let bins = self.bins_between(self.load_from_s, first);
         (!bins.is_empty()).then(|| self.iops[bins.clone()].iter().sum::<f64>() / bins.len() as f64)
     }
 
@@ -961,7 +1028,8 @@ mod tests {
                 );
                 end = offset + size;
                 assert_eq!(value(&job, "numjobs"), "2");
-                assert_eq!(value(&job, "rate_iops"), "700");
+                // fio caps reads and writes apart: 700 a thread at 70% reads.
+                assert_eq!(value(&job, "rate_iops"), "490,210");
                 assert_eq!(value(&job, "runtime"), "5");
                 seeds.push(value(&job, "randseed"));
                 let drill = render_drill_load_on_host(&load, &target, 9, host, hosts).unwrap();
@@ -985,9 +1053,16 @@ mod tests {
         ));
     }
 
+    fn stamped(start_ms: u64, times_ms: &[u64], value: f64) -> Vec<crate::vm::LogSample> {
+        times_ms
+            .iter()
+            .map(|&t| crate::vm::LogSample { time_ms: start_ms + t, value, direction: 0 })
+            .collect()
+    }
+
     /// Logs stamped with the epoch (hosts whose jobs started 300 ms and 2 s apart) land on one
-    /// clock from the earliest start: the hosts' seconds add up bin by bin, and the markers
-    /// sit where they happened on it.
+    /// clock from the earliest start: the hosts' seconds add up bin by bin, the markers sit
+    /// where they happened on it, and the healthy baseline waits for the late host.
     #[test]
     fn epoch_stamped_logs_from_hosts_that_started_apart_share_one_clock() {
         let start_ms = 1_790_000_000_000u64;
@@ -1011,17 +1086,67 @@ mod tests {
         assert_eq!(d.iops, vec![300.0, 300.0, 700.0, 700.0, 70.0, 700.0]);
         assert_eq!(d.markers, vec![DrillMarker { what: "member 0 failed".into(), at_s: 4.1 }]);
         assert_eq!(d.transients()[0].worst_iops, Some(70.0));
-        // Without the epoch shift the same logs would be 1.79e9 s long; with it, a marker
-        // before every log (a step that came first) sets the clock's start.
-        let early = Drill::from_epoch_logs(
-            &[host(0, &[5.0])],
-            &[],
-            1000,
-            vec![("x".into(), start_ms - 1500)],
-        )
-        .unwrap();
+        // Found by review: the first two seconds (host c not yet loading) counted as healthy.
+        assert_eq!(d.load_from_s, 2.0);
+        assert_eq!(d.healthy_iops(), Some(700.0));
+        // A step before every log (a clock behind) sits at 0, not before the timeline.
+        let early =
+            Drill::from_epoch_logs(&[host(0, &[5.0])], &[], 1000, vec![("x".into(), start_ms - 1)])
+                .unwrap();
         assert_eq!(early.markers[0].at_s, 0.0);
-        assert_eq!(early.iops.len(), 3);
+        assert_eq!(early.iops, vec![5.0]);
+    }
+
+    /// Found by review: with every sample placed alone, a host that started half an interval
+    /// off the clock had stamps jitter either side of a bin edge, so one bin got two of its
+    /// samples and the next none (a steady 300 IOPS drawn as 100, 500, 100, 500). A log is
+    /// placed whole; its stamps keep their places on its own grid.
+    #[test]
+    fn stamps_that_jitter_around_a_bin_edge_keep_a_steady_load_steady() {
+        let t0 = 1_790_000_000_000u64;
+        let a = stamped(t0, &[1003, 2003, 3003, 4003, 5003, 6003], 100.0);
+        let b = stamped(t0, &[1502, 2497, 3505, 4498, 5503, 6496], 200.0);
+        let d = Drill::from_epoch_logs(&[a, b], &[], 1000, vec![]).unwrap();
+        assert_eq!(d.iops, vec![300.0; 6]);
+        let late = stamped(t0, &[1498, 2503, 3495, 4505, 5497, 6502], 200.0);
+        let a = stamped(t0, &[1003, 2003, 3003, 4003, 5003, 6003], 100.0);
+        let d = Drill::from_epoch_logs(&[a, late], &[], 1000, vec![]).unwrap();
+        assert_eq!(d.iops, vec![300.0; 6]);
+    }
+
+    /// A load host's clock more than [`CLOCK_SKEW_MAX_MS`] behind or ahead of the lab host's
+    /// is found from its logs' span against fio's start and stop here (found by review: a
+    /// host 60 s behind set the timeline's start, and the other host's samples fell past its
+    /// end, dropped without a word).
+    #[test]
+    fn a_load_hosts_clock_off_the_labs_is_found_from_its_logs() {
+        let (spawned, stopped) = (1_000_000u64, 1_060_000u64);
+        // fio connects within a second and stamps its last sample as it is stopped.
+        assert_eq!(host_clock_problem(spawned + 900, stopped - 300, spawned, stopped), None);
+        assert_eq!(host_clock_problem(spawned - 1500, stopped + 1500, spawned, stopped), None);
+        let behind = host_clock_problem(spawned - 60_000, stopped - 60_000, spawned, stopped);
+        assert!(behind.as_deref().is_some_and(|p| p.contains("behind") && p.contains("60.0 s")));
+        let ahead = host_clock_problem(spawned + 5_000, stopped + 5_000, spawned, stopped);
+        assert!(ahead.as_deref().is_some_and(|p| p.contains("ahead") && p.contains("5.0 s")));
+    }
+
+    /// Stamps that are not the epoch's, or a log that runs longer than any drill, are refused
+    /// rather than drawn as a timeline of years (found by review: it allocated 14 GB).
+    #[test]
+    fn a_log_longer_than_any_drill_is_refused() {
+        let t0 = 1_790_000_000_000u64;
+        let too_long = u64::from(DRILL_RUNTIME_MAX_S) * 1000 + 5000;
+        let log = stamped(t0, &[1000, 2000, too_long], 1.0);
+        assert!(matches!(
+            Drill::from_epoch_logs(&[log], &[], 1000, vec![]),
+            Err(crate::vm::VmError::LogSpan { .. })
+        ));
+        let behind = stamped(t0, &[1000, 2000], 1.0);
+        let far_ahead = stamped(t0 + too_long, &[1000, 2000], 1.0);
+        assert!(matches!(
+            Drill::from_epoch_logs(&[behind, far_ahead], &[], 1000, vec![]),
+            Err(crate::vm::VmError::LogSpan { .. })
+        ));
     }
 
     #[test]

@@ -196,6 +196,8 @@ pub enum VmError {
     NoLogs,
     #[error("the IOPS log of VM {vm} is empty")]
     EmptyLog { vm: usize },
+    #[error("a log runs {seconds} s from its own start, longer than any run: its stamps are wrong")]
+    LogSpan { seconds: u64 },
 }
 
 impl VmTarget {
