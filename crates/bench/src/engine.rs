@@ -27,7 +27,7 @@ use crate::median;
 use flashraid_control::{Init, Overwrite};
 use flashraid_layout::Level;
 use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create, create_in_memory};
-use flashraid_uring::{Access, Device};
+use flashraid_uring::Device;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -316,7 +316,7 @@ fn run_inner(
         Members::Files(paths) => Raw::Devices(
             paths
                 .iter()
-                .map(|p| Device::open(p, Access::ReadWrite).map_err(|e| e.to_string()))
+                .map(|p| Device::open_unlocked_for_benchmark(p).map_err(|e| e.to_string()))
                 .collect::<Result<_, _>>()?,
         ),
         Members::Memory(list) => Raw::Memory(list),

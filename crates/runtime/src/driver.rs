@@ -4,7 +4,8 @@
 //! registered after the roles, and a spare that takes over a role is mapped to it
 //! (`assign_role`), so IO already in flight (or staged, below) keeps its file. Missing
 //! members get a placeholder descriptor that the engine never addresses (it issues no IO to
-//! unavailable members). Tokens travel as io_uring user data. Short transfers are errors.
+//! unavailable members). Tokens travel as io_uring user data. Short transfers are errors: the
+//! member ended early, so it is gone (it shrank under us), not a bad range to repair.
 //!
 //! Merging (what the block layer's plugging does for other IO; O_DIRECT through io_uring gets
 //! none). Reads and cached writes are staged until the reactor submits
@@ -413,8 +414,13 @@ impl Driver for UringDriver {
                 let slot = u16::try_from(user_data & !MERGED_TAG).expect("a run slot");
                 let run = &mut runs[usize::from(slot)];
                 let len = u32::try_from(run.len_bytes).expect("merged IOs fit u32");
-                let outcome = check_transfer(result, len).map_err(io_error);
-                if outcome.is_ok() || run.write || outcome == Err(IoError::Gone) {
+                let transfer = check_transfer(result, len);
+                // A short merged read ends inside the run: its parts before the end are
+                // whole, so each is read again to learn which one the member's end cuts.
+                let short_read =
+                    !run.write && transfer.as_ref().is_err_and(|e| e.errno().is_none());
+                let outcome = transfer.map_err(io_error);
+                if outcome.is_ok() || run.write || (outcome == Err(IoError::Gone) && !short_read) {
                     // Success, or a failure every part shares (module docs).
                     for part in &run.parts[..run.count] {
                         sink(MemberCompletion { token: IoToken(part.token), result: outcome });
@@ -445,7 +451,11 @@ impl Driver for UringDriver {
 fn io_error(error: flashraid_uring::TransferError) -> IoError {
     match error.errno() {
         Some(errno) => IoError::from_errno(errno),
-        None => IoError::Media, // a short transfer: the device ended early
+        // A short transfer: O_DIRECT transfers are short only at the end of the device, so
+        // the member shrank under us (a truncated file). Not a bad range to rewrite: found
+        // by a misuse test, the repair's write grew the file back with a hole, whose zeros
+        // were then read as good data. The member is gone.
+        None => IoError::Gone,
     }
 }
 
@@ -613,7 +623,11 @@ mod tests {
         assert_eq!(d.merged_pushed(), 1);
         assert_eq!(done[0].result, Ok(()));
         assert_eq!(done[1].result, Ok(()));
-        assert_eq!(done[2].result, Err(IoError::Media), "block 3 is past the end");
+        assert_eq!(
+            done[2].result,
+            Err(IoError::Gone),
+            "block 3 is past the end: the member shrank"
+        );
         assert_eq!(d.reads_retried(), 1);
         assert!(bufs[0].as_slice().iter().all(|&x| x == 2));
         assert!(bufs[1].as_slice().iter().all(|&x| x == 3));

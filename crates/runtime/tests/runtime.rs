@@ -449,3 +449,52 @@ fn staged_writes_fill_in_dribs_and_a_cancelled_one_sends_nothing() {
     drop(session);
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
 }
+
+/// Found by a misuse test: a member file truncated while served returned short reads, which
+/// were repaired as bad ranges by rewriting them, growing the file back with a hole whose
+/// zeros were later read as good data. A member that ends early is gone: it is failed, its
+/// stripes are served from redundancy, and nothing writes it again.
+#[test]
+fn a_member_file_truncated_while_served_is_failed_not_rewritten() {
+    let dir = scratch_dir();
+    let spec = spec(dir.path(), Level::Raid5, 4);
+    create(&spec).unwrap();
+    let array = Array::open(&spec.members, &options()).unwrap();
+    let size = array.size_bytes();
+    let mut s = array.session().unwrap();
+    let data = pattern(7, usize::try_from(size).unwrap());
+    for (i, piece) in data.chunks(1 << 20).enumerate() {
+        s.write(i as u64 * (1 << 20), piece).unwrap();
+    }
+    s.flush().unwrap();
+    let cut_bytes = 10u64 << 20;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&spec.members[2])
+        .unwrap()
+        .set_len(cut_bytes)
+        .unwrap();
+    // Read everything, first a range whose member-2 chunks lie past the cut.
+    let mut back = vec![0u8; data.len()];
+    for (i, piece) in back.chunks_mut(1 << 20).enumerate().rev() {
+        s.read(i as u64 * (1 << 20), piece).unwrap();
+    }
+    assert!(back == data, "every byte reads back, from redundancy where member 2 ended");
+    let status = array.status().unwrap();
+    assert!(status.degraded, "the shrunk member is out of service");
+    assert_ne!(
+        status.members[2].health,
+        flashraid_engine::Health::Active,
+        "{:?}",
+        status.members[2]
+    );
+    // Again, after the failure: still right, and the file never grew back.
+    let mut again = vec![0u8; data.len()];
+    for (i, piece) in again.chunks_mut(1 << 20).enumerate() {
+        s.read(i as u64 * (1 << 20), piece).unwrap();
+    }
+    assert!(again == data);
+    drop(s);
+    array.shutdown().unwrap();
+    assert_eq!(std::fs::metadata(&spec.members[2]).unwrap().len(), cut_bytes);
+}

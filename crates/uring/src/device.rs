@@ -7,7 +7,11 @@
 //!
 //! Invariants:
 //! - Every descriptor is opened with `O_DIRECT | O_CLOEXEC`; a block device opened read-write
-//!   also gets `O_EXCL`, so nobody can mount it or open it exclusively while we hold it.
+//!   also gets `O_EXCL`, so nobody can mount it or open it exclusively while we hold it, and a
+//!   regular file opened read-write an exclusive `flock`, so no second flashraid (another
+//!   `serve`, a `create --force`) writes a member one holds, and one file named twice under
+//!   different names (a symlink, a hard link, `./m` and `m`) is refused at its second open.
+//!   Read-only opens (`inspect`, assembly's look at the superblocks) take no lock.
 //! - Every synchronous IO is checked before it reaches the kernel: offset and length are
 //!   multiples of [`Device::logical_block_bytes`], buffers start on an [`IO_ALIGN_BYTES`]
 //!   boundary, and the range lies inside [`Device::size_bytes`] (so a write never grows a
@@ -79,11 +83,30 @@ impl Capabilities {
         Capabilities { discard: false, discard_zeroes: false, write_zeroes: false };
 }
 
+impl Drop for Device {
+    /// The lock goes with the device, not with the file's last reference: a ring the device
+    /// was registered in may hold the file a while longer (io_uring tears rings down in the
+    /// background), and the array must be able to open its members again at once (a
+    /// restart in the same process, `spare remove` then `create` elsewhere).
+    fn drop(&mut self) {
+        if self.kind == DeviceKind::RegularFile && self.access == Access::ReadWrite {
+            sys::unlock(self.file.as_fd());
+        }
+    }
+}
+
 /// Why a device operation failed. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     #[error("{}: cannot open: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
+    #[error(
+        "{}: in use: another open of this file holds it (a running flashraid serve or create, \
+         or this same file named twice, under another name or through a link); stop that \
+         first or name each member once (--force does not override this)",
+        path.display()
+    )]
+    InUse { path: PathBuf },
     #[error("{}: already exists; refusing to create a member file over it", path.display())]
     AlreadyExists { path: PathBuf },
     #[error("{}: cannot create ({step}): {source}", path.display())]
@@ -162,6 +185,17 @@ impl Device {
     /// Open an existing regular file or block device with `O_DIRECT | O_CLOEXEC`, adding
     /// `O_EXCL` for a block device opened read-write.
     pub fn open(path: &Path, access: Access) -> Result<Device, DeviceError> {
+        Device::open_locking(path, access, true)
+    }
+
+    /// [`Device::open`] without the lock on a regular file: for the in-process benchmark's
+    /// raw column only, which writes the data areas of the very member files the array it
+    /// measures holds (their contents are the benchmark's, not anyone's data).
+    pub fn open_unlocked_for_benchmark(path: &Path) -> Result<Device, DeviceError> {
+        Device::open_locking(path, Access::ReadWrite, false)
+    }
+
+    fn open_locking(path: &Path, access: Access, lock: bool) -> Result<Device, DeviceError> {
         let open_error = |source| DeviceError::Open { path: path.to_owned(), source };
         // Stat first: O_EXCL is only wanted (and only meaningful) on block devices.
         let metadata = std::fs::metadata(path).map_err(open_error)?;
@@ -176,7 +210,7 @@ impl Device {
             .custom_flags(flags)
             .open(path)
             .map_err(open_error)?;
-        let device = Device::from_file(path, file, access)?;
+        let device = Device::from_file(path, file, access, lock)?;
         if device.kind != kind {
             let changed = io::Error::other("the path changed type between stat and open");
             return Err(open_error(changed));
@@ -206,7 +240,7 @@ impl Device {
                 _ => DeviceError::Create { path: path.to_owned(), step: "open", source },
             })?;
         let result = reserve_and_persist(path, &file, size_bytes)
-            .and_then(|()| Device::from_file(path, file, Access::ReadWrite));
+            .and_then(|()| Device::from_file(path, file, Access::ReadWrite, true));
         if result.is_err() {
             // Best effort: the error we return is the interesting one.
             let _ = std::fs::remove_file(path);
@@ -214,10 +248,21 @@ impl Device {
         result
     }
 
-    fn from_file(path: &Path, file: File, access: Access) -> Result<Device, DeviceError> {
+    fn from_file(
+        path: &Path,
+        file: File,
+        access: Access,
+        lock: bool,
+    ) -> Result<Device, DeviceError> {
         let query = |what| move |source| DeviceError::Query { path: path.to_owned(), what, source };
         let metadata = file.metadata().map_err(query("file status (fstat)"))?;
         let kind = kind_of(path, &metadata)?;
+        if kind == DeviceKind::RegularFile && access == Access::ReadWrite && lock {
+            let locked = sys::try_lock_exclusive(file.as_fd()).map_err(query("a lock (flock)"))?;
+            if !locked {
+                return Err(DeviceError::InUse { path: path.to_owned() });
+            }
+        }
         let (size_bytes, logical_block_bytes, capabilities) = match kind {
             DeviceKind::RegularFile => {
                 let capabilities = match access {

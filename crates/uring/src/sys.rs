@@ -33,6 +33,31 @@ fn to_off(value: u64) -> io::Result<libc::off_t> {
     libc::off_t::try_from(value).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// Take an exclusive `flock` on the open file without waiting: `Ok(false)` if another open
+/// file description holds one (another process, or another open of the same file here).
+pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    loop {
+        // SAFETY: flock takes a descriptor and flags and touches no memory of ours; `fd` is
+        // open for the duration of the call.
+        let rc = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(error),
+        }
+    }
+}
+
+/// Release a `flock` held on the open file (a no-op if none is held).
+pub(crate) fn unlock(fd: BorrowedFd<'_>) {
+    // SAFETY: as in `try_lock_exclusive`. Failure leaves the lock to the file's last close.
+    let _ = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_UN) };
+}
+
 /// Size of a block device in bytes (`BLKGETSIZE64`).
 pub(crate) fn block_size_bytes(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut size_bytes: u64 = 0;

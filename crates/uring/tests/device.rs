@@ -236,3 +236,34 @@ fn descriptors_are_direct_and_close_on_exec() {
     assert_eq!(open_flags(&opened) & libc::O_ACCMODE as u32, libc::O_RDONLY as u32);
     assert_eq!(open_flags(&created) & libc::O_ACCMODE as u32, libc::O_RDWR as u32);
 }
+
+/// Found by a misuse test: a second `serve` (or `create --force`) wrote members a running
+/// server held, and one file named twice (a symlink, a hard link, `./m` beside `m`) became two
+/// members of one array. A regular file open read-write is locked: a second read-write open,
+/// by any name, is refused as in use; read-only opens still see it; closing frees it.
+#[test]
+fn a_file_open_for_writing_is_refused_a_second_writer_by_any_name() {
+    let temp = TempPath::new(SHM_DIR, "lock");
+    let first = Device::create_file(temp.path(), MIB).unwrap();
+    let again = Device::open(temp.path(), Access::ReadWrite).unwrap_err();
+    assert!(matches!(&again, DeviceError::InUse { .. }), "{again}");
+    assert!(again.to_string().contains("--force does not override"), "{again}");
+    let link = TempPath::new(SHM_DIR, "lock-link");
+    std::os::unix::fs::symlink(temp.path(), link.path()).unwrap();
+    assert!(matches!(Device::open(link.path(), Access::ReadWrite), Err(DeviceError::InUse { .. })));
+    let hard = TempPath::new(SHM_DIR, "lock-hard");
+    std::fs::hard_link(temp.path(), hard.path()).unwrap();
+    assert!(matches!(Device::open(hard.path(), Access::ReadWrite), Err(DeviceError::InUse { .. })));
+    // Another process's writer is refused the same way (flock is per open file, and a child
+    // shell's `flock -n` sees ours).
+    let status = std::process::Command::new("flock")
+        .args(["-n", "-x", temp.path().to_str().unwrap(), "true"])
+        .status();
+    if let Ok(status) = status {
+        assert!(!status.success(), "another process took the lock we hold");
+    }
+    let reader = Device::open(temp.path(), Access::ReadOnly).unwrap();
+    drop(first);
+    let second = Device::open(link.path(), Access::ReadWrite).unwrap();
+    drop((second, reader));
+}
