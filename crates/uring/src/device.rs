@@ -23,7 +23,8 @@
 //! inside the range is [`DeviceError::UnexpectedEof`]. `EINTR` is retried.
 //!
 //! Limits: size and logical block size are read once at open; a member that is resized while
-//! open is not noticed. Regular files always report a 512-byte logical block (what O_DIRECT
+//! open is not noticed here (the data path sees a shrunk member's short transfers and fails
+//! it). Regular files always report a 512-byte logical block (what O_DIRECT
 //! needs on ext4, xfs and tmpfs). Discard and write-zeroes support of a file is probed once at
 //! open on an unnamed `O_TMPFILE` in the same directory (no visible side effect); when that
 //! probe cannot run (read-only directory, other filesystem) both are reported unsupported.
@@ -89,11 +90,16 @@ impl Drop for Device {
     /// background), and the array must be able to open its members again at once (a
     /// restart in the same process, `spare remove` then `create` elsewhere).
     fn drop(&mut self) {
-        if self.kind == DeviceKind::RegularFile && self.access == Access::ReadWrite {
+        if self.owns_lock {
             sys::unlock(self.file.as_fd());
         }
     }
 }
+
+/// How long an open waits for another holder's lock on a member file to go (found by the
+/// end-to-end test: a server killed with SIGKILL held its files' locks through its io_uring
+/// rings for a moment after it died, and the restart was refused).
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a device operation failed. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
@@ -101,10 +107,11 @@ pub enum DeviceError {
     #[error("{}: cannot open: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
     #[error(
-        "{}: in use: another open of this file holds it (a running flashraid serve or create, \
-         or this same file named twice, under another name or through a link); stop that \
-         first or name each member once (--force does not override this)",
-        path.display()
+        "{}: in use: another open of this file held it for {} s (a running flashraid serve \
+         or create, or this same file named twice, under another name or through a link); stop \
+         that first or name each member once (--force does not override this)",
+        path.display(),
+        LOCK_WAIT.as_secs()
     )]
     InUse { path: PathBuf },
     #[error("{}: already exists; refusing to create a member file over it", path.display())]
@@ -179,6 +186,10 @@ pub struct Device {
     size_bytes: u64,
     logical_block_bytes: u32,
     capabilities: Capabilities,
+    /// This handle took the file's `flock` and lets it go when dropped. A clone shares the
+    /// lock (one open file description) but never releases it (found by review: a replace's
+    /// copier dropped its clones and unlocked both files the array still held).
+    owns_lock: bool,
 }
 
 impl Device {
@@ -257,10 +268,28 @@ impl Device {
         let query = |what| move |source| DeviceError::Query { path: path.to_owned(), what, source };
         let metadata = file.metadata().map_err(query("file status (fstat)"))?;
         let kind = kind_of(path, &metadata)?;
+        let mut owns_lock = false;
         if kind == DeviceKind::RegularFile && access == Access::ReadWrite && lock {
-            let locked = sys::try_lock_exclusive(file.as_fd()).map_err(query("a lock (flock)"))?;
-            if !locked {
-                return Err(DeviceError::InUse { path: path.to_owned() });
+            // A process killed with its rings open keeps its lock until the kernel has torn
+            // the rings down, in the background: a restart right after a crash waits for it.
+            let deadline = std::time::Instant::now() + LOCK_WAIT;
+            loop {
+                match sys::try_lock_exclusive(file.as_fd()) {
+                    Ok(true) => {
+                        owns_lock = true;
+                        break;
+                    }
+                    Ok(false) if std::time::Instant::now() >= deadline => {
+                        return Err(DeviceError::InUse { path: path.to_owned() });
+                    }
+                    Ok(false) => std::thread::sleep(std::time::Duration::from_millis(20)),
+                    // A filesystem without flock (NFS without its lock daemon): no lock, as
+                    // before locks existed, rather than no member.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) => {
+                        break;
+                    }
+                    Err(e) => return Err(query("a lock (flock)")(e)),
+                }
             }
         }
         let (size_bytes, logical_block_bytes, capabilities) = match kind {
@@ -291,6 +320,7 @@ impl Device {
             size_bytes,
             logical_block_bytes,
             capabilities,
+            owns_lock,
         })
     }
 
@@ -342,6 +372,7 @@ impl Device {
             size_bytes: self.size_bytes,
             logical_block_bytes: self.logical_block_bytes,
             capabilities: self.capabilities,
+            owns_lock: false,
         })
     }
 

@@ -27,7 +27,9 @@ mod sys;
 mod waker;
 
 pub use completion::{TransferError, check_status, check_transfer};
-pub use device::{Access, Capabilities, Device, DeviceError, DeviceKind, FILE_LOGICAL_BLOCK_BYTES};
+pub use device::{
+    Access, Capabilities, Device, DeviceError, DeviceKind, FILE_LOGICAL_BLOCK_BYTES, LOCK_WAIT,
+};
 /// The entry of a vectored op's buffer list ([`Op::Readv`], [`Op::Writev`]).
 pub use libc::iovec;
 pub use ring::{

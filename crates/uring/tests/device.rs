@@ -262,8 +262,25 @@ fn a_file_open_for_writing_is_refused_a_second_writer_by_any_name() {
     if let Ok(status) = status {
         assert!(!status.success(), "another process took the lock we hold");
     }
+    // Found by review: a clone (a replace's copier holds one) shares the lock and, dropped,
+    // does not release it.
+    drop(first.try_clone().unwrap());
+    assert!(matches!(Device::open(temp.path(), Access::ReadWrite), Err(DeviceError::InUse { .. })));
     let reader = Device::open(temp.path(), Access::ReadOnly).unwrap();
     drop(first);
     let second = Device::open(link.path(), Access::ReadWrite).unwrap();
     drop((second, reader));
+    // Found by the end-to-end test: a server killed with SIGKILL keeps its lock until the
+    // kernel has torn its rings down, a moment later. A lock let go within the wait is taken.
+    let holder = Device::open(temp.path(), Access::ReadWrite).unwrap();
+    let started = std::time::Instant::now();
+    let letting_go = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(holder);
+    });
+    let after = Device::open(temp.path(), Access::ReadWrite).unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+    assert!(started.elapsed() < flashraid_uring::LOCK_WAIT);
+    letting_go.join().unwrap();
+    drop(after);
 }
