@@ -614,6 +614,8 @@ if "$F" serve --socket "$SOCK" "${MEMBERS[@]}" >"$WORK/refused.log" 2>&1; then
     fail "a dirty, degraded array started without --force"
 fi
 grep -q -- "--force" "$WORK/refused.log" || { cat "$WORK/refused.log"; fail "refusal does not say how"; }
+# Refused for being dirty and degraded, not because the killed server's locks lingered.
+if grep -q "in use" "$WORK/refused.log"; then cat "$WORK/refused.log"; fail "refused as in use"; fi
 sed 's/^/   /' "$WORK/refused.log"
 "$F" serve --force --socket "$SOCK" --control "$WORK/control" "${MEMBERS[@]}" \
     >"$WORK/serve.log" 2>&1 &
