@@ -77,9 +77,9 @@ pub struct TunableArgs {
     /// Applies at the next start.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub shards: Option<u32>,
-    /// Member IOs in flight per reactor, its io_uring's size (default 1024; 16 to 32768).
-    /// Applies at the next start.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(16..=32768))]
+    /// Member IOs in flight per reactor, its io_uring's size (default 1024; a power of two
+    /// from 16 to 4096). Applies at the next start.
+    #[arg(long, value_parser = parse_queue_depth)]
     pub queue_depth: Option<u32>,
     /// A member with IO outstanding and none of it completing for this long is failed as
     /// stalled and its stripes served from redundancy (where the array survives without
@@ -437,9 +437,34 @@ pub fn human(bytes: u64) -> String {
     if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
+/// `--queue-depth`: a power of two the ring takes.
+fn parse_queue_depth(text: &str) -> Result<u32, String> {
+    let depth: u32 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !flashraid_runtime::queue_depth_valid(depth) {
+        return Err(format!(
+            "{depth}: a queue depth is a power of two from {} to {}",
+            flashraid_runtime::QUEUE_DEPTH_MIN,
+            flashraid_runtime::QUEUE_DEPTH_MAX
+        ));
+    }
+    Ok(depth)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by a misuse test: 32768 (the old documented maximum) and 1000 were accepted and
+    /// stored, and every later start failed.
+    #[test]
+    fn a_queue_depth_must_be_one_the_ring_takes() {
+        assert_eq!(parse_queue_depth("1024"), Ok(1024));
+        assert_eq!(parse_queue_depth("4096"), Ok(4096));
+        for bad in ["8", "1000", "8192", "32768", "lots"] {
+            assert!(parse_queue_depth(bad).is_err(), "{bad}");
+        }
+        assert!(parse_queue_depth("1000").unwrap_err().contains("power of two from 16 to 4096"));
+    }
 
     #[test]
     fn sizes_parse() {

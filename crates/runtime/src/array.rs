@@ -79,10 +79,23 @@ pub struct CreatedArray {
     pub created_files: Vec<PathBuf>,
 }
 
-/// Bounds of the `queue_depth` tunable (a reactor's io_uring entries; the kernel caps a
-/// ring at 32768).
+/// Bounds of the `queue_depth` tunable (a reactor's io_uring entries: a power of two, at most
+/// the ring's own maximum; found by a misuse test: 32768 and 1000 were accepted and stored,
+/// and every later start failed).
 pub const QUEUE_DEPTH_MIN: u32 = 16;
-pub const QUEUE_DEPTH_MAX: u32 = 32768;
+pub const QUEUE_DEPTH_MAX: u32 = flashraid_uring::RING_ENTRIES_MAX;
+
+/// Whether `depth` is a queue depth the array can start with.
+pub fn queue_depth_valid(depth: u32) -> bool {
+    (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&depth) && depth.is_power_of_two()
+}
+
+/// The queue depth a start uses for a stored one: within the bounds, rounded down to a power
+/// of two (a value stored before the bounds were right still starts).
+fn usable_queue_depth(stored: u32) -> u32 {
+    let depth = stored.clamp(QUEUE_DEPTH_MIN, QUEUE_DEPTH_MAX);
+    1 << (u32::BITS - 1 - depth.leading_zeros())
+}
 
 /// A tunable changed while the array runs (`Array::tune`); rates in bytes per second for
 /// the whole array (stored rounded up to MiB/s), 0 meaning no limit. The rebuild's rates
@@ -529,7 +542,7 @@ impl Array {
             .clamp(1, flashraid_format::bitmap::SHARDS_MAX);
         let mut options = options.clone();
         if let Some(depth) = tunables.queue_depth {
-            options.ring_entries = depth.clamp(QUEUE_DEPTH_MIN, QUEUE_DEPTH_MAX);
+            options.ring_entries = usable_queue_depth(depth);
         }
         if let Some(mib) = tunables.resync_rate_mib_per_s {
             options.config.resync_rate_bytes_per_s = u64::from(mib) << 20;
@@ -847,7 +860,7 @@ impl Array {
     pub fn tune(&self, tunable: Tunable) -> Result<(), ArrayError> {
         let valid = match tunable {
             Tunable::Shards(n) => (1..=flashraid_format::bitmap::SHARDS_MAX).contains(&n),
-            Tunable::QueueDepth(n) => (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&n),
+            Tunable::QueueDepth(n) => queue_depth_valid(n),
             Tunable::MergeWindowUs(us) => us <= flashraid_engine::MERGE_WINDOW_US_MAX,
             Tunable::MemberTimeoutMs(ms) => {
                 let us = u64::from(ms) * 1000;
@@ -859,7 +872,13 @@ impl Array {
             _ => true,
         };
         if !valid {
-            return Err(ArrayError::Other(format!("{tunable:?} is out of range")));
+            let why = match tunable {
+                Tunable::QueueDepth(_) => format!(
+                    " (a queue depth is a power of two from {QUEUE_DEPTH_MIN} to {QUEUE_DEPTH_MAX})"
+                ),
+                _ => String::new(),
+            };
+            return Err(ArrayError::Other(format!("{tunable:?} is out of range{why}")));
         }
         self.ask_controller(|reply| ToController::Tune(tunable, reply))
     }
@@ -3105,6 +3124,19 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_depths_are_powers_of_two_the_ring_takes_and_stored_ones_still_start() {
+        assert!(queue_depth_valid(16) && queue_depth_valid(1024) && queue_depth_valid(4096));
+        for bad in [8, 1000, 8192, 32768] {
+            assert!(!queue_depth_valid(bad), "{bad}");
+        }
+        assert_eq!(usable_queue_depth(1000), 512);
+        assert_eq!(usable_queue_depth(32768), 4096);
+        assert_eq!(usable_queue_depth(1), 16);
+        assert_eq!(usable_queue_depth(1024), 1024);
+        assert!(flashraid_uring::Ring::new(usable_queue_depth(32768)).is_ok());
+    }
 
     #[test]
     fn retry_intervals_read_as_the_operator_set_them() {
