@@ -194,7 +194,9 @@ pub struct Device {
 
 impl Device {
     /// Open an existing regular file or block device with `O_DIRECT | O_CLOEXEC`, adding
-    /// `O_EXCL` for a block device opened read-write.
+    /// `O_EXCL` for a block device opened read-write, and for a regular file opened
+    /// read-write an exclusive `flock` (waiting up to [`LOCK_WAIT`] for a holder to let go;
+    /// then [`DeviceError::InUse`]).
     pub fn open(path: &Path, access: Access) -> Result<Device, DeviceError> {
         Device::open_locking(path, access, true)
     }
