@@ -842,6 +842,30 @@ fn run_fio(
     run_fio_on(fio, dir, name, job, time_limit, &[])
 }
 
+/// fio writing json+ to `json_path`: the job at `job_path` here, or, when `per_host` is not
+/// empty, each host's job (written as `name-hK.fio` in `dir`) on that host's fio server.
+fn fio_command(
+    fio: &Path,
+    dir: &Path,
+    name: &str,
+    json_path: &Path,
+    job_path: &Path,
+    per_host: &[(String, String)],
+) -> Result<Command> {
+    let mut command = Command::new(fio);
+    command.arg("--output-format=json+").arg(format!("--output={}", json_path.display()));
+    if per_host.is_empty() {
+        command.arg(job_path);
+    }
+    for (k, (host, host_job)) in per_host.iter().enumerate() {
+        let path = dir.join(format!("{name}-h{k}.fio"));
+        std::fs::write(&path, host_job)?;
+        command.arg(format!("--client={host}")).arg(path);
+    }
+    flashraid_nbd::signals::unblock_in_child(&mut command);
+    Ok(command)
+}
+
 /// [`run_fio`] on fio servers when `per_host` is not empty: (host, job file) pairs, each host
 /// running its own job (`--client=HOST name-hK.fio`); fio's output then has `client_stats`.
 fn run_fio_on(
@@ -859,17 +883,7 @@ fn run_fio_on(
         bail!("interrupted by a signal before fio ran {}", job_path.display());
     }
     std::fs::write(&job_path, job)?;
-    let mut command = Command::new(fio);
-    command.arg("--output-format=json+").arg(format!("--output={}", json_path.display()));
-    if per_host.is_empty() {
-        command.arg(&job_path);
-    }
-    for (k, (host, host_job)) in per_host.iter().enumerate() {
-        let path = dir.join(format!("{name}-h{k}.fio"));
-        std::fs::write(&path, host_job)?;
-        command.arg(format!("--client={host}")).arg(path);
-    }
-    flashraid_nbd::signals::unblock_in_child(&mut command);
+    let mut command = fio_command(fio, dir, name, &json_path, &job_path, per_host)?;
     let mut child = command
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -1621,20 +1635,19 @@ impl Drill<'_> {
         let json_path = self.dir.join("drill.json");
         let stderr_path = self.dir.join("drill.stderr");
         std::fs::write(&job_path, render_drill_load(load, target, seed)?)?;
-        let mut command = Command::new(self.fio);
-        command.arg("--output-format=json+").arg(format!("--output={}", json_path.display()));
-        if self.hosts.is_empty() {
-            command.arg(&job_path);
-        }
-        for (k, host) in self.hosts.iter().enumerate() {
-            let path = self.dir.join(format!("drill-h{k}.fio"));
-            std::fs::write(
-                &path,
-                render_drill_load_on_host(load, target, seed, k, self.hosts.len())?,
-            )?;
-            command.arg(format!("--client={host}")).arg(path);
-        }
-        flashraid_nbd::signals::unblock_in_child(&mut command);
+        let per_host = self
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(k, host)| {
+                Ok((
+                    host.clone(),
+                    render_drill_load_on_host(load, target, seed, k, self.hosts.len())?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut command =
+            fio_command(self.fio, self.dir, "drill", &json_path, &job_path, &per_host)?;
         let spawned = std::time::SystemTime::now();
         let mut child = command
             .current_dir(self.dir)

@@ -156,9 +156,8 @@ pub fn render_drill_load_on_host(
     host: usize,
     hosts: usize,
 ) -> Result<String, crate::profile::ProfileError> {
-    let (offset, share) = host_share(target, host, hosts)?;
     let load = PhaseLoad { runtime_s: DRILL_RUNTIME_MAX_S, ..*load };
-    let mut out = phase_load_job(&load, target, host_seed(randseed, host), offset, share)?;
+    let mut out = render_phase_load_on_host(&load, target, randseed, host, hosts)?;
     let _ = writeln!(out, "write_iops_log={0}\nwrite_lat_log={0}", drill_log_prefix(host));
     out.push_str("log_avg_msec=1000\nlog_unix_epoch=1\n");
     Ok(out)

@@ -1303,14 +1303,14 @@ impl Controller {
                     self.abandon_copy_for(member);
                     let _ = self.fail(&[member]);
                 }
-                // A report about a device the role has left (another shard's report failed
-                // it first and a spare took over) says nothing of the spare: dropped below.
                 Some(ToController::Event(_shard, ShardEvent::MemberStalled { member, epoch }))
-                    if epoch == self.role_epoch[member.get()] =>
+                    if epoch != self.role_epoch[member.get()] =>
                 {
+                    // About a device the role has left, as for failures above.
+                }
+                Some(ToController::Event(_shard, ShardEvent::MemberStalled { member, .. })) => {
                     self.member_stalled(member);
                 }
-                Some(ToController::Event(_, ShardEvent::MemberStalled { .. })) => {}
                 Some(ToController::Event(
                     shard,
                     ShardEvent::RebuildProgress { done_below, generation, .. },
