@@ -1,6 +1,6 @@
 //! `assembly::assemble` on 1..8 devices built from the input. Each device's two copies are
 //! either a superblock of one of two real arrays (made with `new_array`), unchanged or with a
-//! few fields changed (event, array state, a slot's state or UUID, which slot the copy belongs
+//! few fields changed (event, update count, array state, a slot's state or UUID, which slot the copy belongs
 //! to, array UUID and name, spares added or dropped), or decoded from bytes (the real image
 //! with input-chosen bytes changed, or 4096 input bytes; the checksum fixed in both), or a
 //! torn copy. Changed superblocks pass through `encode`/`decode` as the real ones would; those
@@ -10,12 +10,13 @@
 //! Checks: `assemble` never panics, whatever the request; when it decides to start an array,
 //! the decision is consistent: indices in range, no device used twice, every device placed,
 //! left out or refused exactly once, no failed, empty or foreign device in a role, the newest
-//! event wins, and the level survives what is missing.
+//! event wins, a stale copy (two or more update passes behind) holds a role only when forced
+//! and needed, and the level survives what is missing.
 
 #![no_main]
 
 use flashraid_format::assembly::{
-    Assembled, AssemblyRequest, Candidate, DirtyDegraded, StrictDevices, assemble,
+    Assembled, AssemblyRequest, Candidate, DirtyDegraded, StaleMembers, StrictDevices, assemble,
 };
 use flashraid_format::superblock::{
     ArrayState, MemberEntry, MemberState, SUPERBLOCK_BYTES, Superblock,
@@ -75,6 +76,11 @@ impl<'a> Arbitrary<'a> for Case {
                 DirtyDegraded::Force
             } else {
                 DirtyDegraded::Refuse
+            },
+            stale: if u.arbitrary()? {
+                StaleMembers::UseIfNeeded
+            } else {
+                StaleMembers::LeaveOut
             },
         };
         Ok(Case { candidates, request })
@@ -178,8 +184,9 @@ fn decode_with_checksum(mut image: [u8; SUPERBLOCK_BYTES]) -> Result<Superblock,
 
 fn mutate(u: &mut Unstructured, sb: &mut Superblock) -> Result<()> {
     let slots = sb.members.len() + sb.spares.len();
-    match u.int_in_range(0..=9)? {
+    match u.int_in_range(0..=10)? {
         0 => sb.event = u64::from(u.int_in_range(0..=4u8)?),
+        10 => sb.update_count = u64::from(u.int_in_range(0..=4u8)?),
         1 => sb.event = u.arbitrary()?,
         2 => sb.state = if u.arbitrary()? { ArrayState::Clean } else { ArrayState::Dirty },
         3 => {
@@ -223,10 +230,14 @@ fn slot_mut(sb: &mut Superblock, slot: usize) -> &mut MemberEntry {
     if slot < roles { &mut sb.members[slot] } else { &mut sb.spares[slot - roles] }
 }
 
-/// The copy `assemble` treats as the device's: the valid one with the highest event (the
-/// later copy on a tie, as `Iterator::max_by_key`).
+/// The copy `assemble` treats as the device's: the valid one with the highest event, then
+/// update count (the later copy on a tie, as `Iterator::max_by_key`).
 fn newest_copy(candidate: &Candidate) -> Option<&Superblock> {
-    candidate.copies.iter().filter_map(|c| c.as_ref().ok()).max_by_key(|sb| sb.event)
+    candidate
+        .copies
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .max_by_key(|sb| (sb.event, sb.update_count))
 }
 
 fn check_decision(candidates: &[Candidate], request: &AssemblyRequest, a: &Assembled) {
@@ -265,6 +276,21 @@ fn check_decision(candidates: &[Candidate], request: &AssemblyRequest, a: &Assem
             None => &[MemberState::Spare],
         };
         assert!(expected.contains(&entry.state), "device {c} used in a {:?} slot", entry.state);
+        let stale = role.is_some() && own.update_count.saturating_add(1) < sb.update_count;
+        let listed = a.stale_used.contains(&candidates[c].name);
+        assert_eq!(stale, listed, "device {c}: a stale copy used unsaid, or said and not one");
+        assert!(!stale || request.stale == StaleMembers::UseIfNeeded, "stale copy used unforced");
+    }
+    // Stale copies are used only when the array could not start without them (a role being
+    // rebuilt counts as unavailable: it holds only part of its chunks).
+    if !a.stale_used.is_empty() {
+        let without: Vec<bool> = (0..role_count)
+            .map(|r| {
+                sb.members[r].state == MemberState::Rebuilding
+                    || a.roles[r].is_none_or(|c| a.stale_used.contains(&candidates[c].name))
+            })
+            .collect();
+        assert!(!a.geometry.survives(&without), "stale copies used though not needed");
     }
     // Two devices claiming one spare slot would be two devices with one identity.
     for (n, &c) in a.spares.iter().enumerate() {
@@ -287,7 +313,11 @@ fn check_decision(candidates: &[Candidate], request: &AssemblyRequest, a: &Assem
         let behind = a.behind.contains(&candidate.name);
         let is_behind = own_event.is_some_and(|own| own.event < sb.event);
         assert!(!behind || (used[c] && is_behind), "device {c} wrongly reported behind");
-        assert!(!(used[c] && is_behind) || behind, "device {c} behind but not reported");
+        let stale_used = a.stale_used.contains(&candidate.name);
+        assert!(
+            !(used[c] && is_behind) || behind || stale_used,
+            "device {c} behind but not reported"
+        );
     }
 
     // Failed, missing and the level's tolerance.
@@ -299,7 +329,7 @@ fn check_decision(candidates: &[Candidate], request: &AssemblyRequest, a: &Assem
     assert_eq!(a.missing_roles, missing);
     let unavailable: Vec<bool> = a.roles.iter().map(Option::is_none).collect();
     assert!(a.geometry.survives(&unavailable), "started without enough members");
-    assert_eq!(a.dirty, sb.state == ArrayState::Dirty);
+    assert_eq!(a.dirty, sb.state == ArrayState::Dirty || !a.stale_used.is_empty());
     if a.dirty && a.is_degraded() && a.geometry.tolerance() > 0 {
         assert_eq!(request.dirty_degraded, DirtyDegraded::Force, "dirty and degraded, unforced");
     }

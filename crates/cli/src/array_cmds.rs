@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::{Init, Overwrite};
-use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
+use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
 use flashraid_format::superblock::{MemberState, Superblock};
 use flashraid_layout::Level;
 use flashraid_runtime::{CreateSpec, MemberDevice, create, inspect};
@@ -389,6 +389,7 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
         array_name: args.name,
         strict: StrictDevices::Strict,
         dirty_degraded: if args.force { DirtyDegraded::Force } else { DirtyDegraded::Refuse },
+        stale: if args.force { StaleMembers::UseIfNeeded } else { StaleMembers::LeaveOut },
     };
     let prepared = flashraid_control::prepare(&refs, &request)
         .context("these devices do not form an array that can start")?;
@@ -411,6 +412,12 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     }
     for device in &a.behind {
         println!("  {device}: superblock behind the newest event (rewritten at start)");
+    }
+    for device in &a.stale_used {
+        println!(
+            "  {device}: a stale copy, used because of --force (its chunks are old; every \
+             region is resynced at start)"
+        );
     }
     if a.dirty {
         println!(

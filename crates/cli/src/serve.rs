@@ -301,6 +301,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     options.config.stripe_run_member_bytes = args.stripe_run_kib << 10;
     if args.force {
         options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
+        options.stale_members = flashraid_format::assembly::StaleMembers::UseIfNeeded;
     }
     options.event_command = args.on_event.clone();
     options.tunables = args.tunables.to_tunables();

@@ -12,8 +12,10 @@
 //! Write ordering (why a crash at any point is safe):
 //! - a superblock update writes copy 0 on every member, syncs, then copy 1 on every member,
 //!   and syncs; a torn copy fails its checksum and the other copy (old or new) is used;
-//! - the array is marked dirty (and its bitmap blocks written) before the engine starts, and
-//!   marked clean only after every shard has flushed its writes and cleared its bitmap.
+//! - the array is marked dirty (and its bitmap blocks written) before the engine starts, in
+//!   two superblock passes (so a stale copy of a member is two passes behind; see
+//!   `flashraid_format::assembly`), and marked clean only after every shard has flushed its
+//!   writes and cleared its bitmap.
 
 #![forbid(unsafe_code)]
 
@@ -353,7 +355,17 @@ pub fn prepare(
     // bitmap means no stripe can have parity that disagrees with its data).
     let lenient = AssemblyRequest { dirty_degraded: DirtyDegraded::Force, ..request.clone() };
     let assembled = assemble(&candidates, &lenient)?;
-    let dirty_regions = if assembled.dirty { dirty_regions(devices, &assembled) } else { vec![] };
+    let dirty_regions = if !assembled.stale_used.is_empty() {
+        // Stale copies used by force: their chunks disagree with parity wherever the array
+        // was written since, and nothing says where.
+        let sb = &assembled.superblock;
+        let region_count = sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes);
+        (0..u32::try_from(region_count).expect("validated")).collect()
+    } else if assembled.dirty {
+        dirty_regions(devices, &assembled)
+    } else {
+        vec![]
+    };
     let sb = &assembled.superblock;
     let unavailable: Vec<usize> = (0..assembled.roles.len())
         .filter(|&r| assembled.roles[r].is_none() || sb.members[r].state == MemberState::Rebuilding)
@@ -453,6 +465,9 @@ impl Metadata {
     fn write_all(&mut self, devices: &[&dyn MetaDevice]) -> Result<Vec<usize>, ControlError> {
         let mut newly_failed = vec![];
         loop {
+            // One pass: it reaches every holder (or fails it) before the next pass starts,
+            // which is what lets assembly call a device two passes behind stale.
+            self.template.update_count += 1;
             let holders = self.holders();
             let mut failed_now = vec![];
             for copy in 0..2 {
@@ -1099,6 +1114,13 @@ pub fn start(
         write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;
         write_map_area(devices[device], &metadata.template, BitmapKind::Missed, &missed, shards)?;
     }
+    // Two passes before any write of this session: a device that was not here for both (a
+    // stale copy of a member, put back while the array was stopped) is then two passes
+    // behind every member that saw this session's writes, and assembly leaves it out. A
+    // crash during either pass leaves every member at most one pass behind, and nothing
+    // was written yet.
+    metadata.write_all(devices)?;
+    metadata.template.event += 1;
     metadata.write_all(devices)?;
     let geometry = a.geometry;
     // A role being rebuilt starts as failed; the caller resumes its rebuild

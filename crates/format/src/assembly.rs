@@ -11,16 +11,28 @@
 //!    must agree on the member table.
 //! 4. A device whose member the newest view marks failed, or does not list, is stale: it is
 //!    left out with a message and never read (its data missed writes).
-//! 5. Two devices claiming one role: refused.
-//! 6. Members missing or failed beyond what the level survives: refused.
-//! 7. A dirty array that is also degraded: refused unless forced, because stripes that were
+//! 5. A device holding an active (or rebuilding) role whose superblock is two or more write
+//!    passes (`update_count`) behind the newest view is a stale copy: a disk image put back,
+//!    a member swapped for an old one while the array was stopped. It is left out and never
+//!    read (its role is rebuilt), or, when the array cannot start without it, assembly is
+//!    refused unless forced (then it is used as it is and every region resynced).
+//! 6. Two devices claiming one role: refused.
+//! 7. Members missing or failed beyond what the level survives: refused.
+//! 8. A dirty array that is also degraded: refused unless forced, because stripes that were
 //!    being written at the crash may have parity that disagrees with their data (the RAID 5/6
 //!    write hole) and the missing member's chunks of those stripes cannot be trusted.
 //!
-//! A device whose own superblock is older than the newest view but whose member the newest
-//! view lists as active is used: degraded writes only ever skip members the metadata already
-//! marks failed, so such a member missed a metadata update, not data. Its superblock is
-//! rewritten at the next update.
+//! Why one pass behind is current and two are stale: every superblock update is one pass that
+//! reaches every device holding a slot before the next pass starts (a device whose write
+//! fails is marked failed by the next pass), so a crash leaves a current member at most one
+//! pass behind. Data is written only after a start's two passes have both reached every
+//! member, so a device that missed a whole session's writes is at least two passes behind.
+//! Such a lagging member missed metadata, not data: degraded writes only ever skip members
+//! the metadata already marks failed. Its superblock is rewritten at the next update.
+//!
+//! Limit: a copy taken while the array runs, put back after writes that made no metadata
+//! update, is not told apart (no per-write generation is kept); nor is a copy taken after the
+//! session's last update. md has the same limit.
 
 use crate::superblock::{ArrayState, MemberState, Superblock};
 use crate::{FormatError, Uuid};
@@ -44,8 +56,20 @@ pub struct AssemblyRequest {
     /// The devices were named by the operator: a device that is not a current member of the
     /// array is an error rather than something to skip.
     pub strict: StrictDevices,
-    /// Start a dirty, degraded array anyway (see rule 7).
+    /// Start a dirty, degraded array anyway (see rule 8).
     pub dirty_degraded: DirtyDegraded,
+    /// Whether stale copies may be used when the array cannot start without them (rule 5).
+    pub stale: StaleMembers,
+}
+
+/// What to do with stale copies of members (rule 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleMembers {
+    /// Leave them out; refuse to start if the array needs them.
+    LeaveOut,
+    /// The operator accepts their old chunks: used only when the array cannot start
+    /// without them, and then the whole array is resynced.
+    UseIfNeeded,
 }
 
 /// Whether unrelated devices are errors.
@@ -86,6 +110,9 @@ pub struct Assembled {
     pub behind: Vec<String>,
     /// The array was not shut down cleanly: bitmap regions must be resynced.
     pub dirty: bool,
+    /// Stale copies used anyway (forced): their roles' chunks are old, so every region must
+    /// be resynced. Device names.
+    pub stale_used: Vec<String>,
 }
 
 impl Assembled {
@@ -142,12 +169,21 @@ pub enum AssemblyError {
          will then be refused rather than guessed"
     )]
     DirtyDegraded { array: String, roles: Vec<usize> },
+    #[error(
+        "array {array} ({level}) cannot start without {devices}: each is a stale copy of its \
+         role (its superblock is two or more updates behind the array's, so it missed the \
+         writes of at least one later start), and {level} survives {tolerance} unavailable. \
+         Find the current devices, or start it anyway with --force: those roles' chunks are \
+         then used as they are (data written since the copies were taken is lost or mixed \
+         there) and every region is resynced"
+    )]
+    StaleMembersNeeded { array: String, level: String, devices: String, tolerance: usize },
 }
 
 /// The newest valid copy of one device.
 fn newest_copy(candidate: &Candidate) -> Result<&Superblock, AssemblyError> {
     let valid = candidate.copies.iter().filter_map(|c| c.as_ref().ok());
-    valid.max_by_key(|sb| sb.event).ok_or_else(|| AssemblyError::NotAMember {
+    valid.max_by_key(|sb| (sb.event, sb.update_count)).ok_or_else(|| AssemblyError::NotAMember {
         device: candidate.name.clone(),
         copy0: describe(&candidate.copies[0]),
         copy1: describe(&candidate.copies[1]),
@@ -201,7 +237,14 @@ pub fn assemble(
         }
     }
     let newest_event = members.iter().map(|(_, sb)| sb.event).max().expect("target has members");
-    let newest = members.iter().find(|(_, sb)| sb.event == newest_event).expect("exists").1;
+    // Copies at one event come from one pass, so they carry one update count; the highest is
+    // taken all the same, so the stale rule never measures from an older copy.
+    let newest = members
+        .iter()
+        .filter(|(_, sb)| sb.event == newest_event)
+        .max_by_key(|(_, sb)| sb.update_count)
+        .expect("exists")
+        .1;
     for (i, sb) in &members {
         let same_table = sb.members == newest.members && sb.spares == newest.spares;
         if sb.event == newest_event && !same_table {
@@ -262,6 +305,8 @@ fn place_members(
     let mut roles: Vec<Option<usize>> = vec![None; role_count];
     let mut spares = vec![];
     let mut behind = vec![];
+    // Stale copies of roles (rule 5): (slot, candidate, why), placed only if needed.
+    let mut stale_copies: Vec<(usize, usize, String)> = vec![];
     for &(i, sb) in members {
         let name = &candidates[i].name;
         let slot = newest
@@ -305,6 +350,18 @@ fn place_members(
             left_out.push((name.clone(), e.to_string()));
             continue;
         }
+        if entry.state != MemberState::Spare
+            && sb.update_count.saturating_add(1) < newest.update_count
+        {
+            let why = format!(
+                "a stale copy of role {slot}: its superblock is at event {} (update {}), the \
+                 array at event {} (update {}), so it missed the writes of at least one later \
+                 start and its chunks are old",
+                sb.event, sb.update_count, newest.event, newest.update_count
+            );
+            stale_copies.push((slot, i, why));
+            continue;
+        }
         if sb.event < newest.event {
             behind.push(name.clone());
         }
@@ -335,6 +392,14 @@ fn place_members(
         }
         roles[slot] = Some(i);
     }
+    let stale_used = place_stale_copies(
+        candidates,
+        newest,
+        &mut roles,
+        stale_copies,
+        &mut left_out,
+        request.stale,
+    )?;
     let failed_roles: Vec<usize> =
         (0..role_count).filter(|&r| newest.members[r].state == MemberState::Failed).collect();
     let missing_roles: Vec<usize> =
@@ -354,7 +419,9 @@ fn place_members(
             tolerance: geometry.tolerance(),
         });
     }
-    let dirty = newest.state == ArrayState::Dirty;
+    // Forced stale copies disagree with parity wherever the array was written since they
+    // were taken: the whole array is resynced, as after an unclean shutdown.
+    let dirty = newest.state == ArrayState::Dirty || !stale_used.is_empty();
     let degraded = unavailable.iter().any(|&u| u);
     let redundant = geometry.tolerance() > 0;
     if dirty && degraded && redundant && request.dirty_degraded == DirtyDegraded::Refuse {
@@ -384,5 +451,61 @@ fn place_members(
         left_out,
         behind,
         dirty,
+        stale_used,
     })
+}
+
+/// Rule 5: stale copies are left out (said why) when the array survives without them; when it
+/// does not, refused, or (forced) placed in their roles. Returns the names of those placed.
+fn place_stale_copies(
+    candidates: &[Candidate],
+    newest: &Superblock,
+    roles: &mut [Option<usize>],
+    stale_copies: Vec<(usize, usize, String)>,
+    left_out: &mut Vec<(String, String)>,
+    policy: StaleMembers,
+) -> Result<Vec<String>, AssemblyError> {
+    let geometry = newest.geometry();
+    let unavailable: Vec<bool> = (0..roles.len())
+        .map(|r| roles[r].is_none() || newest.members[r].state == MemberState::Rebuilding)
+        .collect();
+    if stale_copies.is_empty() || geometry.survives(&unavailable) {
+        for (_, i, why) in stale_copies {
+            left_out.push((
+                candidates[i].name.clone(),
+                format!(
+                    "{why}; left out: its role is failed and rebuilt in full onto a hot spare \
+                     (this device can be one: `flashraid spare add` it)"
+                ),
+            ));
+        }
+        return Ok(vec![]);
+    }
+    if policy == StaleMembers::LeaveOut {
+        let devices: Vec<String> = stale_copies
+            .iter()
+            .map(|(slot, i, _)| format!("{} (role {slot})", candidates[*i].name))
+            .collect();
+        return Err(AssemblyError::StaleMembersNeeded {
+            array: label(newest),
+            level: geometry.level().to_string(),
+            devices: devices.join(", "),
+            tolerance: geometry.tolerance(),
+        });
+    }
+    let mut used = vec![];
+    for (slot, i, _) in stale_copies {
+        let name = candidates[i].name.clone();
+        if let Some(previous) = roles[slot] {
+            return Err(AssemblyError::DuplicateRole {
+                role: slot,
+                a: candidates[previous].name.clone(),
+                b: name,
+                array: label(newest),
+            });
+        }
+        roles[slot] = Some(i);
+        used.push(name);
+    }
+    Ok(used)
 }

@@ -159,6 +159,13 @@ const TUNABLES_EXT_OFFSET: usize = MISSED_SINCE_OFFSET + 8;
 /// Tunables stored at `TUNABLES_OFFSET + 4` (the rest go to `TUNABLES_EXT_OFFSET`).
 const TUNABLES_BASE_COUNT: usize = 5;
 const TUNABLES_COUNT: usize = 9;
+/// Where `update_count` lives: the last eight bytes before the checksum, away from the
+/// tunables, which grow upwards from `TUNABLES_EXT_OFFSET`.
+const UPDATE_COUNT_OFFSET: usize = CRC_OFFSET - 8;
+
+const _: () = assert!(
+    TUNABLES_EXT_OFFSET + 4 * (TUNABLES_COUNT - TUNABLES_BASE_COUNT) <= UPDATE_COUNT_OFFSET
+);
 
 /// Where tunable `i`'s value lives.
 fn tunable_offset(i: usize) -> usize {
@@ -268,6 +275,13 @@ pub struct Superblock {
     /// array from before the map, or one whose map was lost), so nothing can be re-added
     /// without a full rebuild.
     pub missed_map_since_event: u64,
+    /// Superblock write passes over the members in service (one per update, whatever it
+    /// bumped `event` by). Every pass reaches every device holding a slot before the next
+    /// starts, so a current member is at most one pass behind the newest view, and every
+    /// start makes two passes before its first write: a device two or more passes behind is
+    /// a stale copy that missed a whole session's writes. 0 on an array last written by a
+    /// version before the count (nothing can then be judged).
+    pub update_count: u64,
 }
 
 impl Superblock {
@@ -457,6 +471,7 @@ impl Superblock {
             put_u16(&mut b, at + 18, entry.replacing.unwrap_or(0));
         }
         put_u64(&mut b, MISSED_SINCE_OFFSET, self.missed_map_since_event);
+        put_u64(&mut b, UPDATE_COUNT_OFFSET, self.update_count);
         let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
         put_u32(&mut b, CRC_OFFSET, crc);
         b
@@ -566,6 +581,7 @@ impl Superblock {
             members,
             spares,
             missed_map_since_event: get_u64(b, MISSED_SINCE_OFFSET),
+            update_count: get_u64(b, UPDATE_COUNT_OFFSET),
         };
         sb.validate()?;
         if get_u64(b, 144) != sb.geometry().array_bytes() {

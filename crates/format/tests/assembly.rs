@@ -3,7 +3,8 @@
 //! force.
 
 use flashraid_format::assembly::{
-    Assembled, AssemblyError, AssemblyRequest, Candidate, DirtyDegraded, StrictDevices, assemble,
+    Assembled, AssemblyError, AssemblyRequest, Candidate, DirtyDegraded, StaleMembers,
+    StrictDevices, assemble,
 };
 use flashraid_format::superblock::{ArrayState, MemberState, Superblock};
 use flashraid_format::{FormatError, NewArray, Uuid, new_array};
@@ -44,6 +45,7 @@ fn request(strict: StrictDevices) -> AssemblyRequest {
         array_name: None,
         strict,
         dirty_degraded: DirtyDegraded::Refuse,
+        stale: StaleMembers::LeaveOut,
     }
 }
 
@@ -131,18 +133,102 @@ fn a_stale_member_is_left_out_and_said_so() {
     assert!(a.left_out.iter().any(|(d, why)| d == "stale" && why.contains("failed at event 7")));
 }
 
+/// Set every superblock given to `event` and `updates` write passes.
+fn at(sbs: &mut [Superblock], event: u64, updates: u64) {
+    for sb in sbs.iter_mut() {
+        sb.event = event;
+        sb.update_count = updates;
+    }
+}
+
 #[test]
 fn a_member_behind_on_metadata_only_is_used() {
-    let old = clean(array(5, Level::Raid6, 6, 0));
+    let mut old = clean(array(5, Level::Raid6, 6, 0));
+    at(&mut old, 4, 7);
     let mut new = old.clone();
-    fail(&mut new, 5, 3);
-    // Member 4 missed the event-3 update but the newest view lists it as active.
+    // One pass that failed member 5 (and bumped the event by several, as a pass may):
+    // member 4 missed it (a crash during the pass), but the newest view lists it as active.
+    fail(&mut new, 5, 9);
+    at(&mut new, 9, 8);
     let candidates: Vec<Candidate> = (0..5)
         .map(|i| candidate(&format!("d{i}"), if i == 4 { &old[i] } else { &new[i] }))
         .collect();
     let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
     assert_eq!(a.roles[4], Some(4));
     assert_eq!(a.behind, vec!["d4".to_string()]);
+    assert!(a.left_out.is_empty() && a.stale_used.is_empty());
+    // Superblocks from before the update count (all zero) are never judged by it.
+    let mut legacy_old = old.clone();
+    let mut legacy_new = new.clone();
+    at(&mut legacy_old, 1, 0);
+    at(&mut legacy_new, 9, 0);
+    let candidates: Vec<Candidate> = (0..5)
+        .map(|i| candidate(&format!("d{i}"), if i == 4 { &legacy_old[i] } else { &legacy_new[i] }))
+        .collect();
+    assert_eq!(ok(assemble(&candidates, &request(StrictDevices::Strict))).roles[4], Some(4));
+}
+
+/// The gap this rule closes: a member's old image (a disk swapped for an older copy while
+/// the array was stopped) still says "active" and was used as current, so reads of its
+/// chunks returned data from before the last session's writes.
+#[test]
+fn a_stale_copy_of_a_member_is_left_out_and_its_role_rebuilt() {
+    let mut before = clean(array(13, Level::Raid6, 6, 0));
+    at(&mut before, 5, 4);
+    // A session ran since: two passes at its start, one at its clean stop.
+    let mut now = before.clone();
+    at(&mut now, 8, 7);
+    let mut candidates: Vec<Candidate> =
+        (0..6).filter(|&i| i != 2).map(|i| candidate(&format!("d{i}"), &now[i])).collect();
+    candidates.push(candidate("old-image", &before[2]));
+    let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
+    assert_eq!(a.roles[2], None, "the stale copy is never read");
+    assert_eq!(a.missing_roles, vec![2]);
+    let (name, why) = &a.left_out[0];
+    assert_eq!(name, "old-image");
+    assert!(why.contains("stale copy of role 2") && why.contains("update 4"), "{why}");
+    // Given with the current device of its role, the copy is left out, not a duplicate.
+    candidates.push(candidate("d2", &now[2]));
+    let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
+    assert_eq!(candidates[a.roles[2].unwrap()].name, "d2");
+    assert_eq!(a.left_out.len(), 1);
+    // One pass behind is a crash during a pass, not a stale copy.
+    at(&mut before, 7, 6);
+    candidates[5] = candidate("old-image", &before[2]);
+    candidates.pop();
+    let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
+    assert_eq!(candidates[a.roles[2].unwrap()].name, "old-image");
+}
+
+#[test]
+fn an_array_that_needs_a_stale_copy_is_refused_unless_forced() {
+    let mut before = clean(array(14, Level::Raid5, 4, 0));
+    at(&mut before, 3, 2);
+    let mut now = before.clone();
+    at(&mut now, 6, 5);
+    // Role 3 is missing too: without the copy of role 1, a RAID 5 lacks two members.
+    let candidates =
+        vec![candidate("d0", &now[0]), candidate("old-d1", &before[1]), candidate("d2", &now[2])];
+    let e = assemble(&candidates, &request(StrictDevices::Strict)).unwrap_err();
+    assert!(matches!(e, AssemblyError::StaleMembersNeeded { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("old-d1 (role 1)") && text.contains("--force"), "{text}");
+    let mut forced = request(StrictDevices::Strict);
+    forced.stale = StaleMembers::UseIfNeeded;
+    forced.dirty_degraded = DirtyDegraded::Force;
+    let a = ok(assemble(&candidates, &forced));
+    assert_eq!(a.roles[1], Some(1));
+    assert_eq!(a.stale_used, vec!["old-d1".to_string()]);
+    assert!(a.dirty, "every region is resynced after a stale copy is used");
+    // Forced, but not needed: still left out.
+    let all = vec![
+        candidate("d0", &now[0]),
+        candidate("old-d1", &before[1]),
+        candidate("d2", &now[2]),
+        candidate("d3", &now[3]),
+    ];
+    let a = ok(assemble(&all, &forced));
+    assert!(a.roles[1].is_none() && a.stale_used.is_empty() && !a.dirty);
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::reactor::{
 use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite, ReAddRefusal};
 use flashraid_engine::{Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
-use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
+use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
 use flashraid_format::superblock::{Superblock, Tunables};
 use flashraid_format::{NewArray, Uuid};
 use flashraid_iobuf::BufPool;
@@ -130,6 +130,9 @@ pub struct OpenOptions {
     /// array, goes before this).
     pub ring_entries: u32,
     pub dirty_degraded: DirtyDegraded,
+    /// Whether stale copies of members may be used when the array cannot start without
+    /// them (`--force`).
+    pub stale_members: StaleMembers,
     /// Buffer memory of each session, in bytes.
     pub session_buffer_bytes: usize,
     /// Only this array name (when the devices could hold several).
@@ -153,6 +156,7 @@ impl OpenOptions {
             kernel: Kernel::best(),
             ring_entries: 1024,
             dirty_degraded: DirtyDegraded::Refuse,
+            stale_members: StaleMembers::LeaveOut,
             session_buffer_bytes: 32 << 20,
             name: None,
             scrub_interval: None,
@@ -526,6 +530,7 @@ impl Array {
             array_name: options.name.clone(),
             strict: StrictDevices::Strict,
             dirty_degraded: options.dirty_degraded,
+            stale: options.stale_members,
         };
         let prepared = flashraid_control::prepare(&refs, &request)?;
         // Tunables: what the operator gave now, else what the array stores, else the
@@ -710,6 +715,19 @@ impl Array {
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
         };
+        // What assembly did not use is said where the operator looks (the log, the event
+        // command): a stale copy left out is why the array runs degraded.
+        for (device, why) in &prepared.assembled.left_out {
+            let message = format!("{device} was left out at the start: {why}");
+            controller.events.record(&controller.metadata, "member-left-out", &message);
+        }
+        for device in &prepared.assembled.stale_used {
+            let message = format!(
+                "{device} is a stale copy of its member, used because the array could not \
+                 start without it (--force): its chunks are old and every region is resynced"
+            );
+            controller.events.record(&controller.metadata, "stale-member-used", &message);
+        }
         controller.resume_or_start_rebuild();
         controller.resume_replace();
         controller.apply_metadata_failures();

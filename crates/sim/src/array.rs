@@ -13,7 +13,7 @@ use flashraid_engine::{
     Router, Shard, ShardConfig, ShardCounters, ShardEvent, ShardOp, ShardReply, ShardRequest,
     ShutdownState,
 };
-use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
+use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
 use flashraid_format::{NewArray, Uuid};
 use flashraid_iobuf::{BufPool, IoBuf};
 use flashraid_layout::{Geometry, Level, MemberIndex, StripeIndex};
@@ -183,6 +183,7 @@ impl SimArray {
             array_name: None,
             strict: StrictDevices::Strict,
             dirty_degraded,
+            stale: StaleMembers::LeaveOut,
         };
         let prepared = prepare(&all, &request)?;
         let (metadata, setups) =

@@ -18,7 +18,7 @@ use std::rc::Rc;
 /// Block size of torn writes.
 const TEAR_BYTES: u64 = 4096;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct MemberState {
     pub name: String,
     pub current: Vec<u8>,
@@ -70,6 +70,15 @@ impl SimMember {
 
     pub fn state(&self) -> std::cell::RefMut<'_, MemberState> {
         self.0.borrow_mut()
+    }
+
+    /// A separate device holding what this one holds now, durably (a disk image taken with
+    /// the array stopped): what it later receives is not this one's.
+    pub fn image(&self) -> SimMember {
+        let mut state = self.0.borrow().clone();
+        state.current.clone_from(&state.durable);
+        state.unflushed.clear();
+        SimMember(Rc::new(RefCell::new(state)))
     }
 }
 

@@ -44,6 +44,7 @@ fn started(devices: &[SimMember], spares: usize) -> Metadata {
         array_name: None,
         strict: StrictDevices::Strict,
         dirty_degraded: DirtyDegraded::Refuse,
+        stale: flashraid_format::assembly::StaleMembers::LeaveOut,
     };
     let prepared = prepare(&all, &request).unwrap();
     assert_eq!(prepared.assembled.spares.len(), spares);
@@ -128,6 +129,7 @@ fn a_removed_spare_leaves_the_table_and_the_others_keep_their_order() {
         array_name: None,
         strict: StrictDevices::Strict,
         dirty_degraded: DirtyDegraded::Refuse,
+        stale: flashraid_format::assembly::StaleMembers::LeaveOut,
     };
     // Its superblocks not erased yet (a crash right after the table was written): assembly
     // leaves it out, even when it is named, and never uses it.
