@@ -1,6 +1,6 @@
 //! `assembly::assemble` on 1..8 devices built from the input. Each device's two copies are
 //! either a superblock of one of two real arrays (made with `new_array`), unchanged or with a
-//! few fields changed (event, update count, array state, a slot's state or UUID, which slot the copy belongs
+//! few fields changed (event, update counts, array state, a slot's state or UUID, which slot the copy belongs
 //! to, array UUID and name, spares added or dropped), or decoded from bytes (the real image
 //! with input-chosen bytes changed, or 4096 input bytes; the checksum fixed in both), or a
 //! torn copy. Changed superblocks pass through `encode`/`decode` as the real ones would; those
@@ -10,8 +10,9 @@
 //! Checks: `assemble` never panics, whatever the request; when it decides to start an array,
 //! the decision is consistent: indices in range, no device used twice, every device placed,
 //! left out or refused exactly once, no failed, empty or foreign device in a role, the newest
-//! event wins, a stale copy (two or more update passes behind) holds a role only when forced
-//! and needed, and the level survives what is missing.
+//! event wins, a stale copy (two or more passes short of the last start's) holds a role only
+//! when forced and needed, a failed member's device is brought back only when forced and
+//! needed, and the level survives what is missing.
 
 #![no_main]
 
@@ -184,9 +185,10 @@ fn decode_with_checksum(mut image: [u8; SUPERBLOCK_BYTES]) -> Result<Superblock,
 
 fn mutate(u: &mut Unstructured, sb: &mut Superblock) -> Result<()> {
     let slots = sb.members.len() + sb.spares.len();
-    match u.int_in_range(0..=10)? {
+    match u.int_in_range(0..=11)? {
         0 => sb.event = u64::from(u.int_in_range(0..=4u8)?),
         10 => sb.update_count = u64::from(u.int_in_range(0..=4u8)?),
+        11 => sb.session_update_count = u64::from(u.int_in_range(0..=4u8)?),
         1 => sb.event = u.arbitrary()?,
         2 => sb.state = if u.arbitrary()? { ArrayState::Clean } else { ArrayState::Dirty },
         3 => {
@@ -276,21 +278,32 @@ fn check_decision(candidates: &[Candidate], request: &AssemblyRequest, a: &Assem
             None => &[MemberState::Spare],
         };
         assert!(expected.contains(&entry.state), "device {c} used in a {:?} slot", entry.state);
-        let stale = role.is_some() && own.update_count.saturating_add(1) < sb.update_count;
+        let revived = a.failed_used.contains(&candidates[c].name);
+        assert!(!revived || role.is_some(), "device {c} brought back, but not to a role");
+        assert!(!revived || request.stale == StaleMembers::UseIfNeeded, "brought back unforced");
+        assert!(!revived || own.members[role.expect("checked")].state == MemberState::Active);
+        let stale = role.is_some()
+            && !revived
+            && own.update_count.saturating_add(1) < sb.session_update_count;
+        assert!(
+            !stale || sb.members[role.expect("checked")].state != MemberState::Rebuilding,
+            "a stale copy of a role being rebuilt is used"
+        );
         let listed = a.stale_used.contains(&candidates[c].name);
         assert_eq!(stale, listed, "device {c}: a stale copy used unsaid, or said and not one");
         assert!(!stale || request.stale == StaleMembers::UseIfNeeded, "stale copy used unforced");
     }
-    // Stale copies are used only when the array could not start without them (a role being
-    // rebuilt counts as unavailable: it holds only part of its chunks).
-    if !a.stale_used.is_empty() {
+    // Stale copies and failed members brought back are each needed: without any one of them
+    // the array could not start (a role being rebuilt counts as unavailable: it holds only
+    // part of its chunks).
+    for forced_in in a.stale_used.iter().chain(&a.failed_used) {
         let without: Vec<bool> = (0..role_count)
             .map(|r| {
                 sb.members[r].state == MemberState::Rebuilding
-                    || a.roles[r].is_none_or(|c| a.stale_used.contains(&candidates[c].name))
+                    || a.roles[r].is_none_or(|c| candidates[c].name == *forced_in)
             })
             .collect();
-        assert!(!a.geometry.survives(&without), "stale copies used though not needed");
+        assert!(!a.geometry.survives(&without), "{forced_in} used though not needed");
     }
     // Two devices claiming one spare slot would be two devices with one identity.
     for (n, &c) in a.spares.iter().enumerate() {
@@ -329,7 +342,8 @@ fn check_decision(candidates: &[Candidate], request: &AssemblyRequest, a: &Assem
     assert_eq!(a.missing_roles, missing);
     let unavailable: Vec<bool> = a.roles.iter().map(Option::is_none).collect();
     assert!(a.geometry.survives(&unavailable), "started without enough members");
-    assert_eq!(a.dirty, sb.state == ArrayState::Dirty || !a.stale_used.is_empty());
+    let forced = !a.stale_used.is_empty() || !a.failed_used.is_empty();
+    assert_eq!(a.dirty, sb.state == ArrayState::Dirty || forced);
     if a.dirty && a.is_degraded() && a.geometry.tolerance() > 0 {
         assert_eq!(request.dirty_degraded, DirtyDegraded::Force, "dirty and degraded, unforced");
     }

@@ -413,6 +413,12 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     for device in &a.behind {
         println!("  {device}: superblock behind the newest event (rewritten at start)");
     }
+    for device in &a.failed_used {
+        println!(
+            "  {device}: failed past what the level survives, brought back because of --force \
+             (its chunks are as of its failure; every region is resynced at start)"
+        );
+    }
     for device in &a.stale_used {
         println!(
             "  {device}: a stale copy, used because of --force (its chunks are old; every \

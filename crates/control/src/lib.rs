@@ -357,12 +357,21 @@ pub fn prepare(
     let assembled = assemble(&candidates, &lenient)?;
     let dirty_regions = if !assembled.stale_used.is_empty() {
         // Stale copies used by force: their chunks disagree with parity wherever the array
-        // was written since, and nothing says where.
+        // was written since they were taken, and nothing says where.
         let sb = &assembled.superblock;
         let region_count = sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes);
         (0..u32::try_from(region_count).expect("validated")).collect()
     } else if assembled.dirty {
-        dirty_regions(devices, &assembled)
+        let mut dirty = dirty_regions(devices, &assembled);
+        if assembled.failed_used_missed_writes {
+            // Members failed past the tolerance, brought back by force: the one whose failure
+            // failed the array missed nothing (a failed array takes no writes), but one the
+            // array survived missed what was written after, which the missed-write map names.
+            dirty.extend(map_regions(devices, &assembled, BitmapKind::Missed));
+            dirty.sort_unstable();
+            dirty.dedup();
+        }
+        dirty
     } else {
         vec![]
     };
@@ -425,6 +434,10 @@ pub struct Metadata {
     /// Roles failed because their device failed a metadata write, not yet handed to the
     /// engine (`take_unapplied_failures`).
     unapplied_failures: Vec<MemberIndex>,
+    /// A device taking a role in the pass being written (`give_role`): written first, so a
+    /// cut before it leaves no superblock naming it in the role while its own superblock,
+    /// perhaps sessions old, would call it a stale copy.
+    joining: Option<usize>,
 }
 
 impl Metadata {
@@ -468,7 +481,10 @@ impl Metadata {
             // One pass: it reaches every holder (or fails it) before the next pass starts,
             // which is what lets assembly call a device two passes behind stale.
             self.template.update_count += 1;
-            let holders = self.holders();
+            let mut holders = self.holders();
+            if let Some(joining) = self.joining {
+                holders.sort_by_key(|&(device, _)| device != joining);
+            }
             let mut failed_now = vec![];
             for copy in 0..2 {
                 for &(device, slot) in &holders {
@@ -898,7 +914,10 @@ impl Metadata {
         self.template.rebuild_cursor_stripes = 0;
         self.template.event += 1;
         self.roles[r] = Some(device);
-        self.write_all(devices)?;
+        self.joining = Some(device);
+        let written = self.write_all(devices);
+        self.joining = None;
+        written?;
         if self.roles[r].is_none() {
             return Err(ControlError::Invalid(format!(
                 "{} failed while {doing} role {r}",
@@ -1081,6 +1100,7 @@ pub fn start(
         spares: a.spares.clone(),
         sizes,
         unapplied_failures: vec![],
+        joining: None,
     };
     // A role the table calls in service but no device holds is failed now, durably, before
     // the first write skips it: if its device came back later it would hold stale chunks
@@ -1114,13 +1134,16 @@ pub fn start(
         write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;
         write_map_area(devices[device], &metadata.template, BitmapKind::Missed, &missed, shards)?;
     }
-    // Two passes before any write of this session: a device that was not here for both (a
-    // stale copy of a member, put back while the array was stopped) is then two passes
-    // behind every member that saw this session's writes, and assembly leaves it out. A
-    // crash during either pass leaves every member at most one pass behind, and nothing
-    // was written yet.
+    // Two passes before any write of this session, the second recording its own count as
+    // the session's: every member in service has had the first pass, so it is at most one
+    // pass short of the session's count, while a device that was not here for the first (a
+    // stale copy of a member, put back while the array was stopped) is two or more short,
+    // and assembly leaves it out. Starts cut short (any number of them, one after another)
+    // record no new session and wrote nothing.
     metadata.write_all(devices)?;
     metadata.template.event += 1;
+    // This session's writes begin after the next pass (write_all counts it).
+    metadata.template.session_update_count = metadata.template.update_count + 1;
     metadata.write_all(devices)?;
     let geometry = a.geometry;
     // A role being rebuilt starts as failed; the caller resumes its rebuild

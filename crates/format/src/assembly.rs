@@ -12,23 +12,33 @@
 //! 4. A device whose member the newest view marks failed, or does not list, is stale: it is
 //!    left out with a message and never read (its data missed writes).
 //! 5. A device holding an active (or rebuilding) role whose superblock is two or more write
-//!    passes (`update_count`) behind the newest view is a stale copy: a disk image put back,
-//!    a member swapped for an old one while the array was stopped. It is left out and never
-//!    read (its role is rebuilt), or, when the array cannot start without it, assembly is
-//!    refused unless forced (then it is used as it is and every region resynced).
+//!    passes (`update_count`) short of the pass after which the last start began writing
+//!    (`session_update_count`) is a stale copy: a disk image put back, a member swapped for
+//!    an old one while the array was stopped. It is left out and never read (its role is
+//!    failed at start, to be rebuilt), or, when the array cannot start without it, assembly
+//!    is refused unless forced (then the fewest needed are used and every region resynced).
 //! 6. Two devices claiming one role: refused.
-//! 7. Members missing or failed beyond what the level survives: refused.
+//! 7. Members missing or failed beyond what the level survives: refused; forced, the devices
+//!    of failed members that were in sync when they failed are brought back, the most
+//!    recently failed first, until the level survives (like mdadm's `--assemble --force`).
+//!    The last member to fail holds the array's data as of the array's failure (a failed
+//!    array takes no writes); one failed earlier missed the writes made in between. Every
+//!    region is then resynced.
 //! 8. A dirty array that is also degraded: refused unless forced, because stripes that were
 //!    being written at the crash may have parity that disagrees with their data (the RAID 5/6
 //!    write hole) and the missing member's chunks of those stripes cannot be trusted.
 //!
-//! Why one pass behind is current and two are stale: every superblock update is one pass that
+//! Why one pass short is current and two are stale: every superblock update is one pass that
 //! reaches every device holding a slot before the next pass starts (a device whose write
-//! fails is marked failed by the next pass), so a crash leaves a current member at most one
-//! pass behind. Data is written only after a start's two passes have both reached every
-//! member, so a device that missed a whole session's writes is at least two passes behind.
-//! Such a lagging member missed metadata, not data: degraded writes only ever skip members
-//! the metadata already marks failed. Its superblock is rewritten at the next update.
+//! fails is marked failed by the next pass). A start writes a first pass, then a second that
+//! records its own count as the session's, and only then data. Every member in service had
+//! the first pass, so it is at most one short of the session's count, whatever crashed
+//! since (starts cut short, one after another, record no session and write no data), while
+//! a device that missed the session's first pass is two or more short. A device that takes
+//! a role is written first in its pass, so a cut never leaves the role named for a device
+//! whose own superblock is old. A member behind missed metadata, not data: degraded writes
+//! only ever skip members the metadata already marks failed. Its superblock is rewritten at
+//! the next update.
 //!
 //! Limit: a copy taken while the array runs, put back after writes that made no metadata
 //! update, is not told apart (no per-write generation is kept); nor is a copy taken after the
@@ -58,17 +68,19 @@ pub struct AssemblyRequest {
     pub strict: StrictDevices,
     /// Start a dirty, degraded array anyway (see rule 8).
     pub dirty_degraded: DirtyDegraded,
-    /// Whether stale copies may be used when the array cannot start without them (rule 5).
+    /// Whether stale copies, and members failed past the level's tolerance, may be used
+    /// when the array cannot start without them (rules 5 and 7).
     pub stale: StaleMembers,
 }
 
-/// What to do with stale copies of members (rule 5).
+/// What to do with stale copies of members (rule 5) and with the devices of members failed
+/// past the level's tolerance (rule 7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StaleMembers {
     /// Leave them out; refuse to start if the array needs them.
     LeaveOut,
-    /// The operator accepts their old chunks: used only when the array cannot start
-    /// without them, and then the whole array is resynced.
+    /// The operator accepts their old chunks (`--force`): used only when the array cannot
+    /// start without them, and then the whole array is resynced.
     UseIfNeeded,
 }
 
@@ -113,6 +125,14 @@ pub struct Assembled {
     /// Stale copies used anyway (forced): their roles' chunks are old, so every region must
     /// be resynced. Device names.
     pub stale_used: Vec<String>,
+    /// Devices of members failed past the level's tolerance, brought back (forced): their
+    /// roles are active again in `superblock`, and every region must be resynced. Device
+    /// names.
+    pub failed_used: Vec<String>,
+    /// One of `failed_used` failed while the array still survived without it, so it missed
+    /// the writes made after its failure: the regions the missed-write map names must be
+    /// resynced too (its chunks there are old, and nothing else holds the new ones).
+    pub failed_used_missed_writes: bool,
 }
 
 impl Assembled {
@@ -150,16 +170,20 @@ pub enum AssemblyError {
     InconsistentNewest { event: u64, a: String, b: String },
     #[error(
         "array {array} ({level}, {members} members) cannot start: {unavailable} members \
-         unavailable (missing: {missing:?}, failed: {failed:?}); {level} survives {tolerance}"
+         unavailable (missing: {missing:?}, failed: {failed:?}); {level} survives \
+         {tolerance}{hint}"
     )]
     TooManyMissing {
         array: String,
-        level: String,
+        level: flashraid_layout::Level,
         members: usize,
         unavailable: usize,
         missing: Vec<usize>,
         failed: Vec<usize>,
         tolerance: usize,
+        /// What `--force` would bring back, if anything (empty, or a sentence after "; ").
+        /// Boxed: kept small, as every `Result` of assembly carries this error's size.
+        hint: Box<str>,
     },
     #[error(
         "array {array} was not shut down cleanly and is degraded (roles {roles:?} unavailable): \
@@ -171,8 +195,8 @@ pub enum AssemblyError {
     DirtyDegraded { array: String, roles: Vec<usize> },
     #[error(
         "array {array} ({level}) cannot start without {devices}: each is a stale copy of its \
-         role (its superblock is two or more updates behind the array's, so it missed the \
-         writes of at least one later start), and {level} survives {tolerance} unavailable. \
+         role (its superblock is older than the array's last start, so it missed that \
+         session's writes), and {level} survives {tolerance} unavailable. \
          Find the current devices, or start it anyway with --force: those roles' chunks are \
          then used as they are (data written since the copies were taken is lost or mixed \
          there) and every region is resynced"
@@ -305,8 +329,11 @@ fn place_members(
     let mut roles: Vec<Option<usize>> = vec![None; role_count];
     let mut spares = vec![];
     let mut behind = vec![];
-    // Stale copies of roles (rule 5): (slot, candidate, why), placed only if needed.
-    let mut stale_copies: Vec<(usize, usize, String)> = vec![];
+    // Stale copies of roles (rule 5), placed only if needed.
+    let mut stale_copies: Vec<StaleCopy> = vec![];
+    // Devices of failed members that could be brought back (rule 7): (slot, candidate,
+    // failed_at_event).
+    let mut revivable: Vec<(usize, usize, u64)> = vec![];
     for &(i, sb) in members {
         let name = &candidates[i].name;
         let slot = newest
@@ -348,18 +375,29 @@ fn place_members(
             // Left out even in strict mode: the array can still start without it.
             let e = stale(format!("marked failed at event {}", entry.failed_at_event));
             left_out.push((name.clone(), e.to_string()));
+            // Its own superblock as it was when it failed, whole: its chunks are the array's
+            // as of its failure.
+            let own_view_active = usize::from(sb.this_role) == slot
+                && sb.members.get(slot).is_some_and(|e| e.state == MemberState::Active);
+            if slot < role_count
+                && entry.in_sync_when_failed
+                && own_view_active
+                && sb.event < entry.failed_at_event
+            {
+                revivable.push((slot, i, entry.failed_at_event));
+            }
             continue;
         }
         if entry.state != MemberState::Spare
-            && sb.update_count.saturating_add(1) < newest.update_count
+            && sb.update_count.saturating_add(1) < newest.session_update_count
         {
             let why = format!(
-                "a stale copy of role {slot}: its superblock is at event {} (update {}), the \
-                 array at event {} (update {}), so it missed the writes of at least one later \
-                 start and its chunks are old",
-                sb.event, sb.update_count, newest.event, newest.update_count
+                "a stale copy of role {slot}: its superblock (event {}, update {}) is older \
+                 than the array's last start (update {}; the array is at event {}), so it \
+                 missed that session's writes and its chunks are old",
+                sb.event, sb.update_count, newest.session_update_count, newest.event
             );
-            stale_copies.push((slot, i, why));
+            stale_copies.push(StaleCopy { slot, candidate: i, update_count: sb.update_count, why });
             continue;
         }
         if sb.event < newest.event {
@@ -400,8 +438,28 @@ fn place_members(
         &mut left_out,
         request.stale,
     )?;
-    let failed_roles: Vec<usize> =
-        (0..role_count).filter(|&r| newest.members[r].state == MemberState::Failed).collect();
+    let (failed_used, hint) =
+        revive_failed(candidates, newest, &mut roles, revivable, &mut left_out, request.stale);
+    let revived_roles: Vec<usize> = (0..role_count)
+        .filter(|&r| roles[r].is_some() && newest.members[r].state == MemberState::Failed)
+        .collect();
+    // A member brought back missed writes if the array survived its failure: the roles that
+    // had failed before it (and one being rebuilt), with it, were within the tolerance.
+    let failed_used_missed_writes = revived_roles.iter().any(|&revived| {
+        let at = newest.members[revived].failed_at_event;
+        let out: Vec<bool> = (0..role_count)
+            .map(|r| {
+                let entry = &newest.members[r];
+                r == revived
+                    || entry.state == MemberState::Rebuilding
+                    || (entry.state == MemberState::Failed && entry.failed_at_event < at)
+            })
+            .collect();
+        geometry.survives(&out)
+    });
+    let failed_roles: Vec<usize> = (0..role_count)
+        .filter(|&r| newest.members[r].state == MemberState::Failed && !revived_roles.contains(&r))
+        .collect();
     let missing_roles: Vec<usize> =
         (0..role_count).filter(|&r| roles[r].is_none() && !failed_roles.contains(&r)).collect();
     // A replacement still being rebuilt does not hold the chunks above its cursor.
@@ -411,17 +469,19 @@ fn place_members(
     if !geometry.survives(&unavailable) {
         return Err(AssemblyError::TooManyMissing {
             array: label(newest),
-            level: geometry.level().to_string(),
+            level: geometry.level(),
             members: role_count,
             unavailable: unavailable.iter().filter(|&&u| u).count(),
             missing: missing_roles,
             failed: failed_roles,
             tolerance: geometry.tolerance(),
+            hint: hint.into(),
         });
     }
     // Forced stale copies disagree with parity wherever the array was written since they
     // were taken: the whole array is resynced, as after an unclean shutdown.
-    let dirty = newest.state == ArrayState::Dirty || !stale_used.is_empty();
+    let dirty =
+        newest.state == ArrayState::Dirty || !stale_used.is_empty() || !failed_used.is_empty();
     let degraded = unavailable.iter().any(|&u| u);
     let redundant = geometry.tolerance() > 0;
     if dirty && degraded && redundant && request.dirty_degraded == DirtyDegraded::Refuse {
@@ -435,6 +495,12 @@ fn place_members(
     spares.sort_unstable();
     let mut superblock = newest.clone();
     superblock.spares = spares.iter().map(|&(slot, _)| *newest.slot(slot)).collect();
+    for &role in &revived_roles {
+        let entry = &mut superblock.members[role];
+        entry.state = MemberState::Active;
+        entry.failed_at_event = 0;
+        entry.in_sync_when_failed = false;
+    }
     if usize::from(superblock.this_role) >= role_count {
         // Read from a spare's copy: "this" now names role 0 (every write sets its own).
         superblock.this_role = 0;
@@ -452,60 +518,161 @@ fn place_members(
         behind,
         dirty,
         stale_used,
+        failed_used,
+        failed_used_missed_writes,
     })
 }
 
-/// Rule 5: stale copies are left out (said why) when the array survives without them; when it
-/// does not, refused, or (forced) placed in their roles. Returns the names of those placed.
+/// Whether the level survives with `roles` held (a role being rebuilt counts as unavailable:
+/// it holds only part of its chunks).
+fn survives_with(newest: &Superblock, roles: &[Option<usize>]) -> bool {
+    let unavailable: Vec<bool> = (0..roles.len())
+        .map(|r| roles[r].is_none() || newest.members[r].state == MemberState::Rebuilding)
+        .collect();
+    newest.geometry().survives(&unavailable)
+}
+
+/// The fewest of `options` (slot, candidate), taken in the order given, that make the level
+/// survive with `roles`: added one at a time until it survives, then each dropped again,
+/// newest addition first, where the level survives without it. `None`: even all of them do
+/// not suffice. Irreducible, so a device whose role's data another holder has (a RAID 10
+/// partner, a RAID 1 copy) is never added beside it.
+fn fewest_needed(
+    newest: &Superblock,
+    roles: &[Option<usize>],
+    options: &[(usize, usize)],
+) -> Option<Vec<(usize, usize)>> {
+    let mut trial = roles.to_vec();
+    let mut chosen = vec![];
+    for &(slot, i) in options {
+        if survives_with(newest, &trial) {
+            break;
+        }
+        if trial[slot].is_none() {
+            trial[slot] = Some(i);
+            chosen.push((slot, i));
+        }
+    }
+    if !survives_with(newest, &trial) {
+        return None;
+    }
+    for n in (0..chosen.len()).rev() {
+        let (slot, _) = chosen[n];
+        trial[slot] = None;
+        if survives_with(newest, &trial) {
+            chosen.remove(n);
+        } else {
+            trial[slot] = Some(chosen[n].1);
+        }
+    }
+    Some(chosen)
+}
+
+/// Rule 7, forced: bring back the devices of failed members, the most recently failed first,
+/// the fewest that let the level survive. Returns the names brought back, and (unforced)
+/// what `--force` would bring back, as a hint for the refusal.
+fn revive_failed(
+    candidates: &[Candidate],
+    newest: &Superblock,
+    roles: &mut [Option<usize>],
+    mut revivable: Vec<(usize, usize, u64)>,
+    left_out: &mut Vec<(String, String)>,
+    policy: StaleMembers,
+) -> (Vec<String>, String) {
+    if revivable.is_empty() || survives_with(newest, roles) {
+        return (vec![], String::new());
+    }
+    revivable.sort_by_key(|&(slot, _, failed_at)| (std::cmp::Reverse(failed_at), slot));
+    let options: Vec<(usize, usize)> = revivable.iter().map(|&(slot, i, _)| (slot, i)).collect();
+    let Some(chosen) = fewest_needed(newest, roles, &options) else {
+        return (vec![], String::new());
+    };
+    let names: Vec<String> = chosen
+        .iter()
+        .map(|&(slot, i)| {
+            let at = newest.members[slot].failed_at_event;
+            format!("{} (role {slot}, failed at event {at})", candidates[i].name)
+        })
+        .collect();
+    if policy == StaleMembers::LeaveOut {
+        let hint = format!(
+            "; --force brings back {}: the last member to fail holds the data as of the \
+             array's failure, one failed earlier lacks what was written after it failed, and \
+             every region is then resynced",
+            names.join(", ")
+        );
+        return (vec![], hint);
+    }
+    let mut used = vec![];
+    for (slot, i) in chosen {
+        roles[slot] = Some(i);
+        let name = candidates[i].name.clone();
+        left_out.retain(|(n, _)| *n != name);
+        used.push(name);
+    }
+    (used, String::new())
+}
+
+/// One stale copy found by rule 5: its role slot, candidate index, update count and why it
+/// is stale.
+struct StaleCopy {
+    slot: usize,
+    candidate: usize,
+    update_count: u64,
+    why: String,
+}
+
+/// Rule 5: stale copies are left out (said why) unless the array cannot start without some;
+/// then refused, or (forced) the fewest placed that let it start, the freshest first, never
+/// one of a role being rebuilt (it counts as unavailable either way, and its image holds
+/// less than the cursor says). Returns the names of those placed.
 fn place_stale_copies(
     candidates: &[Candidate],
     newest: &Superblock,
     roles: &mut [Option<usize>],
-    stale_copies: Vec<(usize, usize, String)>,
+    mut stale_copies: Vec<StaleCopy>,
     left_out: &mut Vec<(String, String)>,
     policy: StaleMembers,
 ) -> Result<Vec<String>, AssemblyError> {
-    let geometry = newest.geometry();
-    let unavailable: Vec<bool> = (0..roles.len())
-        .map(|r| roles[r].is_none() || newest.members[r].state == MemberState::Rebuilding)
+    stale_copies.sort_by_key(|c| (std::cmp::Reverse(c.update_count), c.slot));
+    let options: Vec<(usize, usize)> = stale_copies
+        .iter()
+        .filter(|c| newest.members[c.slot].state != MemberState::Rebuilding)
+        .map(|c| (c.slot, c.candidate))
         .collect();
-    if stale_copies.is_empty() || geometry.survives(&unavailable) {
-        for (_, i, why) in stale_copies {
-            left_out.push((
-                candidates[i].name.clone(),
-                format!(
-                    "{why}; left out: its role is failed and rebuilt in full onto a hot spare \
-                     (this device can be one: `flashraid spare add` it)"
-                ),
-            ));
-        }
-        return Ok(vec![]);
-    }
-    if policy == StaleMembers::LeaveOut {
-        let devices: Vec<String> = stale_copies
+    let needed = if survives_with(newest, roles) {
+        vec![]
+    } else {
+        fewest_needed(newest, roles, &options).unwrap_or_default()
+    };
+    if !needed.is_empty() && policy == StaleMembers::LeaveOut {
+        let devices: Vec<String> = needed
             .iter()
-            .map(|(slot, i, _)| format!("{} (role {slot})", candidates[*i].name))
+            .map(|&(slot, i)| format!("{} (role {slot})", candidates[i].name))
             .collect();
         return Err(AssemblyError::StaleMembersNeeded {
             array: label(newest),
-            level: geometry.level().to_string(),
+            level: newest.geometry().level().to_string(),
             devices: devices.join(", "),
-            tolerance: geometry.tolerance(),
+            tolerance: newest.geometry().tolerance(),
         });
     }
     let mut used = vec![];
-    for (slot, i, _) in stale_copies {
-        let name = candidates[i].name.clone();
-        if let Some(previous) = roles[slot] {
-            return Err(AssemblyError::DuplicateRole {
-                role: slot,
-                a: candidates[previous].name.clone(),
-                b: name,
-                array: label(newest),
-            });
+    for copy in stale_copies {
+        let name = candidates[copy.candidate].name.clone();
+        if needed.contains(&(copy.slot, copy.candidate)) {
+            roles[copy.slot] = Some(copy.candidate);
+            used.push(name);
+        } else {
+            left_out.push((
+                name,
+                format!(
+                    "{}; left out: its role is failed, to be rebuilt onto a hot spare (this \
+                     device can be one: `flashraid spare add` it)",
+                    copy.why
+                ),
+            ));
         }
-        roles[slot] = Some(i);
-        used.push(name);
     }
     Ok(used)
 }

@@ -127,6 +127,7 @@ pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArray
             // `create` sets it once it has written the blank map.
             missed_map_since_event: 0,
             update_count: 0,
+            session_update_count: 0,
         };
         sb.validate().map_err(|_| NewArrayError::Other("bitmap region too small or misaligned"))?;
         superblocks.push(sb);

@@ -160,11 +160,13 @@ const TUNABLES_EXT_OFFSET: usize = MISSED_SINCE_OFFSET + 8;
 const TUNABLES_BASE_COUNT: usize = 5;
 const TUNABLES_COUNT: usize = 9;
 /// Where `update_count` lives: the last eight bytes before the checksum, away from the
-/// tunables, which grow upwards from `TUNABLES_EXT_OFFSET`.
+/// tunables, which grow upwards from `TUNABLES_EXT_OFFSET`; `session_update_count` just
+/// before it.
 const UPDATE_COUNT_OFFSET: usize = CRC_OFFSET - 8;
+const SESSION_UPDATE_COUNT_OFFSET: usize = UPDATE_COUNT_OFFSET - 8;
 
 const _: () = assert!(
-    TUNABLES_EXT_OFFSET + 4 * (TUNABLES_COUNT - TUNABLES_BASE_COUNT) <= UPDATE_COUNT_OFFSET
+    TUNABLES_EXT_OFFSET + 4 * (TUNABLES_COUNT - TUNABLES_BASE_COUNT) <= SESSION_UPDATE_COUNT_OFFSET
 );
 
 /// Where tunable `i`'s value lives.
@@ -276,12 +278,14 @@ pub struct Superblock {
     /// without a full rebuild.
     pub missed_map_since_event: u64,
     /// Superblock write passes over the members in service (one per update, whatever it
-    /// bumped `event` by). Every pass reaches every device holding a slot before the next
-    /// starts, so a current member is at most one pass behind the newest view, and every
-    /// start makes two passes before its first write: a device two or more passes behind is
-    /// a stale copy that missed a whole session's writes. 0 on an array last written by a
-    /// version before the count (nothing can then be judged).
+    /// bumped `event` by). Every pass reaches every device holding a slot (or fails it)
+    /// before the next starts. 0 on an array last written by a version before the count.
     pub update_count: u64,
+    /// The `update_count` of the pass after which the last start began writing data (its
+    /// second pass; the first reached every member before it). A member in service is at
+    /// most one pass short of it; a device two or more short missed that session's writes
+    /// (a stale copy). 0: no start has recorded one (nothing can then be judged).
+    pub session_update_count: u64,
 }
 
 impl Superblock {
@@ -420,6 +424,9 @@ impl Superblock {
         if self.missed_map_since_event > self.event {
             return bad("missed-write map newer than the superblock");
         }
+        if self.session_update_count > self.update_count {
+            return bad("session start counted after the superblock's own pass");
+        }
         Ok(())
     }
 
@@ -472,6 +479,7 @@ impl Superblock {
         }
         put_u64(&mut b, MISSED_SINCE_OFFSET, self.missed_map_since_event);
         put_u64(&mut b, UPDATE_COUNT_OFFSET, self.update_count);
+        put_u64(&mut b, SESSION_UPDATE_COUNT_OFFSET, self.session_update_count);
         let crc = crc32c::crc32c(&b[..CRC_OFFSET]);
         put_u32(&mut b, CRC_OFFSET, crc);
         b
@@ -582,6 +590,7 @@ impl Superblock {
             spares,
             missed_map_since_event: get_u64(b, MISSED_SINCE_OFFSET),
             update_count: get_u64(b, UPDATE_COUNT_OFFSET),
+            session_update_count: get_u64(b, SESSION_UPDATE_COUNT_OFFSET),
         };
         sb.validate()?;
         if get_u64(b, 144) != sb.geometry().array_bytes() {

@@ -133,23 +133,25 @@ fn a_stale_member_is_left_out_and_said_so() {
     assert!(a.left_out.iter().any(|(d, why)| d == "stale" && why.contains("failed at event 7")));
 }
 
-/// Set every superblock given to `event` and `updates` write passes.
-fn at(sbs: &mut [Superblock], event: u64, updates: u64) {
+/// Set every superblock given to `event`, `updates` write passes, and the last start's
+/// writes beginning after pass `session`.
+fn at(sbs: &mut [Superblock], event: u64, updates: u64, session: u64) {
     for sb in sbs.iter_mut() {
         sb.event = event;
         sb.update_count = updates;
+        sb.session_update_count = session;
     }
 }
 
 #[test]
 fn a_member_behind_on_metadata_only_is_used() {
     let mut old = clean(array(5, Level::Raid6, 6, 0));
-    at(&mut old, 4, 7);
+    at(&mut old, 4, 7, 6);
     let mut new = old.clone();
     // One pass that failed member 5 (and bumped the event by several, as a pass may):
     // member 4 missed it (a crash during the pass), but the newest view lists it as active.
     fail(&mut new, 5, 9);
-    at(&mut new, 9, 8);
+    at(&mut new, 9, 8, 6);
     let candidates: Vec<Candidate> = (0..5)
         .map(|i| candidate(&format!("d{i}"), if i == 4 { &old[i] } else { &new[i] }))
         .collect();
@@ -160,8 +162,8 @@ fn a_member_behind_on_metadata_only_is_used() {
     // Superblocks from before the update count (all zero) are never judged by it.
     let mut legacy_old = old.clone();
     let mut legacy_new = new.clone();
-    at(&mut legacy_old, 1, 0);
-    at(&mut legacy_new, 9, 0);
+    at(&mut legacy_old, 1, 0, 0);
+    at(&mut legacy_new, 9, 0, 0);
     let candidates: Vec<Candidate> = (0..5)
         .map(|i| candidate(&format!("d{i}"), if i == 4 { &legacy_old[i] } else { &legacy_new[i] }))
         .collect();
@@ -174,10 +176,11 @@ fn a_member_behind_on_metadata_only_is_used() {
 #[test]
 fn a_stale_copy_of_a_member_is_left_out_and_its_role_rebuilt() {
     let mut before = clean(array(13, Level::Raid6, 6, 0));
-    at(&mut before, 5, 4);
-    // A session ran since: two passes at its start, one at its clean stop.
+    at(&mut before, 5, 4, 3);
+    // A session ran since: two passes at its start (its writes after pass 6), one at its
+    // clean stop.
     let mut now = before.clone();
-    at(&mut now, 8, 7);
+    at(&mut now, 8, 7, 6);
     let mut candidates: Vec<Candidate> =
         (0..6).filter(|&i| i != 2).map(|i| candidate(&format!("d{i}"), &now[i])).collect();
     candidates.push(candidate("old-image", &before[2]));
@@ -192,8 +195,9 @@ fn a_stale_copy_of_a_member_is_left_out_and_its_role_rebuilt() {
     let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
     assert_eq!(candidates[a.roles[2].unwrap()].name, "d2");
     assert_eq!(a.left_out.len(), 1);
-    // One pass behind is a crash during a pass, not a stale copy.
-    at(&mut before, 7, 6);
+    // One pass short of the session's is a crash during the start's second pass, not a
+    // stale copy.
+    at(&mut before, 6, 5, 3);
     candidates[5] = candidate("old-image", &before[2]);
     candidates.pop();
     let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
@@ -203,9 +207,9 @@ fn a_stale_copy_of_a_member_is_left_out_and_its_role_rebuilt() {
 #[test]
 fn an_array_that_needs_a_stale_copy_is_refused_unless_forced() {
     let mut before = clean(array(14, Level::Raid5, 4, 0));
-    at(&mut before, 3, 2);
+    at(&mut before, 3, 2, 1);
     let mut now = before.clone();
-    at(&mut now, 6, 5);
+    at(&mut now, 6, 5, 4);
     // Role 3 is missing too: without the copy of role 1, a RAID 5 lacks two members.
     let candidates =
         vec![candidate("d0", &now[0]), candidate("old-d1", &before[1]), candidate("d2", &now[2])];
@@ -365,4 +369,134 @@ fn a_spare_that_was_absent_at_the_last_start_is_left_out_not_refused() {
     let (name, why) = &a.left_out[0];
     assert_eq!(name, "old-spare");
     assert!(why.contains("spare add"), "{why}");
+}
+
+/// Issue 5 finding: members failed past the tolerance left an array no start could bring
+/// back, though the last member to fail held its data. Forced, that member's device is
+/// brought back (the most recently failed first, only as many as needed).
+#[test]
+fn members_failed_past_the_tolerance_come_back_only_when_forced() {
+    let mut before = clean(array(15, Level::Raid6, 5, 0));
+    at(&mut before, 3, 2, 2);
+    // Roles 0, 1 and 2 fail in turn, at events 4, 5 and 6; each device kept its superblock
+    // from before its own failure.
+    let mut view = before.clone();
+    let mut own = vec![];
+    for (role, event) in [(0, 4), (1, 5), (2, 6)] {
+        own.push(view[role].clone());
+        fail(&mut view, role, event);
+        for sb in &mut view {
+            sb.members[role].in_sync_when_failed = true;
+            sb.update_count += 1;
+        }
+    }
+    let mut candidates: Vec<Candidate> =
+        (0..3).map(|r| candidate(&format!("d{r}"), &own[r])).collect();
+    candidates.push(candidate("d3", &view[3]));
+    candidates.push(candidate("d4", &view[4]));
+    let e = assemble(&candidates, &request(StrictDevices::Strict)).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, AssemblyError::TooManyMissing { .. }), "{text}");
+    assert!(text.contains("--force brings back d2 (role 2, failed at event 6)"), "{text}");
+    assert!(!text.contains("d1 (role 1"), "only as many as needed: {text}");
+    // As `--force` asks: the array comes back dirty (resynced) and degraded.
+    let mut forced = request(StrictDevices::Strict);
+    forced.stale = StaleMembers::UseIfNeeded;
+    forced.dirty_degraded = DirtyDegraded::Force;
+    let a = ok(assemble(&candidates, &forced));
+    assert_eq!(a.failed_used, vec!["d2".to_string()]);
+    assert_eq!(a.roles[2], Some(2));
+    assert_eq!(a.failed_roles, vec![0, 1]);
+    assert_eq!(a.superblock.members[2].state, MemberState::Active);
+    assert!(a.dirty && !a.failed_used_missed_writes, "its failure failed the array");
+    a.superblock.validate().unwrap();
+    // A member that was being rebuilt when it failed holds only part of its chunks: never
+    // brought back. The one failed before it is, and it missed the writes made between the
+    // two failures (the array survived its failure).
+    for copy in candidates[2].copies.iter_mut() {
+        copy.as_mut().unwrap().members[2].state = MemberState::Rebuilding;
+    }
+    let a = ok(assemble(&candidates, &forced));
+    assert_eq!(a.failed_used, vec!["d1".to_string()]);
+    assert!(a.failed_used_missed_writes);
+    // Within the tolerance (roles 0 and 1 failed) nothing failed comes back, forced or not.
+    let mut two_failed = before.clone();
+    fail(&mut two_failed, 0, 4);
+    fail(&mut two_failed, 1, 5);
+    let within: Vec<Candidate> = (0..5)
+        .map(|r| candidate(&format!("d{r}"), if r < 2 { &own[r] } else { &two_failed[r] }))
+        .collect();
+    let a = ok(assemble(&within, &forced));
+    assert!(a.failed_used.is_empty() && a.roles[0].is_none() && a.roles[1].is_none());
+}
+
+/// Starts cut short, one after another, leave one member passes ahead of the rest; none
+/// recorded a session, so none of the rest is a stale copy (found by review: with the
+/// newest pass as the yardstick, two cuts in a row failed every other member).
+#[test]
+fn members_behind_only_starts_that_never_wrote_are_current() {
+    let mut sbs = clean(array(16, Level::Raid5, 4, 0));
+    at(&mut sbs, 10, 9, 7);
+    let mut ahead = sbs[0].clone();
+    ahead.event = 12;
+    ahead.update_count = 11;
+    let mut candidates: Vec<Candidate> =
+        (1..4).map(|i| candidate(&format!("d{i}"), &sbs[i])).collect();
+    candidates.push(candidate("d0", &ahead));
+    let a = ok(assemble(&candidates, &request(StrictDevices::Strict)));
+    assert!(a.left_out.is_empty() && a.roles.iter().all(Option::is_some), "{:?}", a.left_out);
+}
+
+fn forced() -> AssemblyRequest {
+    let mut r = request(StrictDevices::Strict);
+    r.dirty_degraded = DirtyDegraded::Force;
+    r.stale = StaleMembers::UseIfNeeded;
+    r
+}
+
+/// Review finding: forced, every stale copy was placed when any was needed. On RAID 10 a
+/// stale copy beside a current mirror was then resync's reference and copied over it.
+#[test]
+fn forced_raid10_does_not_place_a_stale_mirror_beside_a_current_one() {
+    let mut before = clean(array(21, Level::Raid10, 4, 0));
+    at(&mut before, 3, 2, 1);
+    let mut now = before.clone();
+    at(&mut now, 6, 5, 4);
+    let candidates = vec![
+        candidate("old-d1", &before[1]),
+        candidate("old-d2", &before[2]),
+        candidate("d3", &now[3]),
+    ];
+    let a = ok(assemble(&candidates, &forced()));
+    assert_eq!(a.roles[1], Some(0), "the needed stale copy is used");
+    assert_eq!(a.roles[2], None, "a stale copy beside a current mirror: {:?}", a.stale_used);
+    assert!(a.left_out.iter().any(|(d, _)| d == "old-d2"));
+}
+
+/// Review finding: a stale copy of a role being rebuilt (unavailable either way; its image
+/// holds less than the newest cursor says) was placed when another stale copy was needed.
+#[test]
+fn forced_assembly_does_not_place_a_stale_copy_of_a_rebuilding_role() {
+    let mut before = clean(array(22, Level::Raid6, 6, 0));
+    for sb in &mut before {
+        sb.members[0].state = MemberState::Rebuilding;
+        sb.rebuild_role = 0;
+        sb.rebuild_cursor_stripes = 10;
+    }
+    at(&mut before, 3, 2, 1);
+    let mut now = before.clone();
+    for sb in &mut now {
+        sb.rebuild_cursor_stripes = 500;
+    }
+    at(&mut now, 9, 8, 6);
+    let candidates = vec![
+        candidate("old-d0", &before[0]),
+        candidate("old-d2", &before[2]),
+        candidate("d3", &now[3]),
+        candidate("d4", &now[4]),
+        candidate("d5", &now[5]),
+    ];
+    let a = ok(assemble(&candidates, &forced()));
+    assert_eq!(a.roles[2], Some(1), "the needed stale copy is used");
+    assert_eq!(a.roles[0], None, "a stale copy of a rebuilding role: {:?}", a.stale_used);
 }

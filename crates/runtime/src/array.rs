@@ -130,8 +130,9 @@ pub struct OpenOptions {
     /// array, goes before this).
     pub ring_entries: u32,
     pub dirty_degraded: DirtyDegraded,
-    /// Whether stale copies of members may be used when the array cannot start without
-    /// them (`--force`).
+    /// Whether stale copies of members, and members failed past the tolerance, may be used
+    /// when the array cannot start without them (`--force`). Such an array starts degraded
+    /// and resyncs, so it also needs `dirty_degraded: Force` (as `--force` sets both).
     pub stale_members: StaleMembers,
     /// Buffer memory of each session, in bytes.
     pub session_buffer_bytes: usize,
@@ -727,6 +728,14 @@ impl Array {
                  start without it (--force): its chunks are old and every region is resynced"
             );
             controller.events.record(&controller.metadata, "stale-member-used", &message);
+        }
+        for device in &prepared.assembled.failed_used {
+            let message = format!(
+                "{device}, failed past what the level survives, is back in its role because \
+                 the array could not start without it (--force): its chunks are as of its \
+                 failure, and every region is resynced"
+            );
+            controller.events.record(&controller.metadata, "failed-member-used", &message);
         }
         controller.resume_or_start_rebuild();
         controller.resume_replace();

@@ -177,13 +177,31 @@ impl SimArray {
         options: SimOptions,
         dirty_degraded: DirtyDegraded,
     ) -> Result<Self, ControlError> {
+        Self::assemble_with(devices, options, dirty_degraded, StaleMembers::LeaveOut)
+    }
+
+    /// `assemble` as `--force` does: dirty and degraded accepted, and stale copies or
+    /// members failed past the tolerance used where the array cannot start without them.
+    pub fn assemble_forced(
+        devices: Vec<SimMember>,
+        options: SimOptions,
+    ) -> Result<Self, ControlError> {
+        Self::assemble_with(devices, options, DirtyDegraded::Force, StaleMembers::UseIfNeeded)
+    }
+
+    fn assemble_with(
+        devices: Vec<SimMember>,
+        options: SimOptions,
+        dirty_degraded: DirtyDegraded,
+        stale: StaleMembers,
+    ) -> Result<Self, ControlError> {
         let all = dyn_devices(&devices);
         let request = AssemblyRequest {
             array_uuid: None,
             array_name: None,
             strict: StrictDevices::Strict,
             dirty_degraded,
-            stale: StaleMembers::LeaveOut,
+            stale,
         };
         let prepared = prepare(&all, &request)?;
         let (metadata, setups) =
