@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_runtime::{Array, ArrayStatus, ReAdd, Tunable};
+use flashraid_runtime::{Array, ArrayStatus, FailGuard, ReAdd, Tunable};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -117,12 +117,16 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),
         },
-        ["fail", role] => match role.parse::<usize>() {
-            Ok(role) => {
-                answer(context.array.fail_member(role), json!({ "ok": true, "failed_role": role }))
+        ["fail", role, force @ ..] if matches!(force, [] | ["force"]) => {
+            let guard = if force.is_empty() { FailGuard::Refuse } else { FailGuard::Force };
+            match role.parse::<usize>() {
+                Ok(role) => answer(
+                    context.array.fail_member_with(role, guard),
+                    json!({ "ok": true, "failed_role": role }),
+                ),
+                Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
             }
-            Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
-        },
+        }
         ["scrub", what @ ("check" | "repair" | "stop")] => {
             let result = match *what {
                 "stop" => context.array.stop_scrub(),
@@ -156,7 +160,7 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         },
         _ => json!({
             "error": format!(
-                "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
+                "unknown command {:?}: try status, fail ROLE [force], rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH, spare-remove PATH, \
                  replace ROLE force|keep PATH or replace-cancel",
@@ -294,6 +298,12 @@ pub struct FailArgs {
     name: Option<String>,
     /// The member's role (its position in the array, as `status` lists it).
     role: usize,
+    /// Fail it even if the array cannot survive without it (members already failed or
+    /// missing, and one being rebuilt, count as out): the array then fails, writes are
+    /// refused and reads of lost data return errors. Without it such a `fail` is refused
+    /// and nothing changes.
+    #[arg(long)]
+    force: bool,
 }
 
 fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf> {
@@ -817,13 +827,112 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
 
 pub fn run_fail(args: FailArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
-    ask(&path, &format!("fail {}", args.role))?;
+    let force = if args.force { " force" } else { "" };
+    ask(&path, &format!("fail {}{force}", args.role))?;
     let v = ask(&path, "status")?;
-    match rebuild_line(&v["rebuild"]) {
-        Some(line) => println!("member {} is failed; a hot spare took over\n{line}", args.role),
-        None => {
-            println!("member {} is failed; the array runs degraded until it is replaced", args.role)
+    println!("{}", fail_report(args.role, &v));
+    Ok(())
+}
+
+/// What `fail ROLE` did, from the status that followed it: the array failed, a hot spare took
+/// the role over (or already has), or the array runs degraded.
+fn fail_report(role: usize, v: &Value) -> String {
+    if v["failed"].as_bool() == Some(true) {
+        return format!(
+            "member {role} is failed; the array has FAILED: more members are out of service \
+             than {} survives, writes are refused and reads of lost data return errors",
+            v["level"].as_str().unwrap_or("its level")
+        );
+    }
+    let rebuild = rebuild_line(&v["rebuild"]);
+    if v["rebuild"]["role"].as_u64() == u64::try_from(role).ok() {
+        let line = rebuild.unwrap_or_default();
+        return format!("member {role} is failed; a hot spare took over\n{line}");
+    }
+    let member = &v["members"][role];
+    if member["health"] == "active" {
+        // A spare took the role over and its rebuild ended before `status` was asked.
+        let device = member["path"].as_str().unwrap_or("?");
+        return format!("member {role} is failed; hot spare {device} took over and is rebuilt");
+    }
+    let degraded = format!("member {role} is failed; the array runs degraded until it is replaced");
+    match rebuild {
+        Some(line) => format!("{degraded}\n{line}"),
+        None => degraded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashraid_layout::Level;
+    use flashraid_runtime::{CreateSpec, MemMember, OpenOptions};
+
+    /// A served in-memory array: its control socket answers in a thread until dropped.
+    struct Served {
+        path: PathBuf,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(t) = self.thread.take() {
+                t.join().unwrap();
+            }
         }
     }
-    Ok(())
+
+    /// An in-memory array of `count` 16 MiB members and `spares` hot spares behind a control
+    /// socket; `rebuild_rate` in bytes per second (1: a crawl, 0: no limit).
+    fn serve_memory(level: Level, count: usize, spares: usize, rebuild_rate: u64) -> Served {
+        let mib16 = 16 << 20;
+        let members: Vec<Arc<MemMember>> =
+            (0..count).map(|i| MemMember::new(&format!("m{i}"), mib16)).collect();
+        let spares: Vec<Arc<MemMember>> =
+            (0..spares).map(|i| MemMember::new(&format!("spare{i}"), mib16)).collect();
+        let spec = CreateSpec::in_memory("t", level, 16384, 1);
+        flashraid_runtime::create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+        let mut options = OpenOptions::recommended();
+        options.shards = Some(1);
+        options.session_buffer_bytes = 4 << 20;
+        options.config.rebuild_rate_bytes_per_s = rebuild_rate;
+        let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+        let array = Arc::new(Array::open_in_memory(&all, &options).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.control");
+        let listener = bind(&path).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let context = ControlContext { array, connections: Box::new(|| 0), exports: vec![] };
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || serve(listener, context, stop)
+        });
+        Served { path, stop, thread: Some(thread), _dir: dir }
+    }
+
+    /// `fail` past the tolerance is refused with nothing changed; `force` does it, and the
+    /// report says the array FAILED (found by a misuse test: "runs degraded" was printed,
+    /// and on RAID 1 the command failed although the member was failed).
+    #[test]
+    fn fail_past_the_tolerance_needs_force_and_is_reported_truthfully() {
+        let served = serve_memory(Level::Raid1, 2, 0, 0);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        let report = fail_report(0, &ask(path, "status").unwrap());
+        assert!(report.contains("runs degraded"), "{report}");
+        let e = ask(path, "fail 1").unwrap_err().to_string();
+        assert!(e.contains("refusing to fail member 1") && e.contains("--force"), "{e}");
+        let status = ask(path, "status").unwrap();
+        assert_eq!(status["members"][1]["health"], "active", "{status}");
+        assert_eq!(status["state"], "degraded", "{status}");
+        ask(path, "fail 1 force").unwrap();
+        let report = fail_report(1, &ask(path, "status").unwrap());
+        assert!(report.contains("the array has FAILED"), "{report}");
+        assert!(!report.contains("degraded"), "{report}");
+        let e = ask(path, "fail 1 now").unwrap_err().to_string();
+        assert!(e.contains("unknown command"), "{e}");
+    }
 }

@@ -269,6 +269,17 @@ pub enum ReAdd {
     Never,
 }
 
+/// Whether `Array::fail_member_with` fails a member the array cannot survive without.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailGuard {
+    /// Refuse, with nothing changed, a failure that would take the array past its level's
+    /// tolerance (roles already out of service and a role being rebuilt count as
+    /// unavailable): a slip of the operator's fingers must not fail the whole array.
+    Refuse,
+    /// The operator passed `--force`: fail it all the same.
+    Force,
+}
+
 /// A device to add as a hot spare.
 pub(crate) enum NewSpare {
     Path(PathBuf),
@@ -289,7 +300,7 @@ pub(crate) enum ToController {
     /// From shard `.0`.
     #[allow(dead_code)]
     Event(u32, ShardEvent),
-    FailMember(usize, Sender<Result<(), ArrayError>>),
+    FailMember(usize, FailGuard, Sender<Result<(), ArrayError>>),
     /// The rebuild's rate limit (`busy`: the one while the array is busy).
     SetRebuildRate {
         bytes_per_s: u64,
@@ -1018,10 +1029,19 @@ impl Array {
         self.ask_controller(|tx| ToController::Scrub(None, tx))
     }
 
-    /// Fail a member now (like `mdadm --fail`), durably.
+    /// Fail a member now (like `mdadm --fail`), durably. Refused, with nothing changed, when
+    /// the array would not survive without it (`fail_member_with` and `FailGuard::Force`
+    /// fail it all the same).
     pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
+        self.fail_member_with(role, FailGuard::Refuse)
+    }
+
+    /// `fail_member`, saying whether a failure past the level's tolerance is refused. A
+    /// member failed as asked is `Ok` even when no member is left to record it (the last
+    /// one, forced): `status` then says the array has failed.
+    pub fn fail_member_with(&self, role: usize, guard: FailGuard) -> Result<(), ArrayError> {
         self.check_role(role)?;
-        self.ask_controller(|tx| ToController::FailMember(role, tx))
+        self.ask_controller(|tx| ToController::FailMember(role, guard, tx))
     }
 
     /// Finish what is in flight, flush, clear the bitmaps, mark the array clean if every
@@ -1426,12 +1446,8 @@ impl Controller {
                     self.metadata.note_errors_corrected(member, 1);
                 }
                 Some(ToController::Event(_, ShardEvent::ResyncDone)) => {}
-                Some(ToController::FailMember(role, reply)) => {
-                    let member = MemberIndex(u16::try_from(role).expect("fits"));
-                    let message = format!("member {role} failed (by the operator)");
-                    self.events.record(&self.metadata, "member-failed", &message);
-                    self.abandon_copy_for(member);
-                    let _ = reply.send(self.fail(&[member]));
+                Some(ToController::FailMember(role, guard, reply)) => {
+                    let _ = reply.send(self.fail_by_operator(role, guard));
                 }
                 Some(ToController::Status(reply)) => {
                     let _ = reply.send(self.status());
@@ -1605,6 +1621,46 @@ impl Controller {
                      wait until it answers"
                 ),
             );
+        }
+    }
+
+    /// `fail ROLE` from the operator (`Array::fail_member_with`): refused past the level's
+    /// tolerance unless forced, judged as `member_stalled` judges a stall.
+    fn fail_by_operator(&mut self, role: usize, guard: FailGuard) -> Result<(), ArrayError> {
+        let member = MemberIndex(u16::try_from(role).expect("fits"));
+        let geometry = self.metadata.superblock().geometry();
+        let missing = self.metadata.missing_roles();
+        // A role being rebuilt holds only part of its data: counted as out.
+        let rebuilding = self.metadata.rebuild_in_progress().map(|(r, _)| r.get());
+        let unavailable: Vec<bool> = (0..geometry.member_count())
+            .map(|r| r == role || missing.contains(&r) || rebuilding == Some(r))
+            .collect();
+        // Failing a role already out of service changes nothing the array survives.
+        let in_service = !missing.contains(&role);
+        if in_service && !geometry.survives(&unavailable) && guard == FailGuard::Refuse {
+            let out: Vec<usize> = (0..unavailable.len()).filter(|&r| unavailable[r]).collect();
+            let rebuilt = match rebuilding {
+                Some(r) if r != role => {
+                    format!(" (member {r} is being rebuilt: it holds only part of its data)")
+                }
+                _ => String::new(),
+            };
+            return Err(ArrayError::Other(format!(
+                "refusing to fail member {role}: {} x{} does not survive members {out:?} out \
+                 of service{rebuilt}; the array would fail (writes refused, reads of lost \
+                 data errors). Nothing was changed; pass --force to fail it anyway",
+                geometry.level(),
+                geometry.member_count()
+            )));
+        }
+        let message = format!("member {role} failed (by the operator)");
+        self.events.record(&self.metadata, "member-failed", &message);
+        self.abandon_copy_for(member);
+        match self.fail(&[member]) {
+            // The member is failed, as asked; no member is left in service to record it
+            // (`fail` has said the array failed).
+            Err(ArrayError::Control(flashraid_control::ControlError::NoMetadataQuorum)) => Ok(()),
+            result => result,
         }
     }
 
