@@ -296,12 +296,16 @@ pub struct FailArgs {
     control: Option<PathBuf>,
     #[arg(long)]
     name: Option<String>,
-    /// The member's role (its position in the array, as `status` lists it).
+    /// The member's role (its position in the array, as `status` lists it). A role names a
+    /// position, not a device: once a hot spare has taken a failed role over, the role is
+    /// being rebuilt onto that spare, so `fail` of it again is refused (it would fail the
+    /// spare) unless --force.
     role: usize,
     /// Fail it even if the array cannot survive without it (members already failed or
     /// missing, and one being rebuilt, count as out): the array then fails, writes are
-    /// refused and reads of lost data return errors. Without it such a `fail` is refused
-    /// and nothing changes.
+    /// refused and reads of lost data return errors. Also fails the device a role is being
+    /// rebuilt onto (a spare that took it over). Without it both are refused and nothing
+    /// changes.
     #[arg(long)]
     force: bool,
 }
@@ -934,5 +938,24 @@ mod tests {
         assert!(!report.contains("degraded"), "{report}");
         let e = ask(path, "fail 1 now").unwrap_err().to_string();
         assert!(e.contains("unknown command"), "{e}");
+    }
+
+    /// `fail ROLE` twice: the second is refused naming the spare that took the role over;
+    /// `force` fails that spare (found by a misuse test: the spare was failed silently).
+    #[test]
+    fn a_second_fail_of_a_role_names_the_spare_that_took_it_over() {
+        let served = serve_memory(Level::Raid5, 3, 1, 1);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        let report = fail_report(0, &ask(path, "status").unwrap());
+        assert!(report.contains("a hot spare took over"), "{report}");
+        let e = ask(path, "fail 0").unwrap_err().to_string();
+        assert!(e.contains("role 0 is being rebuilt onto spare0") && e.contains("--force"), "{e}");
+        let status = ask(path, "status").unwrap();
+        assert_eq!(status["members"][0]["path"], "spare0", "{status}");
+        assert_eq!(status["state"], "rebuilding", "{status}");
+        ask(path, "fail 0 force").unwrap();
+        let report = fail_report(0, &ask(path, "status").unwrap());
+        assert!(report.contains("runs degraded"), "{report}");
     }
 }

@@ -269,12 +269,16 @@ pub enum ReAdd {
     Never,
 }
 
-/// Whether `Array::fail_member_with` fails a member the array cannot survive without.
+/// Whether `Array::fail_member_with` fails a member the array cannot survive without, or
+/// the device a role is being rebuilt onto.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailGuard {
     /// Refuse, with nothing changed, a failure that would take the array past its level's
     /// tolerance (roles already out of service and a role being rebuilt count as
-    /// unavailable): a slip of the operator's fingers must not fail the whole array.
+    /// unavailable): a slip of the operator's fingers must not fail the whole array. Also
+    /// refuse to fail a role being rebuilt: its device is the spare (or re-added member)
+    /// that took it over since it failed, most likely not the device the operator means
+    /// (`fail ROLE` given twice).
     Refuse,
     /// The operator passed `--force`: fail it all the same.
     Force,
@@ -1030,8 +1034,9 @@ impl Array {
     }
 
     /// Fail a member now (like `mdadm --fail`), durably. Refused, with nothing changed, when
-    /// the array would not survive without it (`fail_member_with` and `FailGuard::Force`
-    /// fail it all the same).
+    /// the array would not survive without it, and for a role being rebuilt (the device
+    /// that took it over would be failed); `fail_member_with` and `FailGuard::Force` fail it
+    /// all the same.
     pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
         self.fail_member_with(role, FailGuard::Refuse)
     }
@@ -1635,6 +1640,18 @@ impl Controller {
         let unavailable: Vec<bool> = (0..geometry.member_count())
             .map(|r| r == role || missing.contains(&r) || rebuilding == Some(r))
             .collect();
+        // `fail ROLE` given twice: the second would fail the spare that took the role over
+        // after the first, and stop its rebuild. The operator names a role, not a device,
+        // so that is refused unless forced.
+        if rebuilding == Some(role) && guard == FailGuard::Refuse {
+            let device = self.metadata.role_device(role).map(|d| self.devices[d].name());
+            let device = device.unwrap_or_else(|| "its new device".into());
+            return Err(ArrayError::Other(format!(
+                "role {role} is being rebuilt onto {device} (it took the role over after the \
+                 role's member failed): failing role {role} now would fail {device} and stop \
+                 its rebuild. Nothing was changed; pass --force to fail that device"
+            )));
+        }
         // Failing a role already out of service changes nothing the array survives.
         let in_service = !missing.contains(&role);
         if in_service && !geometry.survives(&unavailable) && guard == FailGuard::Refuse {

@@ -1325,3 +1325,25 @@ fn a_fail_past_the_tolerance_is_refused_unless_forced() {
     assert!(e.contains("member 0 is being rebuilt"), "{e}");
     assert!(!array.status().unwrap().failed);
 }
+
+/// `fail ROLE` given twice: the second is refused with nothing changed, naming the spare
+/// that took the role over after the first (it would be the one failed); forced, that spare
+/// is failed (found by a misuse test: the spare was failed silently).
+#[test]
+fn a_second_fail_of_a_role_being_rebuilt_is_refused_unless_forced() {
+    use flashraid_runtime::FailGuard;
+    let array = memory_array("twice", Level::Raid6, 4, &["twice-spare"], &options(1));
+    array.fail_member(2).unwrap();
+    wait_for(&array, "the spare's takeover", |s| s.rebuild.is_some());
+    let e = array.fail_member(2).unwrap_err().to_string();
+    assert!(e.contains("role 2 is being rebuilt onto twice-spare"), "{e}");
+    assert!(e.contains("--force"), "{e}");
+    let status = array.status().unwrap();
+    assert_eq!(status.members[2].path.as_deref(), Some("twice-spare"), "{status:#?}");
+    assert_eq!(status.members[2].health, Health::Rebuilding, "{status:#?}");
+    assert!(status.rebuild.is_some(), "{status:#?}");
+    array.fail_member_with(2, FailGuard::Force).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.members[2].path, None, "{status:#?}");
+    assert!(status.rebuild.is_none() && !status.failed, "{status:#?}");
+}
