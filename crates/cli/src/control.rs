@@ -601,30 +601,71 @@ pub fn run_spare(args: SpareArgs) -> Result<()> {
     let rebuild = if args.full_rebuild { "full" } else { "readd" };
     ask(&path, &format!("spare-add {how} {rebuild} {}", device.display()))?;
     let v = ask(&path, "status")?;
-    // What happened to this device: the newest event naming it says (a quick rebuild may
-    // have finished already, so it need not be the last event).
-    let name = device.display().to_string();
+    println!("{}", spare_add_report(&device.display().to_string(), &v));
+    Ok(())
+}
+
+/// What `spare add` did with `device`, from the status that followed: where the device is
+/// now (a role, or the spares) says it, and the newest event naming it whether it took its
+/// own role back. Found by a misuse test: a spare added during a rebuild was said to have
+/// taken over a failed member, and a member taking its role back in full was said to be a
+/// hot spare.
+fn spare_add_report(device: &str, v: &Value) -> String {
+    let resolved = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
+    let this = resolved(device);
+    let names_it = |p: &Value| p.as_str().is_some_and(|p| p == device || resolved(p) == this);
+    let role = v["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| names_it(&m["path"]))
+        .and_then(|m| m["role"].as_u64());
     let re_added = v["events"].as_array().is_some_and(|events| {
         events
             .iter()
             .rev()
             .find(|e| {
                 matches!(e["kind"].as_str(), Some("member-re-added" | "spare-added"))
-                    && e["message"].as_str().is_some_and(|m| m.contains(&name))
+                    && e["message"].as_str().is_some_and(|m| m.contains(device))
             })
             .is_some_and(|e| e["kind"] == "member-re-added")
     });
-    match rebuild_line(&v["rebuild"]) {
-        Some(line) if re_added => println!(
-            "{} re-added to its role: only the regions written while it was away are \
-             rebuilt\n{line}",
-            device.display()
+    let rebuild = rebuild_line(&v["rebuild"]);
+    let rebuilding = role.is_some() && v["rebuild"]["role"].as_u64() == role;
+    match (role, rebuild) {
+        (Some(r), Some(line)) if rebuilding && re_added => format!(
+            "{device} re-added to its role {r}: only the regions written while it was away \
+             are rebuilt\n{line}"
         ),
-        Some(line) => println!("{} added; it took over a failed member\n{line}", device.display()),
-        None if re_added => println!("{} re-added to its role", device.display()),
-        None => println!("{} added as a hot spare", device.display()),
+        (Some(r), Some(line)) if rebuilding => {
+            format!("{device} added; it took over failed member {r}\n{line}")
+        }
+        (Some(r), _) if re_added => format!("{device} re-added to its role {r}, rebuilt already"),
+        (Some(r), _) => {
+            format!("{device} added; it took over failed member {r}, rebuilt already")
+        }
+        (None, rebuild) if v["spares"].as_array().into_iter().flatten().any(names_it) => {
+            let failed: Vec<u64> = v["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["path"].is_null())
+                .filter_map(|m| m["role"].as_u64())
+                .collect();
+            match (failed.first(), rebuild) {
+                (Some(f), Some(line)) => format!(
+                    "{device} added as a hot spare; it takes over failed member {f} once the \
+                     running rebuild ends\n{line}"
+                ),
+                (_, Some(line)) => format!("{device} added as a hot spare\n{line}"),
+                (_, None) => format!("{device} added as a hot spare"),
+            }
+        }
+        (None, _) => format!(
+            "{device} was added but is neither a member nor a spare now (a write to it \
+             failed?): see `flashraid status`"
+        ),
     }
-    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -869,6 +910,7 @@ fn fail_report(role: usize, v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashraid_control::Init;
     use flashraid_layout::Level;
     use flashraid_runtime::{CreateSpec, MemMember, OpenOptions};
 
@@ -904,8 +946,31 @@ mod tests {
         options.session_buffer_bytes = 4 << 20;
         options.config.rebuild_rate_bytes_per_s = rebuild_rate;
         let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
-        let array = Arc::new(Array::open_in_memory(&all, &options).unwrap());
+        let array = Array::open_in_memory(&all, &options).unwrap();
+        serve_array(array, tempfile::tempdir().unwrap())
+    }
+
+    /// A RAID level `level` array of `count` 24 MiB member files `m0..` in a new directory,
+    /// behind a control socket; `rebuild_rate` as for `serve_memory`.
+    fn serve_files(level: Level, count: usize, rebuild_rate: u64) -> Served {
         let dir = tempfile::tempdir().unwrap();
+        let members: Vec<PathBuf> = (0..count).map(|i| dir.path().join(format!("m{i}"))).collect();
+        let spec = CreateSpec {
+            members: members.clone(),
+            create_files_bytes: Some(24 << 20),
+            ..CreateSpec::in_memory("t", level, 16384, 1)
+        };
+        flashraid_runtime::create(&spec).unwrap();
+        let mut options = OpenOptions::recommended();
+        options.shards = Some(1);
+        options.session_buffer_bytes = 4 << 20;
+        options.ring_entries = 64;
+        options.config.rebuild_rate_bytes_per_s = rebuild_rate;
+        serve_array(Array::open(&members, &options).unwrap(), dir)
+    }
+
+    fn serve_array(array: Array, dir: tempfile::TempDir) -> Served {
+        let array = Arc::new(array);
         let path = dir.path().join("t.control");
         let listener = bind(&path).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -957,5 +1022,83 @@ mod tests {
         ask(path, "fail 0 force").unwrap();
         let report = fail_report(0, &ask(path, "status").unwrap());
         assert!(report.contains("runs degraded"), "{report}");
+    }
+
+    /// A file of a member's size in the served array's directory; its absolute path.
+    fn blank(served: &Served, name: &str) -> String {
+        let path = served.path.with_file_name(name);
+        std::fs::File::create(&path).unwrap().set_len(24 << 20).unwrap();
+        path.display().to_string()
+    }
+
+    fn wait_for_state(path: &Path, state: &str) -> Value {
+        for _ in 0..3000 {
+            let v = ask(path, "status").unwrap();
+            if v["state"] == state {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("not {state}: {}", ask(path, "status").unwrap());
+    }
+
+    /// `spare add` says what became of the device (found by a misuse test): added as a spare
+    /// during a rebuild it is queued, not "took over a failed member"; a failed member's own
+    /// device given back takes its role (not "added as a hot spare"); an active member is
+    /// refused as one, not as "named twice".
+    #[test]
+    fn spare_add_says_what_became_of_the_device() {
+        // RAID 6 rebuilding at a crawl: member 0's takeover runs while member 1 fails.
+        let served = serve_files(Level::Raid6, 4, 1);
+        let path = &served.path;
+        let members: Vec<String> = (0..4)
+            .map(|i| served.path.with_file_name(format!("m{i}")).display().to_string())
+            .collect();
+        ask(path, "fail 0").unwrap();
+        let first = blank(&served, "first");
+        ask(path, &format!("spare-add keep readd {first}")).unwrap();
+        let report = spare_add_report(&first, &ask(path, "status").unwrap());
+        assert!(report.contains("took over failed member 0"), "{report}");
+        ask(path, "fail 1").unwrap();
+        let second = blank(&served, "second");
+        ask(path, &format!("spare-add keep readd {second}")).unwrap();
+        let report = spare_add_report(&second, &ask(path, "status").unwrap());
+        assert!(report.contains("added as a hot spare"), "{report}");
+        assert!(report.contains("takes over failed member 1 once the running"), "{report}");
+        assert!(!report.contains("took over"), "{report}");
+        let e = ask(path, &format!("spare-add keep readd {}", members[2])).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("already an active member of this array, of role 2"), "{e}");
+        assert!(!e.contains("named twice"), "{e}");
+        drop(served);
+
+        // A failed member's own device given back in full takes its role back.
+        let served = serve_files(Level::Raid5, 3, 0);
+        let path = &served.path;
+        let m2 = served.path.with_file_name("m2").display().to_string();
+        ask(path, "fail 2").unwrap();
+        ask(path, &format!("spare-add keep full {m2}")).unwrap();
+        let report = spare_add_report(&m2, &wait_for_state(path, "optimal"));
+        assert!(report.contains("took over failed member 2, rebuilt already"), "{report}");
+        assert!(!report.contains("hot spare"), "{report}");
+    }
+
+    /// Messages about a RAID 1 say nothing of parity.
+    #[test]
+    fn messages_about_mirrors_do_not_say_parity() {
+        let served = serve_memory(Level::Raid1, 3, 1, 1);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        wait_for_state(path, "rebuilding");
+        let e = ask(path, "scrub check").unwrap_err().to_string();
+        assert!(e.contains("mirror copies cannot be checked") && !e.contains("parity"), "{e}");
+        for level in [Level::Raid1, Level::Raid10] {
+            for init in [Init::Zero, Init::Background] {
+                let line = crate::array_cmds::init_line(init, level);
+                assert!(line.contains("mirror copies") && !line.contains("parity"), "{line}");
+            }
+        }
+        let line = crate::array_cmds::init_line(Init::Zero, Level::Raid6);
+        assert!(line.contains("parity"), "{line}");
     }
 }

@@ -334,6 +334,15 @@ pub(crate) enum ToController {
     Copy(u32, crate::copier::CopyReport),
 }
 
+/// What keeps a level's redundancy, for messages: "parity", or "the mirror copies" (a misuse
+/// test found "parity" in messages about RAID 1 arrays).
+fn redundancy_word(level: Level) -> &'static str {
+    match level {
+        Level::Raid1 | Level::Raid10 => "the mirror copies",
+        _ => "parity",
+    }
+}
+
 /// How a clean shutdown ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stopped {
@@ -1352,12 +1361,16 @@ impl Controller {
                         &format!(
                             "rebuild of member {} stalled at stripe {}: it cannot be \
                              reconstructed reliably (too many members unreadable, or it was \
-                             being written when the array stopped and no second parity \
-                             row can check it); its data there is lost unless a member \
-                             reads again. The rebuild tries again every {}: writing the \
-                             stripe anew lets it go on",
+                             being written when the array stopped and no {} can check \
+                             it); its data there is lost unless a member reads again. The \
+                             rebuild tries again every {}: writing the stripe anew lets it \
+                             go on",
                             member.get(),
                             stripe.0,
+                            match self.metadata.superblock().level {
+                                Level::Raid1 | Level::Raid10 => "other copy",
+                                _ => "second parity row",
+                            },
                             self.rebuild_stall_retry
                         ),
                     );
@@ -1973,6 +1986,11 @@ impl Controller {
         re_add: ReAdd,
         how: Listing,
     ) -> Result<(), ArrayError> {
+        // Before a re-add is tried, whose refusal would say it "becomes a spare".
+        if let Some(what) = self.metadata.listed_as(index) {
+            let device = self.devices[index].name();
+            return Err(flashraid_control::ControlError::AlreadyListed { device, what }.into());
+        }
         if self.try_re_add(index, re_add)? {
             return Ok(());
         }
@@ -2464,11 +2482,11 @@ impl Controller {
 
     fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {
         if self.rebuild.is_some() {
-            return Err(ArrayError::Other(
-                "a rebuild is running: scrub once it is done (parity cannot be checked \
+            let what = redundancy_word(self.metadata.superblock().level);
+            return Err(ArrayError::Other(format!(
+                "a rebuild is running: scrub once it is done ({what} cannot be checked \
                  against a member being rebuilt)"
-                    .into(),
-            ));
+            )));
         }
         if self.shard_statuses().iter().any(|s| s.resyncing) {
             return Err(ArrayError::Other(

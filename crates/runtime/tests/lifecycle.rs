@@ -333,9 +333,12 @@ fn adding_a_file_that_holds_another_array_needs_force() {
     assert!(array.status().unwrap().spares.is_empty());
     array.add_spare(&theirs[0], flashraid_control::Overwrite::Force).unwrap();
     assert_eq!(array.status().unwrap().spares.len(), 1);
-    // Adding the same device twice is refused.
+    // Adding the same device twice is refused, saying what it is already.
     let e = array.add_spare(&theirs[0], flashraid_control::Overwrite::Force).unwrap_err();
-    assert!(e.to_string().contains("twice") || e.to_string().contains("named"), "{e}");
+    assert!(e.to_string().contains("is already a hot spare of this array"), "{e}");
+    // So is an active member (found by a misuse test: refused as "named twice").
+    let e = array.add_spare(&ours[2], flashraid_control::Overwrite::Force).unwrap_err();
+    assert!(e.to_string().contains("already an active member of this array, of role 2"), "{e}");
     array.fail_member(1).unwrap();
     wait_for(&array, "the rebuild onto the added file", |s| s.rebuild.is_none() && !s.degraded);
     array.shutdown().unwrap();
