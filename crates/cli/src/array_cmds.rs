@@ -195,13 +195,28 @@ pub fn run_create(args: CreateArgs) -> Result<()> {
     for path in &made.created_files {
         println!("  created member file {}", path.display());
     }
-    let how = match made.init {
-        Init::Zero => "members zeroed: parity consistent, the array is clean",
-        Init::Background => "parity is made consistent in the background when the array starts",
-        Init::AssumeClean => "members assumed consistent (--init assume-clean)",
-    };
-    println!("  {how}");
+    println!("  {}", init_line(made.init, g.level()));
     Ok(())
+}
+
+/// What `create` did to make the members consistent, in the level's words (a misuse test
+/// found "parity" said of RAID 1 arrays).
+pub(crate) fn init_line(init: Init, level: Level) -> String {
+    let redundancy = match level {
+        Level::Raid0 => None,
+        Level::Raid1 | Level::Raid10 => Some("mirror copies"),
+        _ => Some("parity"),
+    };
+    match (init, redundancy) {
+        (Init::Zero, Some(r)) => format!("members zeroed: {r} consistent, the array is clean"),
+        (Init::Zero, None) => "members zeroed: the array is clean".into(),
+        (Init::Background, Some(r)) => {
+            let is = if r == "parity" { "is" } else { "are" };
+            format!("{r} {is} made consistent in the background when the array starts")
+        }
+        (Init::Background, None) => "nothing to make consistent (no redundancy)".into(),
+        (Init::AssumeClean, _) => "members assumed consistent (--init assume-clean)".into(),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_runtime::{Array, ArrayStatus, ReAdd, Tunable};
+use flashraid_runtime::{Array, ArrayStatus, FailGuard, ReAdd, Tunable};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -117,12 +117,16 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),
         },
-        ["fail", role] => match role.parse::<usize>() {
-            Ok(role) => {
-                answer(context.array.fail_member(role), json!({ "ok": true, "failed_role": role }))
+        ["fail", role, force @ ..] if matches!(force, [] | ["force"]) => {
+            let guard = if force.is_empty() { FailGuard::Refuse } else { FailGuard::Force };
+            match role.parse::<usize>() {
+                Ok(role) => answer(
+                    context.array.fail_member_with(role, guard),
+                    json!({ "ok": true, "failed_role": role }),
+                ),
+                Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
             }
-            Err(_) => json!({ "error": format!("not a member role: {role:?}") }),
-        },
+        }
         ["scrub", what @ ("check" | "repair" | "stop")] => {
             let result = match *what {
                 "stop" => context.array.stop_scrub(),
@@ -156,7 +160,7 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         },
         _ => json!({
             "error": format!(
-                "unknown command {:?}: try status, fail ROLE, rebuild-rate BYTES_PER_S, \
+                "unknown command {:?}: try status, fail ROLE [force], rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH, spare-remove PATH, \
                  replace ROLE force|keep PATH or replace-cancel",
@@ -292,8 +296,18 @@ pub struct FailArgs {
     control: Option<PathBuf>,
     #[arg(long)]
     name: Option<String>,
-    /// The member's role (its position in the array, as `status` lists it).
+    /// The member's role (its position in the array, as `status` lists it). A role names a
+    /// position, not a device: once a hot spare has taken a failed role over, the role is
+    /// being rebuilt onto that spare, so `fail` of it again is refused (it would fail the
+    /// spare) unless --force.
     role: usize,
+    /// Fail it even if the array cannot survive without it (members already failed or
+    /// missing, and one being rebuilt, count as out): the array then fails, writes are
+    /// refused and reads of lost data return errors. Also fails the device a role is being
+    /// rebuilt onto (a spare that took it over). Without it both are refused and nothing
+    /// changes.
+    #[arg(long)]
+    force: bool,
 }
 
 fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf> {
@@ -587,30 +601,71 @@ pub fn run_spare(args: SpareArgs) -> Result<()> {
     let rebuild = if args.full_rebuild { "full" } else { "readd" };
     ask(&path, &format!("spare-add {how} {rebuild} {}", device.display()))?;
     let v = ask(&path, "status")?;
-    // What happened to this device: the newest event naming it says (a quick rebuild may
-    // have finished already, so it need not be the last event).
-    let name = device.display().to_string();
+    println!("{}", spare_add_report(&device.display().to_string(), &v));
+    Ok(())
+}
+
+/// What `spare add` did with `device`, from the status that followed: where the device is
+/// now (a role, or the spares) says it, and the newest event naming it whether it took its
+/// own role back. Found by a misuse test: a spare added during a rebuild was said to have
+/// taken over a failed member, and a member taking its role back in full was said to be a
+/// hot spare.
+fn spare_add_report(device: &str, v: &Value) -> String {
+    let resolved = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
+    let this = resolved(device);
+    let names_it = |p: &Value| p.as_str().is_some_and(|p| p == device || resolved(p) == this);
+    let role = v["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| names_it(&m["path"]))
+        .and_then(|m| m["role"].as_u64());
     let re_added = v["events"].as_array().is_some_and(|events| {
         events
             .iter()
             .rev()
             .find(|e| {
                 matches!(e["kind"].as_str(), Some("member-re-added" | "spare-added"))
-                    && e["message"].as_str().is_some_and(|m| m.contains(&name))
+                    && e["message"].as_str().is_some_and(|m| m.contains(device))
             })
             .is_some_and(|e| e["kind"] == "member-re-added")
     });
-    match rebuild_line(&v["rebuild"]) {
-        Some(line) if re_added => println!(
-            "{} re-added to its role: only the regions written while it was away are \
-             rebuilt\n{line}",
-            device.display()
+    let rebuild = rebuild_line(&v["rebuild"]);
+    let rebuilding = role.is_some() && v["rebuild"]["role"].as_u64() == role;
+    match (role, rebuild) {
+        (Some(r), Some(line)) if rebuilding && re_added => format!(
+            "{device} re-added to its role {r}: only the regions written while it was away \
+             are rebuilt\n{line}"
         ),
-        Some(line) => println!("{} added; it took over a failed member\n{line}", device.display()),
-        None if re_added => println!("{} re-added to its role", device.display()),
-        None => println!("{} added as a hot spare", device.display()),
+        (Some(r), Some(line)) if rebuilding => {
+            format!("{device} added; it took over failed member {r}\n{line}")
+        }
+        (Some(r), _) if re_added => format!("{device} re-added to its role {r}, rebuilt already"),
+        (Some(r), _) => {
+            format!("{device} added; it took over failed member {r}, rebuilt already")
+        }
+        (None, rebuild) if v["spares"].as_array().into_iter().flatten().any(names_it) => {
+            let failed: Vec<u64> = v["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["path"].is_null())
+                .filter_map(|m| m["role"].as_u64())
+                .collect();
+            match (failed.first(), rebuild) {
+                (Some(f), Some(line)) => format!(
+                    "{device} added as a hot spare; it takes over failed member {f} once the \
+                     running rebuild ends\n{line}"
+                ),
+                (_, Some(line)) => format!("{device} added as a hot spare\n{line}"),
+                (_, None) => format!("{device} added as a hot spare"),
+            }
+        }
+        (None, _) => format!(
+            "{device} was added but is neither a member nor a spare now (a write to it \
+             failed?): see `flashraid status`"
+        ),
     }
-    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -817,13 +872,233 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
 
 pub fn run_fail(args: FailArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
-    ask(&path, &format!("fail {}", args.role))?;
+    let force = if args.force { " force" } else { "" };
+    ask(&path, &format!("fail {}{force}", args.role))?;
     let v = ask(&path, "status")?;
-    match rebuild_line(&v["rebuild"]) {
-        Some(line) => println!("member {} is failed; a hot spare took over\n{line}", args.role),
-        None => {
-            println!("member {} is failed; the array runs degraded until it is replaced", args.role)
+    println!("{}", fail_report(args.role, &v));
+    Ok(())
+}
+
+/// What `fail ROLE` did, from the status that followed it: the array failed, a hot spare took
+/// the role over (or already has), or the array runs degraded.
+fn fail_report(role: usize, v: &Value) -> String {
+    if v["failed"].as_bool() == Some(true) {
+        return format!(
+            "member {role} is failed; the array has FAILED: more members are out of service \
+             than {} survives, writes are refused and reads of lost data return errors",
+            v["level"].as_str().unwrap_or("its level")
+        );
+    }
+    let rebuild = rebuild_line(&v["rebuild"]);
+    if v["rebuild"]["role"].as_u64() == u64::try_from(role).ok() {
+        let line = rebuild.unwrap_or_default();
+        return format!("member {role} is failed; a hot spare took over\n{line}");
+    }
+    let member = &v["members"][role];
+    if member["health"] == "active" {
+        // A spare took the role over and its rebuild ended before `status` was asked.
+        let device = member["path"].as_str().unwrap_or("?");
+        return format!("member {role} is failed; hot spare {device} took over and is rebuilt");
+    }
+    let degraded = format!("member {role} is failed; the array runs degraded until it is replaced");
+    match rebuild {
+        Some(line) => format!("{degraded}\n{line}"),
+        None => degraded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashraid_control::Init;
+    use flashraid_layout::Level;
+    use flashraid_runtime::{CreateSpec, MemMember, OpenOptions};
+
+    /// A served in-memory array: its control socket answers in a thread until dropped.
+    struct Served {
+        path: PathBuf,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(t) = self.thread.take() {
+                t.join().unwrap();
+            }
         }
     }
-    Ok(())
+
+    /// An in-memory array of `count` 16 MiB members and `spares` hot spares behind a control
+    /// socket; `rebuild_rate` in bytes per second (1: a crawl, 0: no limit).
+    fn serve_memory(level: Level, count: usize, spares: usize, rebuild_rate: u64) -> Served {
+        let mib16 = 16 << 20;
+        let members: Vec<Arc<MemMember>> =
+            (0..count).map(|i| MemMember::new(&format!("m{i}"), mib16)).collect();
+        let spares: Vec<Arc<MemMember>> =
+            (0..spares).map(|i| MemMember::new(&format!("spare{i}"), mib16)).collect();
+        let spec = CreateSpec::in_memory("t", level, 16384, 1);
+        flashraid_runtime::create_in_memory_with_spares(&spec, &members, &spares).unwrap();
+        let mut options = OpenOptions::recommended();
+        options.shards = Some(1);
+        options.session_buffer_bytes = 4 << 20;
+        options.config.rebuild_rate_bytes_per_s = rebuild_rate;
+        let all: Vec<Arc<MemMember>> = members.iter().chain(&spares).cloned().collect();
+        let array = Array::open_in_memory(&all, &options).unwrap();
+        serve_array(array, tempfile::tempdir().unwrap())
+    }
+
+    /// A RAID level `level` array of `count` 24 MiB member files `m0..` in a new directory,
+    /// behind a control socket; `rebuild_rate` as for `serve_memory`.
+    fn serve_files(level: Level, count: usize, rebuild_rate: u64) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let members: Vec<PathBuf> = (0..count).map(|i| dir.path().join(format!("m{i}"))).collect();
+        let spec = CreateSpec {
+            members: members.clone(),
+            create_files_bytes: Some(24 << 20),
+            ..CreateSpec::in_memory("t", level, 16384, 1)
+        };
+        flashraid_runtime::create(&spec).unwrap();
+        let mut options = OpenOptions::recommended();
+        options.shards = Some(1);
+        options.session_buffer_bytes = 4 << 20;
+        options.ring_entries = 64;
+        options.config.rebuild_rate_bytes_per_s = rebuild_rate;
+        serve_array(Array::open(&members, &options).unwrap(), dir)
+    }
+
+    fn serve_array(array: Array, dir: tempfile::TempDir) -> Served {
+        let array = Arc::new(array);
+        let path = dir.path().join("t.control");
+        let listener = bind(&path).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let context = ControlContext { array, connections: Box::new(|| 0), exports: vec![] };
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || serve(listener, context, stop)
+        });
+        Served { path, stop, thread: Some(thread), _dir: dir }
+    }
+
+    /// `fail` past the tolerance is refused with nothing changed; `force` does it, and the
+    /// report says the array FAILED (found by a misuse test: "runs degraded" was printed,
+    /// and on RAID 1 the command failed although the member was failed).
+    #[test]
+    fn fail_past_the_tolerance_needs_force_and_is_reported_truthfully() {
+        let served = serve_memory(Level::Raid1, 2, 0, 0);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        let report = fail_report(0, &ask(path, "status").unwrap());
+        assert!(report.contains("runs degraded"), "{report}");
+        let e = ask(path, "fail 1").unwrap_err().to_string();
+        assert!(e.contains("refusing to fail member 1") && e.contains("--force"), "{e}");
+        let status = ask(path, "status").unwrap();
+        assert_eq!(status["members"][1]["health"], "active", "{status}");
+        assert_eq!(status["state"], "degraded", "{status}");
+        ask(path, "fail 1 force").unwrap();
+        let report = fail_report(1, &ask(path, "status").unwrap());
+        assert!(report.contains("the array has FAILED"), "{report}");
+        assert!(!report.contains("degraded"), "{report}");
+        let e = ask(path, "fail 1 now").unwrap_err().to_string();
+        assert!(e.contains("unknown command"), "{e}");
+    }
+
+    /// `fail ROLE` twice: the second is refused naming the spare that took the role over;
+    /// `force` fails that spare (found by a misuse test: the spare was failed silently).
+    #[test]
+    fn a_second_fail_of_a_role_names_the_spare_that_took_it_over() {
+        let served = serve_memory(Level::Raid5, 3, 1, 1);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        let report = fail_report(0, &ask(path, "status").unwrap());
+        assert!(report.contains("a hot spare took over"), "{report}");
+        let e = ask(path, "fail 0").unwrap_err().to_string();
+        assert!(e.contains("role 0 is being rebuilt onto spare0") && e.contains("--force"), "{e}");
+        let status = ask(path, "status").unwrap();
+        assert_eq!(status["members"][0]["path"], "spare0", "{status}");
+        assert_eq!(status["state"], "rebuilding", "{status}");
+        ask(path, "fail 0 force").unwrap();
+        let report = fail_report(0, &ask(path, "status").unwrap());
+        assert!(report.contains("runs degraded"), "{report}");
+    }
+
+    /// A file of a member's size in the served array's directory; its absolute path.
+    fn blank(served: &Served, name: &str) -> String {
+        let path = served.path.with_file_name(name);
+        std::fs::File::create(&path).unwrap().set_len(24 << 20).unwrap();
+        path.display().to_string()
+    }
+
+    fn wait_for_state(path: &Path, state: &str) -> Value {
+        for _ in 0..3000 {
+            let v = ask(path, "status").unwrap();
+            if v["state"] == state {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("not {state}: {}", ask(path, "status").unwrap());
+    }
+
+    /// `spare add` says what became of the device (found by a misuse test): added as a spare
+    /// during a rebuild it is queued, not "took over a failed member"; a failed member's own
+    /// device given back takes its role (not "added as a hot spare"); an active member is
+    /// refused as one, not as "named twice".
+    #[test]
+    fn spare_add_says_what_became_of_the_device() {
+        // RAID 6 rebuilding at a crawl: member 0's takeover runs while member 1 fails.
+        let served = serve_files(Level::Raid6, 4, 1);
+        let path = &served.path;
+        let members: Vec<String> = (0..4)
+            .map(|i| served.path.with_file_name(format!("m{i}")).display().to_string())
+            .collect();
+        ask(path, "fail 0").unwrap();
+        let first = blank(&served, "first");
+        ask(path, &format!("spare-add keep readd {first}")).unwrap();
+        let report = spare_add_report(&first, &ask(path, "status").unwrap());
+        assert!(report.contains("took over failed member 0"), "{report}");
+        ask(path, "fail 1").unwrap();
+        let second = blank(&served, "second");
+        ask(path, &format!("spare-add keep readd {second}")).unwrap();
+        let report = spare_add_report(&second, &ask(path, "status").unwrap());
+        assert!(report.contains("added as a hot spare"), "{report}");
+        assert!(report.contains("takes over failed member 1 once the running"), "{report}");
+        assert!(!report.contains("took over"), "{report}");
+        let e = ask(path, &format!("spare-add keep readd {}", members[2])).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("already an active member of this array, of role 2"), "{e}");
+        assert!(!e.contains("named twice"), "{e}");
+        drop(served);
+
+        // A failed member's own device given back in full takes its role back.
+        let served = serve_files(Level::Raid5, 3, 0);
+        let path = &served.path;
+        let m2 = served.path.with_file_name("m2").display().to_string();
+        ask(path, "fail 2").unwrap();
+        ask(path, &format!("spare-add keep full {m2}")).unwrap();
+        let report = spare_add_report(&m2, &wait_for_state(path, "optimal"));
+        assert!(report.contains("took over failed member 2, rebuilt already"), "{report}");
+        assert!(!report.contains("hot spare"), "{report}");
+    }
+
+    /// Messages about a RAID 1 say nothing of parity.
+    #[test]
+    fn messages_about_mirrors_do_not_say_parity() {
+        let served = serve_memory(Level::Raid1, 3, 1, 1);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        wait_for_state(path, "rebuilding");
+        let e = ask(path, "scrub check").unwrap_err().to_string();
+        assert!(e.contains("mirror copies cannot be checked") && !e.contains("parity"), "{e}");
+        for level in [Level::Raid1, Level::Raid10] {
+            for init in [Init::Zero, Init::Background] {
+                let line = crate::array_cmds::init_line(init, level);
+                assert!(line.contains("mirror copies") && !line.contains("parity"), "{line}");
+            }
+        }
+        let line = crate::array_cmds::init_line(Init::Zero, Level::Raid6);
+        assert!(line.contains("parity"), "{line}");
+    }
 }

@@ -69,6 +69,9 @@ pub enum ControlError {
     Assembly(#[from] AssemblyError),
     #[error("the same device is named twice: {device}")]
     DuplicateDevice { device: String },
+    /// A device given to `spare add` (or `replace`) that the array lists already.
+    #[error("{device} is already {what}: nothing to add")]
+    AlreadyListed { device: String, what: String },
     #[error("no member could record the metadata update: the array has failed")]
     NoMetadataQuorum,
     #[error("{0}")]
@@ -391,6 +394,10 @@ pub fn prepare(
                 sb.array_name.clone()
             },
             roles: unavailable.clone(),
+            disagreement: flashraid_format::assembly::dirty_disagreement(
+                assembled.geometry.level(),
+            )
+            .to_string(),
         }
         .into());
     }
@@ -586,12 +593,28 @@ impl Metadata {
         // Among the devices in the array: one the caller holds that the array no longer
         // lists may carry the same name (a file recreated at a failed member's path) and
         // is let go once the new one is in.
+        if let Some(what) = self.listed_as(device) {
+            return Err(ControlError::AlreadyListed { device: d.name(), what });
+        }
         let named_twice =
             holders.iter().any(|&(h, _)| h != device && devices[h].name() == d.name());
         if holds || named_twice {
             return Err(ControlError::DuplicateDevice { device: d.name() });
         }
         Ok(())
+    }
+
+    /// What device `device` is in the array, if it is listed ("an active member of this
+    /// array, of role 2", ...). Said in full: a misuse test got "named twice" for an active
+    /// member given to `spare add`.
+    pub fn listed_as(&self, device: usize) -> Option<String> {
+        if let Some(role) = self.roles.iter().position(|&d| d == Some(device)) {
+            return Some(match self.template.members[role].state {
+                MemberState::Active => format!("an active member of this array, of role {role}"),
+                _ => format!("this array's member of role {role}, being rebuilt"),
+            });
+        }
+        self.spares.contains(&device).then(|| "a hot spare of this array".to_string())
     }
 
     /// A device about to hold a role (a spare taking over, a member re-added) gets the maps

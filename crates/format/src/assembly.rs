@@ -46,7 +46,7 @@
 
 use crate::superblock::{ArrayState, MemberState, Superblock};
 use crate::{FormatError, Uuid};
-use flashraid_layout::Geometry;
+use flashraid_layout::{Geometry, Level};
 
 /// What was read from one device: both superblock copies.
 #[derive(Clone, Debug)]
@@ -187,12 +187,17 @@ pub enum AssemblyError {
     },
     #[error(
         "array {array} was not shut down cleanly and is degraded (roles {roles:?} unavailable): \
-         stripes that were being written may have parity that disagrees with their data, so \
-         the unavailable members' chunks of those stripes cannot be rebuilt reliably. Start it \
-         anyway with --force; reconstructed reads of regions marked in the write-intent bitmap \
-         will then be refused rather than guessed"
+         stripes that were being written may have {disagreement}, so the unavailable members' \
+         chunks of those stripes cannot be rebuilt reliably. Start it anyway with --force; \
+         reconstructed reads of regions marked in the write-intent bitmap will then be refused \
+         rather than guessed"
     )]
-    DirtyDegraded { array: String, roles: Vec<usize> },
+    DirtyDegraded {
+        array: String,
+        roles: Vec<usize>,
+        /// What may disagree, in the level's words (`dirty_disagreement`).
+        disagreement: String,
+    },
     #[error(
         "array {array} ({level}) cannot start without {devices}: each is a stale copy of its \
          role (its superblock is older than the array's last start, so it missed that \
@@ -486,7 +491,8 @@ fn place_members(
     let redundant = geometry.tolerance() > 0;
     if dirty && degraded && redundant && request.dirty_degraded == DirtyDegraded::Refuse {
         let roles = (0..role_count).filter(|&r| unavailable[r]).collect();
-        return Err(AssemblyError::DirtyDegraded { array: label(newest), roles });
+        let disagreement = dirty_disagreement(geometry.level()).to_string();
+        return Err(AssemblyError::DirtyDegraded { array: label(newest), roles, disagreement });
     }
     // The spares in table order, and the table's spares cut to the present ones: the array's
     // metadata pairs its i-th spare device with the table's i-th spare entry, whatever order
@@ -675,4 +681,13 @@ fn place_stale_copies(
         }
     }
     Ok(used)
+}
+
+/// What a dirty stop may leave disagreeing in stripes that were being written, in the
+/// level's words (a misuse test found "parity" said of RAID 1 arrays).
+pub fn dirty_disagreement(level: Level) -> &'static str {
+    match level {
+        Level::Raid1 | Level::Raid10 => "mirror copies that disagree with each other",
+        _ => "parity that disagrees with their data",
+    }
 }

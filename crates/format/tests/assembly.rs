@@ -310,6 +310,12 @@ fn dirty_and_degraded_needs_force() {
     let candidates: Vec<Candidate> = (0..3).map(|i| candidate(&format!("d{i}"), &sbs[i])).collect();
     let e = assemble(&candidates, &request(StrictDevices::Strict)).unwrap_err();
     assert!(matches!(e, AssemblyError::DirtyDegraded { .. }), "{e}");
+    assert!(e.to_string().contains("parity that disagrees with their data"), "{e}");
+    // Mirrors have no parity: the refusal says so in their words (found by a misuse test).
+    let mirrors = array(13, Level::Raid1, 3, 0);
+    let two: Vec<Candidate> = (0..2).map(|i| candidate(&format!("r{i}"), &mirrors[i])).collect();
+    let e = assemble(&two, &request(StrictDevices::Strict)).unwrap_err().to_string();
+    assert!(e.contains("mirror copies that disagree") && !e.contains("parity"), "{e}");
     let mut forced = request(StrictDevices::Strict);
     forced.dirty_degraded = DirtyDegraded::Force;
     let a = ok(assemble(&candidates, &forced));

@@ -274,6 +274,21 @@ pub enum ReAdd {
     Never,
 }
 
+/// Whether `Array::fail_member_with` fails a member the array cannot survive without, or
+/// the device a role is being rebuilt onto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailGuard {
+    /// Refuse, with nothing changed, a failure that would take the array past its level's
+    /// tolerance (roles already out of service and a role being rebuilt count as
+    /// unavailable): a slip of the operator's fingers must not fail the whole array. Also
+    /// refuse to fail a role being rebuilt: its device is the spare (or re-added member)
+    /// that took it over since it failed, most likely not the device the operator means
+    /// (`fail ROLE` given twice).
+    Refuse,
+    /// The operator passed `--force`: fail it all the same.
+    Force,
+}
+
 /// A device to add as a hot spare.
 pub(crate) enum NewSpare {
     Path(PathBuf),
@@ -294,7 +309,7 @@ pub(crate) enum ToController {
     /// From shard `.0`.
     #[allow(dead_code)]
     Event(u32, ShardEvent),
-    FailMember(usize, Sender<Result<(), ArrayError>>),
+    FailMember(usize, FailGuard, Sender<Result<(), ArrayError>>),
     /// The rebuild's rate limit (`busy`: the one while the array is busy).
     SetRebuildRate {
         bytes_per_s: u64,
@@ -322,6 +337,15 @@ pub(crate) enum ToController {
     Stop,
     /// From the copier of the `replace` with this generation.
     Copy(u32, crate::copier::CopyReport),
+}
+
+/// What keeps a level's redundancy, for messages: "parity", or "the mirror copies" (a misuse
+/// test found "parity" in messages about RAID 1 arrays).
+fn redundancy_word(level: Level) -> &'static str {
+    match level {
+        Level::Raid1 | Level::Raid10 => "the mirror copies",
+        _ => "parity",
+    }
 }
 
 /// How a clean shutdown ended.
@@ -1045,10 +1069,20 @@ impl Array {
         self.ask_controller(|tx| ToController::Scrub(None, tx))
     }
 
-    /// Fail a member now (like `mdadm --fail`), durably.
+    /// Fail a member now (like `mdadm --fail`), durably. Refused, with nothing changed, when
+    /// the array would not survive without it, and for a role being rebuilt (the device
+    /// that took it over would be failed); `fail_member_with` and `FailGuard::Force` fail it
+    /// all the same.
     pub fn fail_member(&self, role: usize) -> Result<(), ArrayError> {
+        self.fail_member_with(role, FailGuard::Refuse)
+    }
+
+    /// `fail_member`, saying whether a failure past the level's tolerance is refused. A
+    /// member failed as asked is `Ok` even when no member is left to record it (the last
+    /// one, forced): `status` then says the array has failed.
+    pub fn fail_member_with(&self, role: usize, guard: FailGuard) -> Result<(), ArrayError> {
         self.check_role(role)?;
-        self.ask_controller(|tx| ToController::FailMember(role, tx))
+        self.ask_controller(|tx| ToController::FailMember(role, guard, tx))
     }
 
     /// Finish what is in flight, flush, clear the bitmaps, mark the array clean if every
@@ -1354,12 +1388,16 @@ impl Controller {
                         &format!(
                             "rebuild of member {} stalled at stripe {}: it cannot be \
                              reconstructed reliably (too many members unreadable, or it was \
-                             being written when the array stopped and no second parity \
-                             row can check it); its data there is lost unless a member \
-                             reads again. The rebuild tries again every {}: writing the \
-                             stripe anew lets it go on",
+                             being written when the array stopped and no {} can check \
+                             it); its data there is lost unless a member reads again. The \
+                             rebuild tries again every {}: writing the stripe anew lets it \
+                             go on",
                             member.get(),
                             stripe.0,
+                            match self.metadata.superblock().level {
+                                Level::Raid1 | Level::Raid10 => "other copy",
+                                _ => "second parity row",
+                            },
                             self.rebuild_stall_retry
                         ),
                     );
@@ -1453,12 +1491,8 @@ impl Controller {
                     self.metadata.note_errors_corrected(member, 1);
                 }
                 Some(ToController::Event(_, ShardEvent::ResyncDone)) => {}
-                Some(ToController::FailMember(role, reply)) => {
-                    let member = MemberIndex(u16::try_from(role).expect("fits"));
-                    let message = format!("member {role} failed (by the operator)");
-                    self.events.record(&self.metadata, "member-failed", &message);
-                    self.abandon_copy_for(member);
-                    let _ = reply.send(self.fail(&[member]));
+                Some(ToController::FailMember(role, guard, reply)) => {
+                    let _ = reply.send(self.fail_by_operator(role, guard));
                 }
                 Some(ToController::Status(reply)) => {
                     let _ = reply.send(self.status());
@@ -1632,6 +1666,58 @@ impl Controller {
                      wait until it answers"
                 ),
             );
+        }
+    }
+
+    /// `fail ROLE` from the operator (`Array::fail_member_with`): refused past the level's
+    /// tolerance unless forced, judged as `member_stalled` judges a stall.
+    fn fail_by_operator(&mut self, role: usize, guard: FailGuard) -> Result<(), ArrayError> {
+        let member = MemberIndex(u16::try_from(role).expect("fits"));
+        let geometry = self.metadata.superblock().geometry();
+        let missing = self.metadata.missing_roles();
+        // A role being rebuilt holds only part of its data: counted as out.
+        let rebuilding = self.metadata.rebuild_in_progress().map(|(r, _)| r.get());
+        let unavailable: Vec<bool> = (0..geometry.member_count())
+            .map(|r| r == role || missing.contains(&r) || rebuilding == Some(r))
+            .collect();
+        // `fail ROLE` given twice: the second would fail the spare that took the role over
+        // after the first, and stop its rebuild. The operator names a role, not a device,
+        // so that is refused unless forced.
+        if rebuilding == Some(role) && guard == FailGuard::Refuse {
+            let device = self.metadata.role_device(role).map(|d| self.devices[d].name());
+            let device = device.unwrap_or_else(|| "its new device".into());
+            return Err(ArrayError::Other(format!(
+                "role {role} is being rebuilt onto {device} (it took the role over after the \
+                 role's member failed): failing role {role} now would fail {device} and stop \
+                 its rebuild. Nothing was changed; pass --force to fail that device"
+            )));
+        }
+        // Failing a role already out of service changes nothing the array survives.
+        let in_service = !missing.contains(&role);
+        if in_service && !geometry.survives(&unavailable) && guard == FailGuard::Refuse {
+            let out: Vec<usize> = (0..unavailable.len()).filter(|&r| unavailable[r]).collect();
+            let rebuilt = match rebuilding {
+                Some(r) if r != role => {
+                    format!(" (member {r} is being rebuilt: it holds only part of its data)")
+                }
+                _ => String::new(),
+            };
+            return Err(ArrayError::Other(format!(
+                "refusing to fail member {role}: {} x{} does not survive members {out:?} out \
+                 of service{rebuilt}; the array would fail (writes refused, reads of lost \
+                 data errors). Nothing was changed; pass --force to fail it anyway",
+                geometry.level(),
+                geometry.member_count()
+            )));
+        }
+        let message = format!("member {role} failed (by the operator)");
+        self.events.record(&self.metadata, "member-failed", &message);
+        self.abandon_copy_for(member);
+        match self.fail(&[member]) {
+            // The member is failed, as asked; no member is left in service to record it
+            // (`fail` has said the array failed).
+            Err(ArrayError::Control(flashraid_control::ControlError::NoMetadataQuorum)) => Ok(()),
+            result => result,
         }
     }
 
@@ -1927,6 +2013,11 @@ impl Controller {
         re_add: ReAdd,
         how: Listing,
     ) -> Result<(), ArrayError> {
+        // Before a re-add is tried, whose refusal would say it "becomes a spare".
+        if let Some(what) = self.metadata.listed_as(index) {
+            let device = self.devices[index].name();
+            return Err(flashraid_control::ControlError::AlreadyListed { device, what }.into());
+        }
         if self.try_re_add(index, re_add)? {
             return Ok(());
         }
@@ -2418,11 +2509,11 @@ impl Controller {
 
     fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {
         if self.rebuild.is_some() {
-            return Err(ArrayError::Other(
-                "a rebuild is running: scrub once it is done (parity cannot be checked \
+            let what = redundancy_word(self.metadata.superblock().level);
+            return Err(ArrayError::Other(format!(
+                "a rebuild is running: scrub once it is done ({what} cannot be checked \
                  against a member being rebuilt)"
-                    .into(),
-            ));
+            )));
         }
         if self.shard_statuses().iter().any(|s| s.resyncing) {
             return Err(ArrayError::Other(

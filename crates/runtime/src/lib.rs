@@ -29,9 +29,10 @@ mod reactor;
 mod session;
 
 pub use array::{
-    Array, ArrayStatus, CreateSpec, CreatedArray, EVENTS_KEPT, EventRecord, MemberStatus,
-    OpenOptions, QUEUE_DEPTH_MAX, QUEUE_DEPTH_MIN, ReAdd, RebuildProgress, ScrubProgress, Stopped,
-    Tunable, create, create_in_memory, create_in_memory_with_spares, inspect, queue_depth_valid,
+    Array, ArrayStatus, CreateSpec, CreatedArray, EVENTS_KEPT, EventRecord, FailGuard,
+    MemberStatus, OpenOptions, QUEUE_DEPTH_MAX, QUEUE_DEPTH_MIN, ReAdd, RebuildProgress,
+    ScrubProgress, Stopped, Tunable, create, create_in_memory, create_in_memory_with_spares,
+    inspect, queue_depth_valid,
 };
 pub use device::MemberDevice;
 pub use faults::{FaultRule, Faults, Healing, PowerDomain, SECTOR_BYTES, TornReport, Trigger};

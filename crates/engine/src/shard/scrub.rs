@@ -220,8 +220,11 @@ impl Shard {
     /// Why a scrub cannot go on with the members as they are (see the module's limits).
     fn scrub_impossible(&self) -> Option<&'static str> {
         let out = self.members.iter().filter(|m| m.health != Health::Active).count();
-        if self.members.iter().any(|m| m.health == Health::Rebuilding) {
+        let rebuilding = self.members.iter().any(|m| m.health == Health::Rebuilding);
+        if rebuilding && self.is_parity_level() {
             Some("a member is being rebuilt: parity cannot be checked against it")
+        } else if rebuilding {
+            Some("a member is being rebuilt: the mirror copies cannot be compared with it")
         } else if !self.is_parity_level() && out > 0 {
             Some("a member is not in service: its copies cannot all be compared")
         } else if out >= self.geometry.parity_chunks().max(1) {
