@@ -431,7 +431,7 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     for device in &a.failed_used {
         println!(
             "  {device}: failed past what the level survives, brought back because of --force \
-             (its chunks are as of its failure; every region is resynced at start)"
+             (its chunks are as of its failure; the regions being written then are resynced)"
         );
     }
     for device in &a.stale_used {

@@ -604,7 +604,7 @@ fn revive_failed(
         let hint = format!(
             "; --force brings back {}: the last member to fail holds the data as of the \
              array's failure, one failed earlier lacks what was written after it failed, and \
-             every region is then resynced",
+             the regions being written then are resynced",
             names.join(", ")
         );
         return (vec![], hint);

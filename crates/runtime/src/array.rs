@@ -757,7 +757,7 @@ impl Array {
             let message = format!(
                 "{device}, failed past what the level survives, is back in its role because \
                  the array could not start without it (--force): its chunks are as of its \
-                 failure, and every region is resynced"
+                 failure, and the regions being written then are resynced"
             );
             controller.events.record(&controller.metadata, "failed-member-used", &message);
         }
