@@ -22,8 +22,10 @@
 //!    of failed members that were in sync when they failed are brought back, the most
 //!    recently failed first, until the level survives (like mdadm's `--assemble --force`).
 //!    The last member to fail holds the array's data as of the array's failure (a failed
-//!    array takes no writes); one failed earlier missed the writes made in between. Every
-//!    region is then resynced.
+//!    array takes no writes); one failed earlier missed the writes made in between. They
+//!    are preferred to stale copies (rule 5), whose chunks are as of an earlier session.
+//!    The regions being written at the failure are resynced (and, for a member the array
+//!    survived, those the missed-write map names).
 //! 8. A dirty array that is also degraded: refused unless forced, because stripes that were
 //!    being written at the crash may have parity that disagrees with their data (the RAID 5/6
 //!    write hole) and the missing member's chunks of those stripes cannot be trusted.
@@ -435,16 +437,18 @@ fn place_members(
         }
         roles[slot] = Some(i);
     }
+    // Members failed past the tolerance first: the last to fail holds the data as of the
+    // array's failure, a stale copy only as of an earlier session.
+    let (failed_used, hint) =
+        revive_failed(candidates, newest, &mut roles, revivable, &mut left_out, request.stale);
     let stale_used = place_stale_copies(
         candidates,
         newest,
         &mut roles,
         stale_copies,
         &mut left_out,
-        request.stale,
+        StaleCopyUse { policy: request.stale, revival_suffices: !hint.is_empty() },
     )?;
-    let (failed_used, hint) =
-        revive_failed(candidates, newest, &mut roles, revivable, &mut left_out, request.stale);
     let revived_roles: Vec<usize> = (0..role_count)
         .filter(|&r| roles[r].is_some() && newest.members[r].state == MemberState::Failed)
         .collect();
@@ -619,6 +623,15 @@ fn revive_failed(
     (used, String::new())
 }
 
+/// How rule 5 may use stale copies.
+#[derive(Clone, Copy)]
+struct StaleCopyUse {
+    policy: StaleMembers,
+    /// Bringing back failed members would let the array start (the refusal says so): stale
+    /// copies are then not what it needs.
+    revival_suffices: bool,
+}
+
 /// One stale copy found by rule 5: its role slot, candidate index, update count and why it
 /// is stale.
 struct StaleCopy {
@@ -638,15 +651,16 @@ fn place_stale_copies(
     roles: &mut [Option<usize>],
     mut stale_copies: Vec<StaleCopy>,
     left_out: &mut Vec<(String, String)>,
-    policy: StaleMembers,
+    uses: StaleCopyUse,
 ) -> Result<Vec<String>, AssemblyError> {
+    let policy = uses.policy;
     stale_copies.sort_by_key(|c| (std::cmp::Reverse(c.update_count), c.slot));
     let options: Vec<(usize, usize)> = stale_copies
         .iter()
         .filter(|c| newest.members[c.slot].state != MemberState::Rebuilding)
         .map(|c| (c.slot, c.candidate))
         .collect();
-    let needed = if survives_with(newest, roles) {
+    let needed = if survives_with(newest, roles) || uses.revival_suffices {
         vec![]
     } else {
         fewest_needed(newest, roles, &options).unwrap_or_default()

@@ -506,3 +506,35 @@ fn forced_assembly_does_not_place_a_stale_copy_of_a_rebuilding_role() {
     assert_eq!(a.roles[2], Some(1), "the needed stale copy is used");
     assert_eq!(a.roles[0], None, "a stale copy of a rebuilding role: {:?}", a.stale_used);
 }
+
+/// With both a member failed past the tolerance and a stale copy at hand, either of which
+/// would let the array start, the failed member is preferred: its chunks are as of the
+/// array's failure, the copy's only as of an earlier session.
+#[test]
+fn a_member_failed_last_is_preferred_to_a_stale_copy() {
+    let mut before = clean(array(17, Level::Raid5, 4, 0));
+    at(&mut before, 3, 2, 1);
+    let mut session = before.clone();
+    at(&mut session, 6, 5, 4);
+    let own1 = session[1].clone();
+    let mut now = session.clone();
+    fail(&mut now, 1, 7);
+    for sb in &mut now {
+        sb.members[1].in_sync_when_failed = true;
+        sb.update_count = 6;
+    }
+    let candidates = vec![
+        candidate("d0", &now[0]),
+        candidate("d1", &own1),
+        candidate("old-d2", &before[2]),
+        candidate("d3", &now[3]),
+    ];
+    let e = assemble(&candidates, &request(StrictDevices::Strict)).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, AssemblyError::TooManyMissing { .. }), "{text}");
+    assert!(text.contains("--force brings back d1 (role 1"), "{text}");
+    let a = ok(assemble(&candidates, &forced()));
+    assert_eq!(a.failed_used, vec!["d1".to_string()]);
+    assert!(a.stale_used.is_empty() && a.roles[2].is_none(), "{:?}", a.stale_used);
+    assert!(a.left_out.iter().any(|(d, why)| d == "old-d2" && why.contains("stale copy")));
+}
