@@ -366,10 +366,11 @@ pub fn prepare(
         (0..u32::try_from(region_count).expect("validated")).collect()
     } else if assembled.dirty {
         let mut dirty = dirty_regions(devices, &assembled);
-        if assembled.failed_used_missed_writes {
-            // Members failed past the tolerance, brought back by force: the one whose failure
-            // failed the array missed nothing (a failed array takes no writes), but one the
-            // array survived missed what was written after, which the missed-write map names.
+        if !assembled.failed_used.is_empty() {
+            // Members failed past the tolerance, brought back by force: one the array survived
+            // missed what was written after its failure, and the write that failed the array
+            // may have reached only some members; the missed-write map names both (a released
+            // region's bit moves into it while a role is out; found by review).
             dirty.extend(map_regions(devices, &assembled, BitmapKind::Missed));
             dirty.sort_unstable();
             dirty.dedup();
@@ -441,10 +442,11 @@ pub struct Metadata {
     /// Roles failed because their device failed a metadata write, not yet handed to the
     /// engine (`take_unapplied_failures`).
     unapplied_failures: Vec<MemberIndex>,
-    /// A device taking a role in the pass being written (`give_role`): written first, so a
-    /// cut before it leaves no superblock naming it in the role while its own superblock,
-    /// perhaps sessions old, would call it a stale copy.
-    joining: Option<usize>,
+    /// Devices taking a role in the pass being written (`give_role`, and devices a forced
+    /// start brings back): written first, so a cut before them leaves no superblock naming
+    /// them in the role while their own superblock, perhaps sessions old, would call them
+    /// stale copies.
+    joining: Vec<usize>,
 }
 
 impl Metadata {
@@ -489,9 +491,7 @@ impl Metadata {
             // which is what lets assembly call a device two passes behind stale.
             self.template.update_count += 1;
             let mut holders = self.holders();
-            if let Some(joining) = self.joining {
-                holders.sort_by_key(|&(device, _)| device != joining);
-            }
+            holders.sort_by_key(|&(device, _)| !self.joining.contains(&device));
             let mut failed_now = vec![];
             for copy in 0..2 {
                 for &(device, slot) in &holders {
@@ -937,9 +937,9 @@ impl Metadata {
         self.template.rebuild_cursor_stripes = 0;
         self.template.event += 1;
         self.roles[r] = Some(device);
-        self.joining = Some(device);
+        self.joining = vec![device];
         let written = self.write_all(devices);
-        self.joining = None;
+        self.joining.clear();
         written?;
         if self.roles[r].is_none() {
             return Err(ControlError::Invalid(format!(
@@ -1123,7 +1123,15 @@ pub fn start(
         spares: a.spares.clone(),
         sizes,
         unapplied_failures: vec![],
-        joining: None,
+        // Devices forced in (a stale copy, a member failed past the tolerance) go first in
+        // the start's first pass (found by review: a cut start left one named active while
+        // its own superblock called it stale).
+        joining: (0..devices.len())
+            .filter(|&d| {
+                let name = devices[d].name();
+                a.failed_used.contains(&name) || a.stale_used.contains(&name)
+            })
+            .collect(),
     };
     // A role the table calls in service but no device holds is failed now, durably, before
     // the first write skips it: if its device came back later it would hold stale chunks
@@ -1164,6 +1172,7 @@ pub fn start(
     // and assembly leaves it out. Starts cut short (any number of them, one after another)
     // record no new session and wrote nothing.
     metadata.write_all(devices)?;
+    metadata.joining.clear();
     metadata.template.event += 1;
     // This session's writes begin after the next pass (write_all counts it).
     metadata.template.session_update_count = metadata.template.update_count + 1;

@@ -22,10 +22,12 @@
 //!    of failed members that were in sync when they failed are brought back, the most
 //!    recently failed first, until the level survives (like mdadm's `--assemble --force`).
 //!    The last member to fail holds the array's data as of the array's failure (a failed
-//!    array takes no writes); one failed earlier missed the writes made in between. They
-//!    are preferred to stale copies (rule 5), whose chunks are as of an earlier session.
-//!    The regions being written at the failure are resynced (and, for a member the array
-//!    survived, those the missed-write map names).
+//!    array takes no writes, though the write that failed it may have reached some
+//!    members); one failed earlier missed the writes made in between. They are preferred
+//!    to stale copies (rule 5), whose chunks are as of an earlier session. Only a device
+//!    whose superblock is the one it had at its failure, within the missed-write map's
+//!    span, is brought back; the regions the bitmap or the map names are then untrusted
+//!    (resynced where the level can, reconstructed reads there refused while degraded).
 //! 8. A dirty array that is also degraded: refused unless forced, because stripes that were
 //!    being written at the crash may have parity that disagrees with their data (the RAID 5/6
 //!    write hole) and the missing member's chunks of those stripes cannot be trusted.
@@ -128,13 +130,11 @@ pub struct Assembled {
     /// be resynced. Device names.
     pub stale_used: Vec<String>,
     /// Devices of members failed past the level's tolerance, brought back (forced): their
-    /// roles are active again in `superblock`, and every region must be resynced. Device
+    /// roles are active again in `superblock`. Their chunks may be old where the missed-write
+    /// map names a region (writes made after an earlier failure, and the write that failed
+    /// the array, whose bit the map took over), so those regions join the dirty ones. Device
     /// names.
     pub failed_used: Vec<String>,
-    /// One of `failed_used` failed while the array still survived without it, so it missed
-    /// the writes made after its failure: the regions the missed-write map names must be
-    /// resynced too (its chunks there are old, and nothing else holds the new ones).
-    pub failed_used_missed_writes: bool,
 }
 
 impl Assembled {
@@ -382,13 +382,19 @@ fn place_members(
             // Left out even in strict mode: the array can still start without it.
             let e = stale(format!("marked failed at event {}", entry.failed_at_event));
             left_out.push((name.clone(), e.to_string()));
-            // Its own superblock as it was when it failed, whole: its chunks are the array's
-            // as of its failure.
+            // Its own superblock as it was when it failed, whole (its chunks are the array's
+            // as of its failure, except what the missed-write map names), by the bounds a
+            // re-add uses: not an older image of it (found by review: an image from before
+            // the last session was brought back as current).
             let own_view_active = usize::from(sb.this_role) == slot
                 && sb.members.get(slot).is_some_and(|e| e.state == MemberState::Active);
+            let map_covers = newest.missed_map_since_event != 0
+                && newest.missed_map_since_event <= entry.failed_at_event
+                && sb.event >= newest.missed_map_since_event;
             if slot < role_count
                 && entry.in_sync_when_failed
                 && own_view_active
+                && map_covers
                 && sb.event < entry.failed_at_event
             {
                 revivable.push((slot, i, entry.failed_at_event));
@@ -452,20 +458,6 @@ fn place_members(
     let revived_roles: Vec<usize> = (0..role_count)
         .filter(|&r| roles[r].is_some() && newest.members[r].state == MemberState::Failed)
         .collect();
-    // A member brought back missed writes if the array survived its failure: the roles that
-    // had failed before it (and one being rebuilt), with it, were within the tolerance.
-    let failed_used_missed_writes = revived_roles.iter().any(|&revived| {
-        let at = newest.members[revived].failed_at_event;
-        let out: Vec<bool> = (0..role_count)
-            .map(|r| {
-                let entry = &newest.members[r];
-                r == revived
-                    || entry.state == MemberState::Rebuilding
-                    || (entry.state == MemberState::Failed && entry.failed_at_event < at)
-            })
-            .collect();
-        geometry.survives(&out)
-    });
     let failed_roles: Vec<usize> = (0..role_count)
         .filter(|&r| newest.members[r].state == MemberState::Failed && !revived_roles.contains(&r))
         .collect();
@@ -529,7 +521,6 @@ fn place_members(
         dirty,
         stale_used,
         failed_used,
-        failed_used_missed_writes,
     })
 }
 
