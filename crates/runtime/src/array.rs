@@ -736,6 +736,7 @@ impl Array {
             ring_entries: options.ring_entries,
             member_timeout_us: options.config.member_io_timeout_us,
             stall_noted: vec![None; geometry.member_count()],
+            spare_held_noted: None,
             role_epoch: vec![0; geometry.member_count()],
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
@@ -1191,6 +1192,10 @@ struct Controller {
     member_timeout_us: u64,
     /// Per role: when a stall that could not be failed was last said in an event.
     stall_noted: Vec<Option<std::time::Instant>>,
+    /// The roles out of service when the event saying that no hot spare takes a role (the
+    /// array is failed past its tolerance) was last recorded: said once per such state, not
+    /// at every look for a spare.
+    spare_held_noted: Option<Vec<usize>>,
     /// Per role: the epoch of the device holding it, counted as every shard counts it (one
     /// per `StartRebuild`, mod `EPOCHS`): failure and stall reports naming another are about
     /// a device the role has left.
@@ -2798,6 +2803,7 @@ impl Controller {
     fn take_spare_if_wanted(&mut self) {
         // The shards first learn of every failure recorded so far (see above).
         self.tell_shards_of_failures();
+        self.note_spare_held_back();
         let Some(role) = self.metadata.spare_wanted() else { return };
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -2837,6 +2843,24 @@ impl Controller {
                 &format!("hot spare could not take over: {e}"),
             ),
         }
+    }
+
+    /// Say once, while it lasts, that the hot spares stay spares because the array is failed
+    /// past its tolerance: a rebuild onto one would have nothing to reconstruct from.
+    fn note_spare_held_back(&mut self) {
+        let held = self.metadata.spare_held_back();
+        if held.is_some() && held != self.spare_held_noted {
+            let missing = held.clone().unwrap_or_default();
+            let geometry = self.metadata.superblock().geometry();
+            let message = format!(
+                "no hot spare takes over: members {missing:?} are out of service, more than {} \
+                 x{} survives, so no failed role can be rebuilt; the spares stay spares",
+                geometry.level(),
+                geometry.member_count()
+            );
+            self.events.record(&self.metadata, "spare-held", &message);
+        }
+        self.spare_held_noted = held;
     }
 
     fn begin_rebuild(
