@@ -4,8 +4,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::{Init, Overwrite};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
+use flashraid_format::layout::member_data_capacity;
 use flashraid_format::superblock::{MemberState, Superblock};
-use flashraid_layout::Level;
+use flashraid_layout::{Geometry, Level};
 use flashraid_runtime::{CreateSpec, MemberDevice, create, inspect};
 use std::path::PathBuf;
 
@@ -194,6 +195,9 @@ pub fn run_create(args: CreateArgs) -> Result<()> {
     );
     for path in &made.created_files {
         println!("  created member file {}", path.display());
+    }
+    if let Some(notice) = shrink_notice(&args.members, &made.member_sizes_bytes, g) {
+        eprint!("{notice}");
     }
     println!("  {}", init_line(made.init, g.level()));
     Ok(())
@@ -454,6 +458,41 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     Ok(())
 }
 
+/// What larger members lose to the smallest, said when the sizes differ by more than a
+/// chunk (an operator who mixed a 1 TB and a 2 TB device by mistake learns it at create,
+/// as md's "largest drive exceeds size" warning does; a difference within a chunk is only
+/// rounding). Each member's data area beyond what the array uses is named in bytes.
+fn shrink_notice(members: &[PathBuf], sizes_bytes: &[u64], g: Geometry) -> Option<String> {
+    assert_eq!(members.len(), sizes_bytes.len(), "one size per member");
+    let smallest = (0..sizes_bytes.len()).min_by_key(|&i| sizes_bytes[i])?;
+    let size_bytes_min = sizes_bytes[smallest];
+    let size_bytes_max = sizes_bytes.iter().copied().max()?;
+    if size_bytes_max - size_bytes_min <= u64::from(g.chunk_bytes()) {
+        return None;
+    }
+    let mut notice = format!(
+        "notice: members differ in size; each gives the array only {} of data area, what \
+         the smallest, {} ({}), holds. Unused of each larger member:\n",
+        human(g.member_data_bytes()),
+        members[smallest].display(),
+        human(size_bytes_min)
+    );
+    for (path, &size_bytes) in members.iter().zip(sizes_bytes) {
+        if size_bytes == size_bytes_min {
+            continue;
+        }
+        let capacity_bytes = member_data_capacity(size_bytes).expect("a member of the array");
+        let unused_bytes = capacity_bytes - g.member_data_bytes();
+        notice += &format!(
+            "  {}: {unused_bytes} bytes ({}) of {}\n",
+            path.display(),
+            human(unused_bytes),
+            human(size_bytes)
+        );
+    }
+    Some(notice)
+}
+
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
@@ -492,6 +531,29 @@ mod tests {
             assert!(parse_queue_depth(bad).is_err(), "{bad}");
         }
         assert!(parse_queue_depth("1000").unwrap_err().contains("power of two from 16 to 4096"));
+    }
+
+    /// Found by a misuse test: `create` shrank every member to the smallest in silence.
+    #[test]
+    fn create_names_the_smallest_member_and_what_each_larger_one_leaves_unused() {
+        let chunk_bytes: u32 = 64 << 10;
+        let mib: u64 = 1 << 20;
+        let geometry = |size_bytes_min: u64| {
+            let member_data_bytes = member_data_capacity(size_bytes_min).unwrap();
+            Geometry::new(Level::Raid5, 3, chunk_bytes.into(), member_data_bytes).unwrap()
+        };
+        let members: Vec<PathBuf> = ["m0", "m1", "m2"].iter().map(PathBuf::from).collect();
+        let sizes = [64 * mib, 48 * mib, 64 * mib + 4096];
+        let g = geometry(48 * mib);
+        let notice = shrink_notice(&members, &sizes, g).expect("a notice");
+        assert!(notice.contains("the smallest, m1 (48.0 MiB)"), "{notice}");
+        let unused = |size_bytes| member_data_capacity(size_bytes).unwrap() - g.member_data_bytes();
+        assert!(notice.contains(&format!("m0: {} bytes", unused(64 * mib))), "{notice}");
+        assert!(notice.contains(&format!("m2: {} bytes", unused(64 * mib + 4096))), "{notice}");
+        assert!(!notice.contains("m1:"), "{notice}");
+        // Within a chunk of each other: rounding, not worth a word.
+        let sizes = [48 * mib + u64::from(chunk_bytes), 48 * mib, 48 * mib];
+        assert_eq!(shrink_notice(&members, &sizes, g), None);
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct CreatedArray {
     pub geometry: Geometry,
     pub init: Init,
     pub created_files: Vec<PathBuf>,
+    /// Each member's size as opened, in role order: every member gives the array only as
+    /// much as the smallest, which the caller may want to say.
+    pub member_sizes_bytes: Vec<u64>,
 }
 
 /// Bounds of the `queue_depth` tunable (a reactor's io_uring entries: a power of two, at most
@@ -413,18 +416,19 @@ pub fn create(spec: &CreateSpec) -> Result<CreatedArray, ArrayError> {
             let _ = std::fs::remove_file(path);
         }
     }
-    result.map(|(uuid, geometry, init)| CreatedArray {
+    result.map(|(uuid, geometry, init, member_sizes_bytes)| CreatedArray {
         uuid,
         geometry,
         init,
         created_files: created,
+        member_sizes_bytes,
     })
 }
 
 fn create_inner(
     spec: &CreateSpec,
     created: &mut Vec<PathBuf>,
-) -> Result<(Uuid, Geometry, Init), ArrayError> {
+) -> Result<(Uuid, Geometry, Init, Vec<u64>), ArrayError> {
     let members: Vec<MemberDevice> = spec
         .members
         .iter()
@@ -463,7 +467,8 @@ fn create_inner(
     let member_refs: Vec<&dyn MetaDevice> = members.iter().map(|d| d as &dyn MetaDevice).collect();
     let spare_refs: Vec<&dyn MetaDevice> = spares.iter().map(|d| d as &dyn MetaDevice).collect();
     let made = flashraid_control::create(&new, &member_refs, &spare_refs, spec.overwrite, init)?;
-    Ok((uuid, made.geometry, init))
+    let member_sizes_bytes = member_refs.iter().map(|d| d.size_bytes()).collect();
+    Ok((uuid, made.geometry, init, member_sizes_bytes))
 }
 
 /// Read one device's superblocks (for `flashraid inspect`).
@@ -519,7 +524,13 @@ pub fn create_in_memory_with_spares(
     };
     let init = spec.init.unwrap_or(Init::Zero);
     let made = flashraid_control::create(&new, &refs, &spare_refs, spec.overwrite, init)?;
-    Ok(CreatedArray { uuid, geometry: made.geometry, init, created_files: vec![] })
+    Ok(CreatedArray {
+        uuid,
+        geometry: made.geometry,
+        init,
+        created_files: vec![],
+        member_sizes_bytes: refs.iter().map(|d| d.size_bytes()).collect(),
+    })
 }
 
 impl Array {
