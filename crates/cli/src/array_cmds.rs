@@ -47,20 +47,22 @@ pub struct CreateArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct TunableArgs {
     /// Rebuild rate limit, bytes written to the replacement per second for the whole array
-    /// (e.g. 500M; 0: none, the default).
+    /// (e.g. 500M; 0: none, the default). Stored and kept to in whole MiB/s, rounded up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub rebuild_rate: Option<u64>,
     /// Rebuild rate limit while clients use the array (a request in the last 2 ms), like
     /// md's speed_limit_min (default 200M; 0: no separate limit): the rebuild runs at
-    /// --rebuild-rate when idle and steps down to this under load.
+    /// --rebuild-rate when idle and steps down to this under load. Whole MiB/s, rounded up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub rebuild_busy_rate: Option<u64>,
     /// Background initialisation and resync (after an unclean shutdown) rate limit, bytes of
     /// each member swept per second (e.g. 100M; 0: none, the default). Lower keeps client
-    /// latency down; the array is exposed to a member failure longer.
+    /// latency down; the array is exposed to a member failure longer. Whole MiB/s, rounded
+    /// up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub resync_rate: Option<u64>,
-    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none, the default).
+    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none, the default). Whole
+    /// MiB/s, rounded up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub scrub_rate: Option<u64>,
     /// A check scrub every this many hours while served, counted from the start (0: only
@@ -155,9 +157,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Bytes per second to the MiB/s the superblock stores (rounded up, so a limit never becomes
-/// "no limit").
+/// "no limit"); the server puts a rate set live in force the same way.
 pub fn mib_per_s(bytes: u64) -> u32 {
-    u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+    flashraid_runtime::rate_mib_per_s(bytes)
+}
+
+/// A rate limit given in bytes per second, as the array stores it and keeps to: "no limit"
+/// (0), else whole MiB/s (found by a misuse test: `--resync-rate 1` said "1 B/s" while
+/// 1 MiB/s was stored). `none` says what 0 means for this rate.
+pub fn stored_rate_text(bytes_per_s: u64, none: &str) -> String {
+    match mib_per_s(bytes_per_s) {
+        0 => none.to_string(),
+        mib => format!("{mib} MiB/s"),
+    }
 }
 
 pub fn run_create(args: CreateArgs) -> Result<()> {
@@ -554,6 +566,22 @@ mod tests {
         // Within a chunk of each other: rounding, not worth a word.
         let sizes = [48 * mib + u64::from(chunk_bytes), 48 * mib, 48 * mib];
         assert_eq!(shrink_notice(&members, &sizes, g), None);
+    }
+
+    /// Found by a misuse test: `--resync-rate 1` said "1 B/s" while 1 MiB/s was stored.
+    #[test]
+    fn a_rate_is_said_as_stored_in_whole_mib_per_s() {
+        assert_eq!(stored_rate_text(1, "no limit"), "1 MiB/s");
+        assert_eq!(stored_rate_text(1 << 20, "no limit"), "1 MiB/s");
+        assert_eq!(stored_rate_text((1 << 20) + 1, "no limit"), "2 MiB/s");
+        assert_eq!(stored_rate_text(500 << 20, "no limit"), "500 MiB/s");
+        assert_eq!(stored_rate_text(1 << 30, "no limit"), "1024 MiB/s");
+        assert_eq!(stored_rate_text(0, "no separate limit"), "no separate limit");
+        // What is said is what the array stores and keeps to.
+        for bytes in [1, 4095, 1 << 20, (7 << 20) + 3] {
+            let stored = flashraid_runtime::stored_rate_bytes_per_s(bytes);
+            assert_eq!(stored_rate_text(bytes, ""), format!("{} MiB/s", stored >> 20));
+        }
     }
 
     #[test]

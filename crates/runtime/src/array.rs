@@ -88,6 +88,18 @@ pub struct CreatedArray {
 pub const QUEUE_DEPTH_MIN: u32 = 16;
 pub const QUEUE_DEPTH_MAX: u32 = flashraid_uring::RING_ENTRIES_MAX;
 
+/// A rate limit as the superblock stores it: whole MiB/s, rounded up so a limit never becomes
+/// "no limit" (0 stays 0: none). A rate set while running takes effect as stored
+/// (`stored_rate_bytes_per_s`), so the rate in force is the one the next start uses.
+pub fn rate_mib_per_s(bytes_per_s: u64) -> u32 {
+    u32::try_from(bytes_per_s.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
+
+/// `bytes_per_s` as stored and put in force: rounded up to whole MiB/s.
+pub fn stored_rate_bytes_per_s(bytes_per_s: u64) -> u64 {
+    u64::from(rate_mib_per_s(bytes_per_s)) << 20
+}
+
 /// Whether `depth` is a queue depth the array can start with.
 pub fn queue_depth_valid(depth: u32) -> bool {
     (QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&depth) && depth.is_power_of_two()
@@ -1481,9 +1493,11 @@ impl Controller {
                     }
                     let _ = reply.send(result);
                 }
-                Some(ToController::SetRebuildRate { bytes_per_s: rate, busy, reply }) => {
+                Some(ToController::SetRebuildRate { bytes_per_s, busy, reply }) => {
+                    // In force as stored (whole MiB/s), so a restart changes nothing.
+                    let rate = stored_rate_bytes_per_s(bytes_per_s);
                     let share = rate.div_ceil(u64::from(self.shard_count));
-                    let mib = Some(u32::try_from(rate.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+                    let mib = Some(rate_mib_per_s(rate));
                     // Stored with the array: the next start uses it too.
                     let mut tunables = self.metadata.superblock().tunables;
                     if busy {
@@ -1573,14 +1587,17 @@ impl Controller {
     /// Apply a tunable to the running array (`Array::tune`) and store it.
     fn tune(&mut self, tunable: Tunable) -> Result<(), ArrayError> {
         let shards = u64::from(self.shard_count);
-        let mib = |bytes: u64| Some(u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+        let mib = |bytes: u64| Some(rate_mib_per_s(bytes));
         let mut tunables = self.metadata.superblock().tunables;
+        // Rates are in force as stored (whole MiB/s), so a restart changes nothing.
         match tunable {
             Tunable::ResyncRate(rate) => {
+                let rate = stored_rate_bytes_per_s(rate);
                 self.broadcast(|| Control::SetResyncRate(rate.div_ceil(shards)));
                 tunables.resync_rate_mib_per_s = mib(rate);
             }
             Tunable::ScrubRate(rate) => {
+                let rate = stored_rate_bytes_per_s(rate);
                 self.scrub_rate_bytes_per_s = rate;
                 self.broadcast(|| Control::SetScrubRate(rate.div_ceil(shards)));
                 tunables.scrub_rate_mib_per_s = mib(rate);

@@ -1371,3 +1371,22 @@ fn no_spare_takes_a_role_while_the_array_is_failed_past_its_tolerance() {
     assert_eq!(held.len(), 1, "said once: {:#?}", status.events);
     assert!(held[0].message.contains("members [0, 1] are out of service"), "{held:?}");
 }
+
+/// A rate set live is in force as the superblock stores it, whole MiB/s rounded up, so what
+/// runs now is what the next start runs and what the CLI says (found by a misuse test:
+/// `--resync-rate 1` ran at 1 B/s, said "1 B/s", and stored 1 MiB/s).
+#[test]
+fn a_rate_set_live_is_in_force_as_stored() {
+    let array = memory_array("rate", Level::Raid6, 4, &["rate-spare"], &options(1));
+    array.fail_member(0).unwrap();
+    wait_for(&array, "the spare's takeover", |s| s.rebuild.is_some());
+    array.set_rebuild_rate(1).unwrap();
+    let status = array.status().unwrap();
+    let rebuild = status.rebuild.as_ref().expect("rebuilding");
+    assert_eq!(rebuild.rate_limit_bytes_per_s, 1 << 20, "{rebuild:#?}");
+    assert_eq!(status.tunables.rebuild_rate_mib_per_s, Some(1));
+    array.set_rebuild_rate((3 << 20) + 5).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.rebuild.as_ref().unwrap().rate_limit_bytes_per_s, 4 << 20);
+    assert_eq!(status.tunables.rebuild_rate_mib_per_s, Some(4));
+}
