@@ -15,7 +15,8 @@ pub struct CreateArgs {
     /// RAID level: 0, 1, 10, 5, 6 or 7.3.
     #[arg(long, short = 'l')]
     level: Level,
-    /// Array name (1 to 64 bytes).
+    /// Array name: 1 to 64 bytes of UTF-8, no '/' or NUL, not '.' or '..', not starting with
+    /// '-' (it names the control socket NAME.control and the NBD export).
     #[arg(long, short = 'n', default_value = "flashraid")]
     name: String,
     /// Chunk size in KiB: a power of two from 4 to 1024.

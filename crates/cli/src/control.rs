@@ -26,8 +26,29 @@ const COMMAND_BYTES_MAX: u64 = 4096;
 /// Where control sockets go unless `--control` says otherwise.
 pub const CONTROL_DIR: &str = "/run/flashraid";
 
-pub fn default_control_path(array_name: &str) -> PathBuf {
-    Path::new(CONTROL_DIR).join(format!("{array_name}.control"))
+pub fn default_control_path(array_name: &str) -> Result<PathBuf> {
+    control_path_in(Path::new(CONTROL_DIR), array_name)
+}
+
+/// The control socket of array `array_name` in `dir`: `dir/NAME.control`, never a path
+/// outside `dir`. `create` refuses names with a `/` or a NUL, but an array made by an older
+/// version may hold one (`../x` would put the socket in the parent directory, `a/b` in a
+/// subdirectory, `/x` would replace `dir` altogether): refused, naming `--control`.
+pub fn control_path_in(dir: &Path, array_name: &str) -> Result<PathBuf> {
+    let file = format!("{array_name}.control");
+    let path = dir.join(&file);
+    let in_dir = !array_name.contains(['/', '\0'])
+        && path.parent() == Some(dir)
+        && path.file_name() == Some(std::ffi::OsStr::new(&file));
+    if !in_dir {
+        bail!(
+            "array name {array_name:?} cannot name a control socket in {}: NAME.control would \
+             not be a file there. Give the socket's path with --control PATH (one array per \
+             serve)",
+            dir.display()
+        );
+    }
+    Ok(path)
 }
 
 /// What the control thread needs besides the array.
@@ -315,7 +336,7 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
         return Ok(path);
     }
     if let Some(name) = name {
-        return Ok(default_control_path(name));
+        return default_control_path(name);
     }
     let found: Vec<PathBuf> = std::fs::read_dir(CONTROL_DIR)
         .map(|dir| {
@@ -910,6 +931,23 @@ mod tests {
     use flashraid_control::Init;
     use flashraid_layout::Level;
     use flashraid_runtime::{CreateSpec, MemMember, OpenOptions};
+
+    /// Found by a misuse test: a stored name with a `/` (`../x`, `/x`, `a/b`) put the control
+    /// socket outside `--control-dir`. Such a name is refused, naming `--control`; any
+    /// other name's socket is a file right in the directory.
+    #[test]
+    fn a_control_socket_is_never_made_outside_the_control_dir() {
+        let dir = Path::new("/run/flashraid-test");
+        for bad in ["../x", "/x", "a/b", "x/", "/", "a\0b"] {
+            let e = control_path_in(dir, bad).unwrap_err().to_string();
+            assert!(e.contains("--control PATH"), "{bad:?}: {e}");
+        }
+        for good in ["x", ".", "..", "-x", "...", "naïve"] {
+            let path = control_path_in(dir, good).unwrap();
+            assert_eq!(path.parent(), Some(dir), "{good:?}");
+            assert_eq!(path.file_name().unwrap(), &*format!("{good}.control"), "{good:?}");
+        }
+    }
 
     /// A served in-memory array: its control socket answers in a thread until dropped.
     struct Served {
