@@ -4,8 +4,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::{Init, Overwrite};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
+use flashraid_format::layout::member_data_capacity;
 use flashraid_format::superblock::{MemberState, Superblock};
-use flashraid_layout::Level;
+use flashraid_layout::{Geometry, Level};
 use flashraid_runtime::{CreateSpec, MemberDevice, create, inspect};
 use std::path::PathBuf;
 
@@ -14,7 +15,8 @@ pub struct CreateArgs {
     /// RAID level: 0, 1, 10, 5, 6 or 7.3.
     #[arg(long, short = 'l')]
     level: Level,
-    /// Array name (1 to 64 bytes).
+    /// Array name: 1 to 64 bytes of UTF-8, no '/' or NUL, not '.' or '..', not starting with
+    /// '-' (it names the control socket NAME.control and the NBD export).
     #[arg(long, short = 'n', default_value = "flashraid")]
     name: String,
     /// Chunk size in KiB: a power of two from 4 to 1024.
@@ -46,20 +48,22 @@ pub struct CreateArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct TunableArgs {
     /// Rebuild rate limit, bytes written to the replacement per second for the whole array
-    /// (e.g. 500M; 0: none, the default).
+    /// (e.g. 500M; 0: none, the default). Stored and kept to in whole MiB/s, rounded up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub rebuild_rate: Option<u64>,
     /// Rebuild rate limit while clients use the array (a request in the last 2 ms), like
     /// md's speed_limit_min (default 200M; 0: no separate limit): the rebuild runs at
-    /// --rebuild-rate when idle and steps down to this under load.
+    /// --rebuild-rate when idle and steps down to this under load. Whole MiB/s, rounded up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub rebuild_busy_rate: Option<u64>,
     /// Background initialisation and resync (after an unclean shutdown) rate limit, bytes of
     /// each member swept per second (e.g. 100M; 0: none, the default). Lower keeps client
-    /// latency down; the array is exposed to a member failure longer.
+    /// latency down; the array is exposed to a member failure longer. Whole MiB/s, rounded
+    /// up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub resync_rate: Option<u64>,
-    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none, the default).
+    /// Scrub rate limit, bytes read per second (e.g. 500M; 0: none, the default). Whole
+    /// MiB/s, rounded up.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub scrub_rate: Option<u64>,
     /// A check scrub every this many hours while served, counted from the start (0: only
@@ -154,9 +158,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Bytes per second to the MiB/s the superblock stores (rounded up, so a limit never becomes
-/// "no limit").
+/// "no limit"); the server puts a rate set live in force the same way.
 pub fn mib_per_s(bytes: u64) -> u32 {
-    u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+    flashraid_runtime::rate_mib_per_s(bytes)
+}
+
+/// A rate limit given in bytes per second, as the array stores it and keeps to: "no limit"
+/// (0), else whole MiB/s (found by a misuse test: `--resync-rate 1` said "1 B/s" while
+/// 1 MiB/s was stored). `none` says what 0 means for this rate.
+pub fn stored_rate_text(bytes_per_s: u64, none: &str) -> String {
+    match mib_per_s(bytes_per_s) {
+        0 => none.to_string(),
+        mib => format!("{mib} MiB/s"),
+    }
 }
 
 pub fn run_create(args: CreateArgs) -> Result<()> {
@@ -194,6 +208,9 @@ pub fn run_create(args: CreateArgs) -> Result<()> {
     );
     for path in &made.created_files {
         println!("  created member file {}", path.display());
+    }
+    if let Some(notice) = shrink_notice(&args.members, &made.member_sizes_bytes, g) {
+        eprint!("{notice}");
     }
     println!("  {}", init_line(made.init, g.level()));
     Ok(())
@@ -454,6 +471,41 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     Ok(())
 }
 
+/// What larger members lose to the smallest, said when the sizes differ by more than a
+/// chunk (an operator who mixed a 1 TB and a 2 TB device by mistake learns it at create,
+/// as md's "largest drive exceeds size" warning does; a difference within a chunk is only
+/// rounding). Each member's data area beyond what the array uses is named in bytes.
+fn shrink_notice(members: &[PathBuf], sizes_bytes: &[u64], g: Geometry) -> Option<String> {
+    assert_eq!(members.len(), sizes_bytes.len(), "one size per member");
+    let smallest = (0..sizes_bytes.len()).min_by_key(|&i| sizes_bytes[i])?;
+    let size_bytes_min = sizes_bytes[smallest];
+    let size_bytes_max = sizes_bytes.iter().copied().max()?;
+    if size_bytes_max - size_bytes_min <= u64::from(g.chunk_bytes()) {
+        return None;
+    }
+    let mut notice = format!(
+        "notice: members differ in size; each gives the array only {} of data area, what \
+         the smallest, {} ({}), holds. Unused of each larger member:\n",
+        human(g.member_data_bytes()),
+        members[smallest].display(),
+        human(size_bytes_min)
+    );
+    for (path, &size_bytes) in members.iter().zip(sizes_bytes) {
+        if size_bytes == size_bytes_min {
+            continue;
+        }
+        let capacity_bytes = member_data_capacity(size_bytes).expect("a member of the array");
+        let unused_bytes = capacity_bytes - g.member_data_bytes();
+        notice += &format!(
+            "  {}: {unused_bytes} bytes ({}) of {}\n",
+            path.display(),
+            human(unused_bytes),
+            human(size_bytes)
+        );
+    }
+    Some(notice)
+}
+
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
@@ -492,6 +544,45 @@ mod tests {
             assert!(parse_queue_depth(bad).is_err(), "{bad}");
         }
         assert!(parse_queue_depth("1000").unwrap_err().contains("power of two from 16 to 4096"));
+    }
+
+    /// Found by a misuse test: `create` shrank every member to the smallest in silence.
+    #[test]
+    fn create_names_the_smallest_member_and_what_each_larger_one_leaves_unused() {
+        let chunk_bytes: u32 = 64 << 10;
+        let mib: u64 = 1 << 20;
+        let geometry = |size_bytes_min: u64| {
+            let member_data_bytes = member_data_capacity(size_bytes_min).unwrap();
+            Geometry::new(Level::Raid5, 3, chunk_bytes.into(), member_data_bytes).unwrap()
+        };
+        let members: Vec<PathBuf> = ["m0", "m1", "m2"].iter().map(PathBuf::from).collect();
+        let sizes = [64 * mib, 48 * mib, 64 * mib + 4096];
+        let g = geometry(48 * mib);
+        let notice = shrink_notice(&members, &sizes, g).expect("a notice");
+        assert!(notice.contains("the smallest, m1 (48.0 MiB)"), "{notice}");
+        let unused = |size_bytes| member_data_capacity(size_bytes).unwrap() - g.member_data_bytes();
+        assert!(notice.contains(&format!("m0: {} bytes", unused(64 * mib))), "{notice}");
+        assert!(notice.contains(&format!("m2: {} bytes", unused(64 * mib + 4096))), "{notice}");
+        assert!(!notice.contains("m1:"), "{notice}");
+        // Within a chunk of each other: rounding, not worth a word.
+        let sizes = [48 * mib + u64::from(chunk_bytes), 48 * mib, 48 * mib];
+        assert_eq!(shrink_notice(&members, &sizes, g), None);
+    }
+
+    /// Found by a misuse test: `--resync-rate 1` said "1 B/s" while 1 MiB/s was stored.
+    #[test]
+    fn a_rate_is_said_as_stored_in_whole_mib_per_s() {
+        assert_eq!(stored_rate_text(1, "no limit"), "1 MiB/s");
+        assert_eq!(stored_rate_text(1 << 20, "no limit"), "1 MiB/s");
+        assert_eq!(stored_rate_text((1 << 20) + 1, "no limit"), "2 MiB/s");
+        assert_eq!(stored_rate_text(500 << 20, "no limit"), "500 MiB/s");
+        assert_eq!(stored_rate_text(1 << 30, "no limit"), "1024 MiB/s");
+        assert_eq!(stored_rate_text(0, "no separate limit"), "no separate limit");
+        // What is said is what the array stores and keeps to.
+        for bytes in [1, 4095, 1 << 20, (7 << 20) + 3] {
+            let stored = flashraid_runtime::stored_rate_bytes_per_s(bytes);
+            assert_eq!(stored_rate_text(bytes, ""), format!("{} MiB/s", stored >> 20));
+        }
     }
 
     #[test]

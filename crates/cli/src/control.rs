@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_runtime::{Array, ArrayStatus, FailGuard, ReAdd, Tunable};
+use flashraid_runtime::{Array, ArrayStatus, FailGuard, ReAdd, Tunable, stored_rate_bytes_per_s};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -26,8 +26,29 @@ const COMMAND_BYTES_MAX: u64 = 4096;
 /// Where control sockets go unless `--control` says otherwise.
 pub const CONTROL_DIR: &str = "/run/flashraid";
 
-pub fn default_control_path(array_name: &str) -> PathBuf {
-    Path::new(CONTROL_DIR).join(format!("{array_name}.control"))
+pub fn default_control_path(array_name: &str) -> Result<PathBuf> {
+    control_path_in(Path::new(CONTROL_DIR), array_name)
+}
+
+/// The control socket of array `array_name` in `dir`: `dir/NAME.control`, never a path
+/// outside `dir`. `create` refuses names with a `/` or a NUL, but an array made by an older
+/// version may hold one (`../x` would put the socket in the parent directory, `a/b` in a
+/// subdirectory, `/x` would replace `dir` altogether): refused, naming `--control`.
+pub fn control_path_in(dir: &Path, array_name: &str) -> Result<PathBuf> {
+    let file = format!("{array_name}.control");
+    let path = dir.join(&file);
+    let in_dir = !array_name.contains(['/', '\0'])
+        && path.parent() == Some(dir)
+        && path.file_name() == Some(std::ffi::OsStr::new(&file));
+    if !in_dir {
+        bail!(
+            "array name {array_name:?} cannot name a control socket in {}: NAME.control would \
+             not be a file there. Give the socket's path with --control PATH (one array per \
+             serve)",
+            dir.display()
+        );
+    }
+    Ok(path)
 }
 
 /// What the control thread needs besides the array.
@@ -137,11 +158,11 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
         [which @ ("rebuild-rate" | "rebuild-busy-rate"), rate] => match rate.parse::<u64>() {
             Ok(rate) if *which == "rebuild-rate" => answer(
                 context.array.set_rebuild_rate(rate),
-                json!({ "ok": true, "rebuild_rate_bytes_per_s": rate }),
+                json!({ "ok": true, "rebuild_rate_bytes_per_s": stored_rate_bytes_per_s(rate) }),
             ),
             Ok(rate) => answer(
                 context.array.set_rebuild_busy_rate(rate),
-                json!({ "ok": true, "rebuild_busy_rate_bytes_per_s": rate }),
+                json!({ "ok": true, "rebuild_busy_rate_bytes_per_s": stored_rate_bytes_per_s(rate) }),
             ),
             Err(_) => json!({ "error": format!("not a rate in bytes per second: {rate:?}") }),
         },
@@ -315,7 +336,7 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
         return Ok(path);
     }
     if let Some(name) = name {
-        return Ok(default_control_path(name));
+        return default_control_path(name);
     }
     let found: Vec<PathBuf> = std::fs::read_dir(CONTROL_DIR)
         .map(|dir| {
@@ -735,10 +756,12 @@ pub struct RebuildArgs {
     #[arg(long)]
     name: Option<String>,
     /// Set the rebuild rate limit, bytes per second for the whole array (e.g. 500M; 0: no
-    /// limit). Lower keeps foreground latency down; higher finishes sooner. Stored.
+    /// limit). Lower keeps foreground latency down; higher finishes sooner. Stored, and
+    /// kept to, in whole MiB/s, rounded up.
     #[arg(long, value_parser = crate::array_cmds::parse_size)]
     rate: Option<u64>,
-    /// Set the limit that applies while clients use the array (0: none but --rate). Stored.
+    /// Set the limit that applies while clients use the array (0: none but --rate). Stored,
+    /// and kept to, in whole MiB/s, rounded up.
     #[arg(long, value_parser = crate::array_cmds::parse_size)]
     busy_rate: Option<u64>,
     /// Show a progress bar until the rebuild (and any that follows it) finishes.
@@ -776,10 +799,8 @@ pub struct TuneArgs {
 pub fn run_tune(args: TuneArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
     let t = &args.tunables;
-    let rate = |bytes: u64| match bytes {
-        0 => "no limit".to_string(),
-        b => format!("{}/s", crate::array_cmds::human(b)),
-    };
+    // Said as stored: whole MiB/s, rounded up (the server keeps to the same).
+    let rate = |bytes: u64| crate::array_cmds::stored_rate_text(bytes, "no limit");
     let tune = |key: &str, v: u64| format!("tune {key} {v}");
     // (what, control command, value as shown)
     let mut changes: Vec<(&str, String, String)> = vec![];
@@ -787,7 +808,8 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
         changes.push(("rebuild rate", format!("rebuild-rate {r}"), rate(r)));
     }
     if let Some(r) = t.rebuild_busy_rate {
-        changes.push(("rebuild rate while busy", format!("rebuild-busy-rate {r}"), rate(r)));
+        let shown = crate::array_cmds::stored_rate_text(r, "no separate limit");
+        changes.push(("rebuild rate while busy", format!("rebuild-busy-rate {r}"), shown));
     }
     if let Some(r) = t.resync_rate {
         changes.push(("resync rate", tune("resync-rate", r), rate(r)));
@@ -828,17 +850,13 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
     if let Some(rate) = args.rate {
         ask(&path, &format!("rebuild-rate {rate}"))?;
-        match rate {
-            0 => println!("rebuild rate: no limit"),
-            r => println!("rebuild rate: at most {}/s", crate::array_cmds::human(r)),
-        }
+        let shown = crate::array_cmds::stored_rate_text(rate, "no limit");
+        println!("rebuild rate: {shown} (stored)");
     }
     if let Some(rate) = args.busy_rate {
         ask(&path, &format!("rebuild-busy-rate {rate}"))?;
-        match rate {
-            0 => println!("rebuild rate while busy: no separate limit"),
-            r => println!("rebuild rate while busy: at most {}/s", crate::array_cmds::human(r)),
-        }
+        let shown = crate::array_cmds::stored_rate_text(rate, "no separate limit");
+        println!("rebuild rate while busy: {shown} (stored)");
     }
     let mut shown = false;
     loop {
@@ -913,6 +931,23 @@ mod tests {
     use flashraid_control::Init;
     use flashraid_layout::Level;
     use flashraid_runtime::{CreateSpec, MemMember, OpenOptions};
+
+    /// Found by a misuse test: a stored name with a `/` (`../x`, `/x`, `a/b`) put the control
+    /// socket outside `--control-dir`. Such a name is refused, naming `--control`; any
+    /// other name's socket is a file right in the directory.
+    #[test]
+    fn a_control_socket_is_never_made_outside_the_control_dir() {
+        let dir = Path::new("/run/flashraid-test");
+        for bad in ["../x", "/x", "a/b", "x/", "/", "a\0b"] {
+            let e = control_path_in(dir, bad).unwrap_err().to_string();
+            assert!(e.contains("--control PATH"), "{bad:?}: {e}");
+        }
+        for good in ["x", ".", "..", "-x", "...", "naïve"] {
+            let path = control_path_in(dir, good).unwrap();
+            assert_eq!(path.parent(), Some(dir), "{good:?}");
+            assert_eq!(path.file_name().unwrap(), &*format!("{good}.control"), "{good:?}");
+        }
+    }
 
     /// A served in-memory array: its control socket answers in a thread until dropped.
     struct Served {

@@ -289,10 +289,10 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     // export can ask for its status at once.
     let mut control_listeners = vec![];
     for (name, _) in &plan {
-        let path = args
-            .control
-            .clone()
-            .unwrap_or_else(|| args.control_dir.join(format!("{name}.control")));
+        let path = match &args.control {
+            Some(path) => path.clone(),
+            None => crate::control::control_path_in(&args.control_dir, name)?,
+        };
         control_listeners.push((crate::control::bind(&path)?, path.clone()));
         sockets.0.push(path);
     }

@@ -847,16 +847,43 @@ impl Metadata {
     }
 
     /// A failed role a hot spare could replace now: none while a rebuild runs (one at a
-    /// time), none without a spare or on a level with no redundancy.
+    /// time), none without a spare or on a level with no redundancy, and none while the
+    /// array is failed past its tolerance (`spare_held_back`).
     pub fn spare_wanted(&self) -> Option<MemberIndex> {
         if self.template.rebuild_role != ROLE_NONE
             || self.spares.is_empty()
             || self.template.geometry().tolerance() == 0
+            || self.past_tolerance()
         {
             return None;
         }
         let role = (0..self.roles.len()).find(|&r| self.roles[r].is_none())?;
         Some(MemberIndex(u16::try_from(role).expect("fits")))
+    }
+
+    /// The roles out of service when a hot spare would take one but the array is failed past
+    /// its tolerance: the members in service cannot reconstruct a failed role, so a rebuild
+    /// onto the spare would stall at its first stripe and the spare, holding a role, would
+    /// no longer be a spare to give to an array brought back with `--force`. `None` when no
+    /// spare is held back for that reason.
+    pub fn spare_held_back(&self) -> Option<Vec<usize>> {
+        let held = self.template.rebuild_role == ROLE_NONE
+            && !self.spares.is_empty()
+            && self.template.geometry().tolerance() > 0
+            && self.past_tolerance();
+        held.then(|| self.missing_roles())
+    }
+
+    /// Whether the roles out of service (a role being rebuilt counted as out: it holds only
+    /// part of its data) are more than the level survives.
+    fn past_tolerance(&self) -> bool {
+        let rebuilding = self.template.rebuild_role;
+        let unavailable: Vec<bool> = (0..self.roles.len())
+            .map(|r| {
+                self.roles[r].is_none() || (rebuilding != ROLE_NONE && usize::from(rebuilding) == r)
+            })
+            .collect();
+        !self.template.geometry().survives(&unavailable)
     }
 
     /// Give the failed `role` to a hot spare (`preferred` if it is one, else the first; never
@@ -885,6 +912,14 @@ impl Metadata {
         }
         if self.spares.is_empty() {
             return Err(ControlError::Invalid("no hot spare".into()));
+        }
+        if self.past_tolerance() {
+            return Err(ControlError::Invalid(format!(
+                "members {:?} are out of service, more than {} survives: nothing is left to \
+                 rebuild role {r} from",
+                self.missing_roles(),
+                self.template.geometry().level()
+            )));
         }
         // The spare `replace` named, else the first; never `busy`.
         let free = |&d: &usize| Some(d) != busy;

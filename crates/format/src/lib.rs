@@ -16,7 +16,7 @@ pub mod layout;
 mod new_array;
 pub mod superblock;
 
-pub use new_array::{NewArray, NewArrayError, new_array};
+pub use new_array::{NewArray, NewArrayError, array_name_problem, new_array};
 
 use std::fmt;
 use std::str::FromStr;

@@ -46,19 +46,39 @@ pub enum NewArrayError {
     SpareTooSmall { index: usize, size_bytes: u64, needed_bytes: u64 },
     #[error("{members} members and {spares} spares: at most {MEMBERS_MAX} in all")]
     TooManyDevices { members: usize, spares: usize },
-    #[error("array name must be 1 to {NAME_BYTES_MAX} bytes without NUL, got {len_bytes} bytes")]
-    Name { len_bytes: usize },
+    #[error("array name {name:?} {why}")]
+    Name { name: String, why: String },
     #[error("{0}")]
     Other(&'static str),
 }
 
+/// Why `name` cannot name a new array, if it cannot. A name is 1 to `NAME_BYTES_MAX` bytes of
+/// UTF-8 (what the superblock holds), and, since it also names the array's control socket
+/// (`NAME.control` in a directory) and is given on command lines: no NUL, no `/` (the socket
+/// would be made in another directory, or outside the one meant), not `.` or `..`, and not
+/// starting with `-` (read as an option). Superblocks written before these rules may hold
+/// such a name; they still decode, and whoever makes a path of a stored name checks it.
+pub fn array_name_problem(name: &str) -> Option<String> {
+    let why = if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        format!("must be 1 to {NAME_BYTES_MAX} bytes, not {}", name.len())
+    } else if name.contains('\0') {
+        "must not contain a NUL byte".to_string()
+    } else if name.contains('/') {
+        "must not contain '/': it names the control socket file NAME.control".to_string()
+    } else if name == "." || name == ".." {
+        "must not be '.' or '..': they name directories".to_string()
+    } else if name.starts_with('-') {
+        "must not start with '-': a command line would read it as an option".to_string()
+    } else {
+        return None;
+    };
+    Some(why)
+}
+
 /// Build the geometry and every device's superblock (members in role order, then spares).
 pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArrayError> {
-    let name_ok = !new.array_name.is_empty()
-        && new.array_name.len() <= NAME_BYTES_MAX
-        && !new.array_name.contains('\0');
-    if !name_ok {
-        return Err(NewArrayError::Name { len_bytes: new.array_name.len() });
+    if let Some(why) = array_name_problem(&new.array_name) {
+        return Err(NewArrayError::Name { name: new.array_name.clone(), why });
     }
     if new.member_uuids.len() != new.member_sizes_bytes.len()
         || new.spare_uuids.len() != new.spare_sizes_bytes.len()

@@ -206,3 +206,37 @@ fn the_replace_record_round_trips_and_is_refused_where_it_cannot_be() {
     fix_crc(&mut past);
     assert!(matches!(Superblock::decode(&past), Err(FormatError::Invalid { .. })));
 }
+
+/// A name must be usable as a file name in the control directory and on a command line
+/// (found by a misuse test: `--name ../x` put the control socket outside `--control-dir`).
+#[test]
+fn new_array_names_that_would_escape_a_directory_or_read_as_options_are_refused() {
+    let with_name = |name: &str| {
+        let new = NewArray {
+            array_uuid: uuid(0xa1),
+            array_name: name.to_string(),
+            created_at_unix_seconds: 0,
+            level: Level::Raid1,
+            chunk_bytes: 16384,
+            member_uuids: (1..=2).map(uuid).collect(),
+            member_sizes_bytes: vec![64 << 20; 2],
+            spare_uuids: vec![],
+            spare_sizes_bytes: vec![],
+            bitmap_region_bytes: None,
+            shards: 1,
+            member_data_bytes_max: None,
+            tunables: Default::default(),
+        };
+        new_array(&new).map(|_| ()).map_err(|e| e.to_string())
+    };
+    for bad in ["", "a/b", "/", "../x", ".", "..", "-x", "--help", "nul\0", &"n".repeat(65)] {
+        let e = with_name(bad).unwrap_err();
+        assert!(e.starts_with("array name"), "{bad:?}: {e}");
+    }
+    assert!(with_name("a/b").unwrap_err().contains("must not contain '/'"));
+    assert!(with_name("..").unwrap_err().contains("must not be '.' or '..'"));
+    assert!(with_name("-x").unwrap_err().contains("must not start with '-'"));
+    for good in ["x", "db-1", "...", ".hidden", "a.b", "naïve", &"n".repeat(64)] {
+        assert_eq!(with_name(good), Ok(()), "{good:?}");
+    }
+}

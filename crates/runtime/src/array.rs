@@ -77,6 +77,9 @@ pub struct CreatedArray {
     pub geometry: Geometry,
     pub init: Init,
     pub created_files: Vec<PathBuf>,
+    /// Each member's size as opened, in role order: every member gives the array only as
+    /// much as the smallest, which the caller may want to say.
+    pub member_sizes_bytes: Vec<u64>,
 }
 
 /// Bounds of the `queue_depth` tunable (a reactor's io_uring entries: a power of two, at most
@@ -84,6 +87,18 @@ pub struct CreatedArray {
 /// and every later start failed).
 pub const QUEUE_DEPTH_MIN: u32 = 16;
 pub const QUEUE_DEPTH_MAX: u32 = flashraid_uring::RING_ENTRIES_MAX;
+
+/// A rate limit as the superblock stores it: whole MiB/s, rounded up so a limit never becomes
+/// "no limit" (0 stays 0: none). A rate set while running takes effect as stored
+/// (`stored_rate_bytes_per_s`), so the rate in force is the one the next start uses.
+pub fn rate_mib_per_s(bytes_per_s: u64) -> u32 {
+    u32::try_from(bytes_per_s.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
+
+/// `bytes_per_s` as stored and put in force: rounded up to whole MiB/s.
+pub fn stored_rate_bytes_per_s(bytes_per_s: u64) -> u64 {
+    u64::from(rate_mib_per_s(bytes_per_s)) << 20
+}
 
 /// Whether `depth` is a queue depth the array can start with.
 pub fn queue_depth_valid(depth: u32) -> bool {
@@ -413,18 +428,19 @@ pub fn create(spec: &CreateSpec) -> Result<CreatedArray, ArrayError> {
             let _ = std::fs::remove_file(path);
         }
     }
-    result.map(|(uuid, geometry, init)| CreatedArray {
+    result.map(|(uuid, geometry, init, member_sizes_bytes)| CreatedArray {
         uuid,
         geometry,
         init,
         created_files: created,
+        member_sizes_bytes,
     })
 }
 
 fn create_inner(
     spec: &CreateSpec,
     created: &mut Vec<PathBuf>,
-) -> Result<(Uuid, Geometry, Init), ArrayError> {
+) -> Result<(Uuid, Geometry, Init, Vec<u64>), ArrayError> {
     let members: Vec<MemberDevice> = spec
         .members
         .iter()
@@ -463,7 +479,8 @@ fn create_inner(
     let member_refs: Vec<&dyn MetaDevice> = members.iter().map(|d| d as &dyn MetaDevice).collect();
     let spare_refs: Vec<&dyn MetaDevice> = spares.iter().map(|d| d as &dyn MetaDevice).collect();
     let made = flashraid_control::create(&new, &member_refs, &spare_refs, spec.overwrite, init)?;
-    Ok((uuid, made.geometry, init))
+    let member_sizes_bytes = member_refs.iter().map(|d| d.size_bytes()).collect();
+    Ok((uuid, made.geometry, init, member_sizes_bytes))
 }
 
 /// Read one device's superblocks (for `flashraid inspect`).
@@ -519,7 +536,13 @@ pub fn create_in_memory_with_spares(
     };
     let init = spec.init.unwrap_or(Init::Zero);
     let made = flashraid_control::create(&new, &refs, &spare_refs, spec.overwrite, init)?;
-    Ok(CreatedArray { uuid, geometry: made.geometry, init, created_files: vec![] })
+    Ok(CreatedArray {
+        uuid,
+        geometry: made.geometry,
+        init,
+        created_files: vec![],
+        member_sizes_bytes: refs.iter().map(|d| d.size_bytes()).collect(),
+    })
 }
 
 impl Array {
@@ -736,6 +759,7 @@ impl Array {
             ring_entries: options.ring_entries,
             member_timeout_us: options.config.member_io_timeout_us,
             stall_noted: vec![None; geometry.member_count()],
+            spare_held_noted: None,
             role_epoch: vec![0; geometry.member_count()],
             scrub_interval: options.scrub_interval,
             next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
@@ -1191,6 +1215,10 @@ struct Controller {
     member_timeout_us: u64,
     /// Per role: when a stall that could not be failed was last said in an event.
     stall_noted: Vec<Option<std::time::Instant>>,
+    /// The roles out of service when the event saying that no hot spare takes a role (the
+    /// array is failed past its tolerance) was last recorded: said once per such state, not
+    /// at every look for a spare.
+    spare_held_noted: Option<Vec<usize>>,
     /// Per role: the epoch of the device holding it, counted as every shard counts it (one
     /// per `StartRebuild`, mod `EPOCHS`): failure and stall reports naming another are about
     /// a device the role has left.
@@ -1465,9 +1493,11 @@ impl Controller {
                     }
                     let _ = reply.send(result);
                 }
-                Some(ToController::SetRebuildRate { bytes_per_s: rate, busy, reply }) => {
+                Some(ToController::SetRebuildRate { bytes_per_s, busy, reply }) => {
+                    // In force as stored (whole MiB/s), so a restart changes nothing.
+                    let rate = stored_rate_bytes_per_s(bytes_per_s);
                     let share = rate.div_ceil(u64::from(self.shard_count));
-                    let mib = Some(u32::try_from(rate.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+                    let mib = Some(rate_mib_per_s(rate));
                     // Stored with the array: the next start uses it too.
                     let mut tunables = self.metadata.superblock().tunables;
                     if busy {
@@ -1557,14 +1587,17 @@ impl Controller {
     /// Apply a tunable to the running array (`Array::tune`) and store it.
     fn tune(&mut self, tunable: Tunable) -> Result<(), ArrayError> {
         let shards = u64::from(self.shard_count);
-        let mib = |bytes: u64| Some(u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+        let mib = |bytes: u64| Some(rate_mib_per_s(bytes));
         let mut tunables = self.metadata.superblock().tunables;
+        // Rates are in force as stored (whole MiB/s), so a restart changes nothing.
         match tunable {
             Tunable::ResyncRate(rate) => {
+                let rate = stored_rate_bytes_per_s(rate);
                 self.broadcast(|| Control::SetResyncRate(rate.div_ceil(shards)));
                 tunables.resync_rate_mib_per_s = mib(rate);
             }
             Tunable::ScrubRate(rate) => {
+                let rate = stored_rate_bytes_per_s(rate);
                 self.scrub_rate_bytes_per_s = rate;
                 self.broadcast(|| Control::SetScrubRate(rate.div_ceil(shards)));
                 tunables.scrub_rate_mib_per_s = mib(rate);
@@ -2798,6 +2831,7 @@ impl Controller {
     fn take_spare_if_wanted(&mut self) {
         // The shards first learn of every failure recorded so far (see above).
         self.tell_shards_of_failures();
+        self.note_spare_held_back();
         let Some(role) = self.metadata.spare_wanted() else { return };
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -2837,6 +2871,24 @@ impl Controller {
                 &format!("hot spare could not take over: {e}"),
             ),
         }
+    }
+
+    /// Say once, while it lasts, that the hot spares stay spares because the array is failed
+    /// past its tolerance: a rebuild onto one would have nothing to reconstruct from.
+    fn note_spare_held_back(&mut self) {
+        let held = self.metadata.spare_held_back();
+        if held.is_some() && held != self.spare_held_noted {
+            let missing = held.clone().unwrap_or_default();
+            let geometry = self.metadata.superblock().geometry();
+            let message = format!(
+                "no hot spare takes over: members {missing:?} are out of service, more than {} \
+                 x{} survives, so no failed role can be rebuilt; the spares stay spares",
+                geometry.level(),
+                geometry.member_count()
+            );
+            self.events.record(&self.metadata, "spare-held", &message);
+        }
+        self.spare_held_noted = held;
     }
 
     fn begin_rebuild(

@@ -1350,3 +1350,43 @@ fn a_second_fail_of_a_role_being_rebuilt_is_refused_unless_forced() {
     assert_eq!(status.members[2].path, None, "{status:#?}");
     assert!(status.rebuild.is_none() && !status.failed, "{status:#?}");
 }
+
+/// A hot spare added to an array failed past its tolerance stays a spare, and an event says
+/// why: nothing in service could rebuild a failed role, so a rebuild onto it would stall at
+/// its first stripe (found by a misuse test: the spare took the role and its rebuild
+/// stalled).
+#[test]
+fn no_spare_takes_a_role_while_the_array_is_failed_past_its_tolerance() {
+    use flashraid_runtime::FailGuard;
+    let array = memory_array("held", Level::Raid5, 3, &[], &options(0));
+    array.fail_member(0).unwrap();
+    array.fail_member_with(1, FailGuard::Force).unwrap();
+    assert!(array.status().unwrap().failed);
+    array.add_spare_in_memory(MemMember::new("held-spare", 16 << 20)).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.rebuild.is_none(), "{status:#?}");
+    assert_eq!(status.spares.len(), 1, "{status:#?}");
+    assert!(status.members[0].path.is_none() && status.members[1].path.is_none(), "{status:#?}");
+    let held: Vec<_> = status.events.iter().filter(|e| e.kind == "spare-held").collect();
+    assert_eq!(held.len(), 1, "said once: {:#?}", status.events);
+    assert!(held[0].message.contains("members [0, 1] are out of service"), "{held:?}");
+}
+
+/// A rate set live is in force as the superblock stores it, whole MiB/s rounded up, so what
+/// runs now is what the next start runs and what the CLI says (found by a misuse test:
+/// `--resync-rate 1` ran at 1 B/s, said "1 B/s", and stored 1 MiB/s).
+#[test]
+fn a_rate_set_live_is_in_force_as_stored() {
+    let array = memory_array("rate", Level::Raid6, 4, &["rate-spare"], &options(1));
+    array.fail_member(0).unwrap();
+    wait_for(&array, "the spare's takeover", |s| s.rebuild.is_some());
+    array.set_rebuild_rate(1).unwrap();
+    let status = array.status().unwrap();
+    let rebuild = status.rebuild.as_ref().expect("rebuilding");
+    assert_eq!(rebuild.rate_limit_bytes_per_s, 1 << 20, "{rebuild:#?}");
+    assert_eq!(status.tunables.rebuild_rate_mib_per_s, Some(1));
+    array.set_rebuild_rate((3 << 20) + 5).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.rebuild.as_ref().unwrap().rate_limit_bytes_per_s, 4 << 20);
+    assert_eq!(status.tunables.rebuild_rate_mib_per_s, Some(4));
+}

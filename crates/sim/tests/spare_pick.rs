@@ -148,3 +148,31 @@ fn a_removed_spare_leaves_the_table_and_the_others_keep_their_order() {
     assert_eq!(take(&d, &mut m, None, None).unwrap(), 4);
     assert_eq!(m.spare_devices(), &[6]);
 }
+
+/// An array failed past its tolerance keeps its spares: the members in service cannot
+/// reconstruct a failed role, so a rebuild onto a spare would stall at its first stripe
+/// (found by a misuse test: the spare took the last RAID 1 member's role). Once the array
+/// survives again, the spare is wanted.
+#[test]
+fn no_spare_takes_a_role_while_the_array_is_failed_past_its_tolerance() {
+    let d = devices(1);
+    let mut m = started(&d, 1);
+    let all: Vec<&dyn MetaDevice> = d.iter().map(|x| x as &dyn MetaDevice).collect();
+    let roles = [MemberIndex(0), MemberIndex(1), MemberIndex(2)];
+    m.fail_members(&all, &roles).unwrap();
+    assert_eq!(m.spare_wanted(), None);
+    assert_eq!(m.spare_held_back(), Some(vec![0, 1, 2]));
+    let e = m.take_spare(&all, MemberIndex(0), None, false, None).unwrap_err();
+    assert!(e.to_string().contains("nothing is left to rebuild role 0 from"), "{e}");
+    assert_eq!(m.spare_devices(), &[4], "the spare stays a spare");
+    assert_eq!(m.role_device(0), None);
+
+    // Within the tolerance (two of RAID 6's four out), the spare is wanted and held back no
+    // longer.
+    let d = devices(1);
+    let mut m = started(&d, 1);
+    let all: Vec<&dyn MetaDevice> = d.iter().map(|x| x as &dyn MetaDevice).collect();
+    m.fail_members(&all, &roles[..2]).unwrap();
+    assert_eq!(m.spare_held_back(), None);
+    assert_eq!(m.spare_wanted(), Some(MemberIndex(0)));
+}
