@@ -391,7 +391,7 @@ step "status over the control socket; fail a member under fio verify: the spare 
 grep -q '"state": "optimal"' "$WORK/status.json" || { cat "$WORK/status.json"; fail "not optimal"; }
 "$F" fail --control "$WORK/control" 99 2>/dev/null && fail "failing role 99 succeeded"
 # Slow enough to watch, then no limit.
-"$F" rebuild --control "$WORK/control" --rate 40M | contains "at most" || fail "rate not set"
+"$F" rebuild --control "$WORK/control" --rate 40M | contains "rebuild rate: 40 MiB/s (stored)" || fail "rate not set"
 fio --name=verify --ioengine=nbd --uri="$URI" --rw=randwrite --bs=64k --iodepth=16 \
     --size=48M --offset=16M --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
     --output="$WORK/fio-rebuild.log" &
