@@ -133,6 +133,17 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
             }
             _ => json!({ "error": "spare-remove needs an absolute path" }),
         },
+        // `replace-named force|keep ["OLD","NEW"]`: two paths, so a JSON array of both.
+        ["replace-named", how @ ("force" | "keep"), ..] => {
+            let rest = trimmed.splitn(3, ' ').nth(2).unwrap_or("");
+            match serde_json::from_str::<[PathBuf; 2]>(rest) {
+                Ok([old, new]) if old.is_absolute() && new.is_absolute() => answer(
+                    context.array.replace_named(&old.to_string_lossy(), &new, overwrite(how)),
+                    json!({ "ok": true }),
+                ),
+                _ => json!({ "error": "replace-named needs [\"OLD\",\"NEW\"], absolute paths" }),
+            }
+        }
         ["replace-cancel"] => answer(context.array.cancel_replace(), json!({ "ok": true })),
         ["status"] => match context.array.status() {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
@@ -184,7 +195,8 @@ fn handle(stream: UnixStream, context: &ControlContext) -> std::io::Result<()> {
                 "unknown command {:?}: try status, fail ROLE [force], rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH, spare-remove PATH, \
-                 replace ROLE force|keep PATH or replace-cancel",
+                 replace ROLE force|keep PATH, replace-named force|keep [\"OLD\",\"NEW\"] \
+                 or replace-cancel",
                 line.trim()
             )
         }),
@@ -702,12 +714,21 @@ pub struct ReplaceArgs {
     /// member stays in service, NEW stays a hot spare (`spare remove` takes it out).
     #[arg(long, conflicts_with_all = ["old", "new", "force"])]
     cancel: bool,
-    /// The member to replace (its path, as `status` lists it).
+    /// The member to replace: its path from this directory or absolute (the server matches
+    /// it to the name it holds the member under, or to the same file by another name).
     #[arg(required_unless_present = "cancel")]
     old: Option<PathBuf>,
     /// The device or file that takes its place.
     #[arg(required_unless_present = "cancel")]
     new: Option<PathBuf>,
+}
+
+/// `path` made absolute against the working directory: resolved (links, `..`) when it
+/// exists, else as written (a member that vanished is still named by its path).
+fn absolute_path(path: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .with_context(|| format!("{}: not a path", path.display()))
 }
 
 /// `flashraid replace OLD NEW`: NEW is added as a spare (or used, if it is one already),
@@ -724,24 +745,18 @@ pub fn run_replace(args: ReplaceArgs) -> Result<()> {
         );
         return Ok(());
     };
-    let old =
-        std::fs::canonicalize(old).with_context(|| format!("{}: cannot find it", old.display()))?;
-    let v = ask(&path, "status")?;
-    // `status` lists members by the names the server opened them with (perhaps relative, or
-    // through a symlink): compare resolved paths.
-    let resolved = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
-    let role = v["members"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|m| m["path"].as_str().map(resolved).as_ref() == Some(&old))
-        .and_then(|m| m["role"].as_u64())
-        .with_context(|| format!("{} is not a member of this array", old.display()))?;
+    // The server finds OLD among the members (`status` lists them by the names it opened
+    // them with, relative to its own directory perhaps): this side only makes it absolute
+    // against ours, resolved when it exists (found by a misuse test: the CLI resolved the
+    // server's relative names against its own directory, and found no member).
+    let old = absolute_path(old)?;
     let new =
         std::fs::canonicalize(new).with_context(|| format!("{}: cannot find it", new.display()))?;
     let how = if args.force { "force" } else { "keep" };
-    ask(&path, &format!("replace {role} {how} {}", new.display()))?;
+    let both = serde_json::to_string(&[&old, &new])?;
+    ask(&path, &format!("replace-named {how} {both}"))?;
     let v = ask(&path, "status")?;
+    let role = v["rebuild"]["role"].as_u64().map_or_else(|| "?".into(), |r| r.to_string());
     println!("member {role} ({}) is being replaced by {}", old.display(), new.display());
     if let Some(line) = rebuild_line(&v["rebuild"]) {
         println!("{line}");

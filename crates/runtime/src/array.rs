@@ -337,7 +337,7 @@ pub(crate) enum ToController {
     AddSpare(NewSpare, Overwrite, ReAdd, Sender<Result<(), ArrayError>>),
     /// Replace a member: the device is added as a spare (or is one), the member is copied to
     /// it, then failed, and that spare (not another) takes the role (`Array::replace`).
-    Replace(usize, NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
+    Replace(ReplaceOld, NewSpare, Overwrite, Sender<Result<(), ArrayError>>),
     /// Give up the running `replace`'s copy (`Array::cancel_replace`).
     CancelReplace(Sender<Result<(), ArrayError>>),
     /// Take a hot spare (by its device name) out of the array (`Array::remove_spare`).
@@ -1024,6 +1024,23 @@ impl Array {
         self.send_replace(role, NewSpare::Memory(member), Overwrite::Refuse)
     }
 
+    /// `replace` of the member `old` names: the name a role's device is held under (as
+    /// `status` lists members; made absolute against the server's own directory, where it
+    /// opened it, so a relative name given to `serve` matches the CLI's absolute one), else
+    /// the device the file `old` leads to (by identity, so a symlink or another name of the
+    /// same file works). Looked up by the controller with the replace itself, so a takeover
+    /// in between cannot make it replace another device.
+    pub fn replace_named(
+        &self,
+        old: &str,
+        path: &Path,
+        overwrite: Overwrite,
+    ) -> Result<(), ArrayError> {
+        let spare = NewSpare::Path(path.to_path_buf());
+        let old = ReplaceOld::Named(old.to_string());
+        self.ask_controller(|tx| ToController::Replace(old, spare, overwrite, tx))
+    }
+
     fn send_replace(
         &self,
         role: usize,
@@ -1031,7 +1048,8 @@ impl Array {
         overwrite: Overwrite,
     ) -> Result<(), ArrayError> {
         self.check_role(role)?;
-        self.ask_controller(|tx| ToController::Replace(role, spare, overwrite, tx))
+        let old = ReplaceOld::Role(role);
+        self.ask_controller(|tx| ToController::Replace(old, spare, overwrite, tx))
     }
 
     /// Give up the running `replace` while it copies (also one resumed at a start): the
@@ -1454,11 +1472,11 @@ impl Controller {
                     };
                     let _ = reply.send(result);
                 }
-                Some(ToController::Replace(role, spare, overwrite, reply)) => {
+                Some(ToController::Replace(old, spare, overwrite, reply)) => {
                     let result = if shutdown.is_some() {
                         Err(ArrayError::Other("the array is shutting down".into()))
                     } else {
-                        self.replace(role, spare, overwrite)
+                        self.role_to_replace(&old).and_then(|r| self.replace(r, spare, overwrite))
                     };
                     let _ = reply.send(result);
                 }
@@ -2082,6 +2100,24 @@ impl Controller {
     /// name no longer leads to.
     fn held_unlisted(&self, index: usize) -> bool {
         !self.devices[index].is_released() && !self.metadata.lists(index)
+    }
+
+    /// The role `old` names (`Array::replace_named`): a role's device held under that name
+    /// first, else one the named file is.
+    fn role_to_replace(&self, old: &ReplaceOld) -> Result<usize, ArrayError> {
+        let name = match old {
+            ReplaceOld::Role(role) => return Ok(*role),
+            ReplaceOld::Named(name) => name,
+        };
+        let roles = 0..self.metadata.superblock().geometry().member_count();
+        let held = |r: &usize| self.metadata.role_device(*r).map(|d| &self.devices[d]);
+        let by_name = roles.clone().find(|r| held(r).is_some_and(|d| same_name(&d.name(), name)));
+        let by_identity = || roles.clone().find(|r| held(r).is_some_and(|d| names_device(d, name)));
+        by_name.or_else(by_identity).ok_or_else(|| {
+            ArrayError::Other(format!(
+                "{name} is not a member of this array in service (`status` lists the members)"
+            ))
+        })
     }
 
     fn replace(
@@ -3169,6 +3205,12 @@ fn retry_interval_text(us: u64) -> String {
 enum Listing {
     New,
     Again,
+}
+
+/// The member a `replace` is for: a role, or a name the operator gave for its device.
+pub(crate) enum ReplaceOld {
+    Role(usize),
+    Named(String),
 }
 
 /// How the erase of a removed spare's superblocks ended.
