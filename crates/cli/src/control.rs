@@ -756,7 +756,14 @@ pub fn run_replace(args: ReplaceArgs) -> Result<()> {
     let both = serde_json::to_string(&[&old, &new])?;
     ask(&path, &format!("replace-named {how} {both}"))?;
     let v = ask(&path, "status")?;
-    let role = v["rebuild"]["role"].as_u64().map_or_else(|| "?".into(), |r| r.to_string());
+    // The role being rebuilt, or (a small copy may already have finished) the one NEW holds.
+    let holds_new = |m: &&serde_json::Value| {
+        m["path"].as_str().is_some_and(|p| absolute_path(Path::new(p)).is_ok_and(|p| p == new))
+    };
+    let role = v["rebuild"]["role"]
+        .as_u64()
+        .or_else(|| v["members"].as_array()?.iter().find(holds_new)?["role"].as_u64())
+        .map_or_else(|| "?".into(), |r| r.to_string());
     println!("member {role} ({}) is being replaced by {}", old.display(), new.display());
     if let Some(line) = rebuild_line(&v["rebuild"]) {
         println!("{line}");
