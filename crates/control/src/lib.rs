@@ -238,6 +238,12 @@ fn write_bitmap_area(
     write_map_area(device, sb, BitmapKind::WriteIntent, dirty, shards)
 }
 
+/// Bitmap regions of the array's data area (the superblock's rules keep the count within
+/// one bitmap block).
+fn region_count(sb: &Superblock) -> u32 {
+    u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated")
+}
+
 /// Where a map's area starts on every member.
 fn map_offset(sb: &Superblock, kind: BitmapKind) -> u64 {
     match kind {
@@ -255,8 +261,7 @@ fn write_map_area(
     set: &[u32],
     shards: u32,
 ) -> Result<(), ControlError> {
-    let region_count =
-        u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
+    let region_count = region_count(sb);
     let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
     let shard_count = u16::try_from(shards).expect("at most 64");
     for shard in 0..SHARDS_MAX {
@@ -302,8 +307,7 @@ fn union_of_maps(
     sb: &Superblock,
     kind: BitmapKind,
 ) -> Vec<u32> {
-    let region_count =
-        u32::try_from(sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes)).expect("validated");
+    let region_count = region_count(sb);
     let mut dirty = vec![false; usize::try_from(region_count).expect("fits")];
     let mut everything = kind == BitmapKind::Missed && sb.missed_map_since_event == 0;
     let mut buf = IoBuf::new(BITMAP_BLOCK_BYTES);
@@ -362,8 +366,7 @@ pub fn prepare(
         // Stale copies used by force: their chunks disagree with parity wherever the array
         // was written since they were taken, and nothing says where.
         let sb = &assembled.superblock;
-        let region_count = sb.member_data_bytes.div_ceil(sb.bitmap_region_bytes);
-        (0..u32::try_from(region_count).expect("validated")).collect()
+        (0..region_count(sb)).collect()
     } else if assembled.dirty {
         let mut dirty = dirty_regions(devices, &assembled);
         if !assembled.failed_used.is_empty() {
@@ -877,13 +880,16 @@ impl Metadata {
     /// Whether the roles out of service (a role being rebuilt counted as out: it holds only
     /// part of its data) are more than the level survives.
     fn past_tolerance(&self) -> bool {
-        let rebuilding = self.template.rebuild_role;
-        let unavailable: Vec<bool> = (0..self.roles.len())
-            .map(|r| {
-                self.roles[r].is_none() || (rebuilding != ROLE_NONE && usize::from(rebuilding) == r)
-            })
-            .collect();
-        !self.template.geometry().survives(&unavailable)
+        !self.template.geometry().survives(&self.unavailable_roles(None))
+    }
+
+    /// Per role, whether it is out of service: no device holds it, it is being rebuilt (it
+    /// holds only part of its data), or it is `also` (a role about to be failed).
+    pub fn unavailable_roles(&self, also: Option<usize>) -> Vec<bool> {
+        let rebuilding = self.rebuild_in_progress().map(|(r, _)| r.get());
+        (0..self.roles.len())
+            .map(|r| self.roles[r].is_none() || rebuilding == Some(r) || also == Some(r))
+            .collect()
     }
 
     /// Give the failed `role` to a hot spare (`preferred` if it is one, else the first; never

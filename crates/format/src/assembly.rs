@@ -84,7 +84,8 @@ pub enum StaleMembers {
     /// Leave them out; refuse to start if the array needs them.
     LeaveOut,
     /// The operator accepts their old chunks (`--force`): used only when the array cannot
-    /// start without them, and then the whole array is resynced.
+    /// start without them; then every region is resynced after a stale copy, and the
+    /// bitmap's and missed-write map's regions after a failed member.
     UseIfNeeded,
 }
 
@@ -464,9 +465,7 @@ fn place_members(
     let missing_roles: Vec<usize> =
         (0..role_count).filter(|&r| roles[r].is_none() && !failed_roles.contains(&r)).collect();
     // A replacement still being rebuilt does not hold the chunks above its cursor.
-    let unavailable: Vec<bool> = (0..role_count)
-        .map(|r| roles[r].is_none() || newest.members[r].state == MemberState::Rebuilding)
-        .collect();
+    let unavailable = unavailable_roles(newest, &roles);
     if !geometry.survives(&unavailable) {
         return Err(AssemblyError::TooManyMissing {
             array: label(newest),
@@ -479,8 +478,8 @@ fn place_members(
             hint: hint.into(),
         });
     }
-    // Forced stale copies disagree with parity wherever the array was written since they
-    // were taken: the whole array is resynced, as after an unclean shutdown.
+    // Forced stale copies, or failed members brought back, may disagree with parity: the
+    // array resyncs as after an unclean shutdown (`control::prepare` says which regions).
     let dirty =
         newest.state == ArrayState::Dirty || !stale_used.is_empty() || !failed_used.is_empty();
     let degraded = unavailable.iter().any(|&u| u);
@@ -524,13 +523,17 @@ fn place_members(
     })
 }
 
-/// Whether the level survives with `roles` held (a role being rebuilt counts as unavailable:
-/// it holds only part of its chunks).
-fn survives_with(newest: &Superblock, roles: &[Option<usize>]) -> bool {
-    let unavailable: Vec<bool> = (0..roles.len())
+/// Per role, whether it is unavailable with `roles` held: no device, or being rebuilt (it
+/// holds only part of its chunks).
+fn unavailable_roles(newest: &Superblock, roles: &[Option<usize>]) -> Vec<bool> {
+    (0..roles.len())
         .map(|r| roles[r].is_none() || newest.members[r].state == MemberState::Rebuilding)
-        .collect();
-    newest.geometry().survives(&unavailable)
+        .collect()
+}
+
+/// Whether the level survives with `roles` held.
+fn survives_with(newest: &Superblock, roles: &[Option<usize>]) -> bool {
+    newest.geometry().survives(&unavailable_roles(newest, roles))
 }
 
 /// The fewest of `options` (slot, candidate), taken in the order given, that make the level

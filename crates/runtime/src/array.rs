@@ -1686,11 +1686,8 @@ impl Controller {
             return; // already out of service (failed since, or by another shard's report)
         }
         // A role being rebuilt holds only part of its data: counted as out.
-        let rebuilding = self.metadata.rebuild_in_progress().map(|(r, _)| r.get());
         let geometry = self.metadata.superblock().geometry();
-        let unavailable: Vec<bool> = (0..geometry.member_count())
-            .map(|r| r == role || missing.contains(&r) || rebuilding == Some(r))
-            .collect();
+        let unavailable = self.metadata.unavailable_roles(Some(role));
         let ms = self.member_timeout_us / 1000;
         if geometry.survives(&unavailable) {
             self.events.record(
@@ -1728,9 +1725,7 @@ impl Controller {
         let missing = self.metadata.missing_roles();
         // A role being rebuilt holds only part of its data: counted as out.
         let rebuilding = self.metadata.rebuild_in_progress().map(|(r, _)| r.get());
-        let unavailable: Vec<bool> = (0..geometry.member_count())
-            .map(|r| r == role || missing.contains(&r) || rebuilding == Some(r))
-            .collect();
+        let unavailable = self.metadata.unavailable_roles(Some(role));
         // `fail ROLE` given twice: the second would fail the spare that took the role over
         // after the first, and stop its rebuild. The operator names a role, not a device,
         // so that is refused unless forced.
