@@ -448,7 +448,8 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
     for device in &a.failed_used {
         println!(
             "  {device}: failed past what the level survives, brought back because of --force \
-             (its chunks are as of its failure; the regions being written then are resynced)"
+             (its chunks are as of its failure; the regions being written then and those the \
+             missed-write map names are resynced)"
         );
     }
     for device in &a.stale_used {

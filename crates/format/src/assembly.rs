@@ -601,8 +601,9 @@ fn revive_failed(
     if policy == StaleMembers::LeaveOut {
         let hint = format!(
             "; --force brings back {}: the last member to fail holds the data as of the \
-             array's failure, one failed earlier lacks what was written after it failed, and \
-             the regions being written then are resynced",
+             array's failure, one failed earlier lacks what was written after it failed; the \
+             regions being written then and those written while a member was out (the \
+             missed-write map) are resynced",
             names.join(", ")
         );
         return (vec![], hint);

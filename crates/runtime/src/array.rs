@@ -781,7 +781,8 @@ impl Array {
             let message = format!(
                 "{device}, failed past what the level survives, is back in its role because \
                  the array could not start without it (--force): its chunks are as of its \
-                 failure, and the regions being written then are resynced"
+                 failure; the regions being written then and those written while a member \
+                 was out (the missed-write map) are resynced"
             );
             controller.events.record(&controller.metadata, "failed-member-used", &message);
         }
