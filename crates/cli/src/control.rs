@@ -300,10 +300,7 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
                 None => json!({ "error": format!("{key} {v} is out of range") }),
             },
             (None, _) => json!({
-                "error": format!(
-                    "unknown tunable {key:?}: resync-rate, scrub-rate, scrub-every-hours, \
-                     merge-window-us, shards or queue-depth"
-                )
+                "error": format!("unknown tunable {key:?}: try {}", tune_key_names())
             }),
             (_, Err(_)) => json!({ "error": format!("not a number: {value:?}") }),
         },
@@ -912,18 +909,34 @@ pub struct RebuildArgs {
 }
 
 /// The `tune` command's keys, each with how it makes its [`Tunable`] from a number (`None`:
-/// out of range for the tunable's type).
-fn tune_key(key: &str) -> Option<fn(u64) -> Option<Tunable>> {
-    Some(match key {
-        "resync-rate" => |v| Some(Tunable::ResyncRate(v)),
-        "scrub-rate" => |v| Some(Tunable::ScrubRate(v)),
-        "scrub-every-hours" => |v| u32::try_from(v).ok().map(Tunable::ScrubEveryHours),
-        "merge-window-us" => |v| u32::try_from(v).ok().map(Tunable::MergeWindowUs),
-        "shards" => |v| u32::try_from(v).ok().map(Tunable::Shards),
-        "queue-depth" => |v| u32::try_from(v).ok().map(Tunable::QueueDepth),
-        "member-timeout-ms" => |v| u32::try_from(v).ok().map(Tunable::MemberTimeoutMs),
-        _ => return None,
-    })
+/// out of range for the tunable's type). The parser and the error that lists the valid keys
+/// both read this one table, so the list cannot leave a key out (found by review: it had
+/// left out `member-timeout-ms`).
+const TUNE_KEYS: [(&str, MakeTunable); 7] = [
+    ("resync-rate", |v| Some(Tunable::ResyncRate(v))),
+    ("scrub-rate", |v| Some(Tunable::ScrubRate(v))),
+    ("scrub-every-hours", |v| u32::try_from(v).ok().map(Tunable::ScrubEveryHours)),
+    ("merge-window-us", |v| u32::try_from(v).ok().map(Tunable::MergeWindowUs)),
+    ("shards", |v| u32::try_from(v).ok().map(Tunable::Shards)),
+    ("queue-depth", |v| u32::try_from(v).ok().map(Tunable::QueueDepth)),
+    ("member-timeout-ms", |v| u32::try_from(v).ok().map(Tunable::MemberTimeoutMs)),
+];
+
+/// How a `tune` key makes its [`Tunable`] from the number given.
+type MakeTunable = fn(u64) -> Option<Tunable>;
+
+fn tune_key(key: &str) -> Option<MakeTunable> {
+    TUNE_KEYS.iter().find(|(name, _)| *name == key).map(|(_, make)| *make)
+}
+
+/// `a, b or c`: the keys `tune` takes.
+fn tune_key_names() -> String {
+    let names: Vec<&str> = TUNE_KEYS.iter().map(|(name, _)| *name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -1199,6 +1212,31 @@ mod tests {
         while let Err(e) = ask(&served.path, "status") {
             assert!(started.elapsed() < Duration::from_secs(2), "still refused: {e}");
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every key the unknown-tunable error lists is one `tune` takes, and every key it takes
+    /// is listed (found by review: `member-timeout-ms` was taken but not listed).
+    #[test]
+    fn the_tunables_listed_are_the_tunables_taken() {
+        let served = serve_memory(Level::Raid5, 3, 0, 0);
+        let e = ask(&served.path, "tune no-such-key 1").unwrap_err().to_string();
+        let list = e.split("try ").nth(1).unwrap_or_else(|| panic!("no list of keys: {e}"));
+        let listed: Vec<&str> =
+            list.split([',', ' ']).filter(|w| !w.is_empty() && *w != "or").collect();
+        let taken: Vec<&str> = TUNE_KEYS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(listed, taken, "{e}");
+        for key in listed {
+            let value = match key {
+                "resync-rate" | "scrub-rate" => 1 << 20,
+                "scrub-every-hours" | "merge-window-us" => 0,
+                "shards" => 1,
+                "queue-depth" => 64,
+                "member-timeout-ms" => 60_000,
+                _ => panic!("the test has no valid value for {key}"),
+            };
+            ask(&served.path, &format!("tune {key} {value}"))
+                .unwrap_or_else(|e| panic!("tune {key} {value}: {e}"));
         }
     }
 
