@@ -1006,6 +1006,33 @@ fn run_header(
     (run_id, manifest)
 }
 
+/// The rebuild limits the lab gave `serve`, for a manifest: as the array stores and keeps to
+/// them, in whole MiB/s (as `flashraid rebuild`, `tune` and `status` say them), with the
+/// figure given when it was rounded up. The busy rate was recorded in bytes per second, which
+/// no other screen uses; reports are read back only for their figures, never these strings.
+fn rebuild_rate_entries(
+    rebuild_rate_bytes_per_s: Option<u64>,
+    rebuild_busy_rate_bytes_per_s: Option<u64>,
+) -> Vec<(String, String)> {
+    let text = |bytes_per_s: u64, none: &str| {
+        let stored = crate::array_cmds::stored_rate_text(bytes_per_s, none);
+        let stored_bytes_per_s = u64::from(crate::array_cmds::mib_per_s(bytes_per_s)) << 20;
+        if stored_bytes_per_s == bytes_per_s {
+            stored
+        } else {
+            format!("{stored} (rounded up from {bytes_per_s} bytes per second)")
+        }
+    };
+    let mut entries = vec![];
+    if let Some(rate) = rebuild_rate_bytes_per_s {
+        entries.push(("rebuild rate".to_string(), text(rate, "no limit")));
+    }
+    if let Some(rate) = rebuild_busy_rate_bytes_per_s {
+        entries.push(("rebuild busy rate".to_string(), text(rate, "no separate limit")));
+    }
+    entries
+}
+
 /// vm-images: for each target, purge, precondition (snia-iops's WIPC), then the VMs' mixed
 /// load `repetitions` times. Returns the report folder and the Markdown.
 fn run_vm(
@@ -1372,9 +1399,7 @@ fn run_degraded(
     let conformance =
         workload_label(args.mode, "degraded-rebuild is the lab's workload, not a SNIA test");
     let (run_id, mut manifest) = run_header(out, Profile::DegradedRebuild, args, machine);
-    if let Some(rate) = args.rebuild_busy_rate {
-        manifest.insert("rebuild busy rate".into(), format!("{rate} B/s"));
-    }
+    manifest.extend(rebuild_rate_entries(args.rebuild_rate, args.rebuild_busy_rate));
     let hosts = args.load_hosts.as_slice();
     if !hosts.is_empty() {
         manifest.insert(
@@ -2199,7 +2224,30 @@ fn load_reports(path: &Path) -> Result<Vec<Loaded>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{paced_iops_per_thread, parse_fio_output_from};
+    use super::{paced_iops_per_thread, parse_fio_output_from, rebuild_rate_entries};
+
+    /// The manifest says the rebuild limits as the operator sees them, in MiB/s (found by
+    /// review: the busy rate was "52428800 B/s", and the idle rate was left out).
+    #[test]
+    fn the_manifest_says_rebuild_rates_in_mib_per_s() {
+        let entries = rebuild_rate_entries(Some(0), Some(50 << 20));
+        assert_eq!(
+            entries,
+            [
+                ("rebuild rate".to_string(), "no limit".to_string()),
+                ("rebuild busy rate".to_string(), "50 MiB/s".to_string()),
+            ]
+        );
+        let entries = rebuild_rate_entries(None, Some(50_000_000));
+        assert_eq!(
+            entries,
+            [(
+                "rebuild busy rate".to_string(),
+                "48 MiB/s (rounded up from 50000000 bytes per second)".to_string()
+            )]
+        );
+        assert!(rebuild_rate_entries(None, None).is_empty());
+    }
 
     /// Results from load hosts are taken only when every host reported.
     #[test]
