@@ -3,9 +3,9 @@
 //! No member data is simulated; these tests are about ordering and state, not bytes.
 
 use flashraid_engine::{
-    BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo, MemberIoKind,
-    MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp, ShardReply,
-    ShardRequest, ShardSetup, ShutdownState, ZeroHow,
+    ArrayAccess, BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo,
+    MemberIoKind, MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp,
+    ShardReply, ShardRequest, ShardSetup, ShutdownState, ZeroHow,
 };
 use flashraid_format::Uuid;
 use flashraid_iobuf::IoBuf;
@@ -51,6 +51,7 @@ fn shard_with(
             missed_area_offset_bytes: BITMAP_OFFSET + (256 << 10),
             missed_regions: vec![],
         },
+        access: ArrayAccess::ReadWrite,
     })
     .unwrap()
 }

@@ -268,6 +268,12 @@ impl Shard {
                     if !self.is_idle() {
                         return;
                     }
+                    if self.is_read_only() {
+                        // Nothing was written: nothing to flush, and the bitmap stays as the
+                        // start found it (never clean: the array is not marked clean either).
+                        self.shutdown = ShutdownState::Done { clean: false };
+                        return;
+                    }
                     self.start_internal_flush();
                     if self.internal_flush_pending == 0 {
                         // No member left to flush.
@@ -456,7 +462,9 @@ impl Shard {
     /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
     /// parity can no longer be checked against all the data).
     pub(super) fn resync_stalled(&self) -> bool {
+        // Read-only: resync would write parity; its regions stay untrusted instead.
         self.resync_blocked.is_some()
+            || self.is_read_only()
             || (self.geometry.tolerance() > 0
                 && self.members.iter().any(|m| m.health != Health::Active))
     }
@@ -464,7 +472,10 @@ impl Shard {
     /// Start resync operations while there is room and work.
     fn schedule_resync(&mut self) {
         let tolerance_left = self.members.iter().all(|m| m.health == Health::Active);
-        if self.resync_blocked.is_some() || self.shutdown != ShutdownState::Running {
+        if self.resync_blocked.is_some()
+            || self.shutdown != ShutdownState::Running
+            || self.is_read_only()
+        {
             return;
         }
         while self.resync_in_flight < self.config.resync_stripes_max
