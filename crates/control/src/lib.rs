@@ -16,6 +16,9 @@
 //!   two superblock passes (so a stale copy of a member is two passes behind; see
 //!   `flashraid_format::assembly`), and marked clean only after every shard has flushed its
 //!   writes and cleared its bitmap.
+//!
+//! A read-only start (`ArrayAccess::ReadOnly`) writes nothing: no bitmap, no superblock pass,
+//! and every later update is refused with `ControlError::ReadOnly` before it writes.
 
 #![forbid(unsafe_code)]
 

@@ -30,12 +30,16 @@ impl Shard {
         if now.saturating_sub(self.last_bitmap_scan_us) >= BITMAP_SCAN_INTERVAL_US {
             self.last_bitmap_scan_us = now;
             self.check_stalled_members();
-            if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
-                self.start_internal_flush();
+            // Read-only: the bitmap stays as the start found it (its dirty regions are never
+            // resynced), and nothing was written that a flush would make durable.
+            if !self.is_read_only() {
+                if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
+                    self.start_internal_flush();
+                }
+                let untrusted = &self.resync_regions[self.untrusted_from()..];
+                self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
+                self.kick_bitmap();
             }
-            let untrusted = &self.resync_regions[self.untrusted_from()..];
-            self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
-            self.kick_bitmap();
         }
         if self.resync_region_index < self.resync_regions.len() || !self.resync_announced {
             self.resync_pace.refill(now, u64::from(self.geometry.chunk_bytes()));

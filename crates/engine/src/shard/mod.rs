@@ -20,6 +20,9 @@
 //! - A write that skipped a member (or lost its write to it) is acknowledged only after the
 //!   metadata that marks the member failed is durable, so that member's stale chunks are
 //!   never read again.
+//! - A read-only shard (`ArrayAccess::ReadOnly`) polls no member write (asserted in
+//!   `poll_io`): writes and zeroes are refused, resync never starts, bad ranges are not
+//!   rewritten, the bitmap is left alone.
 //! - Every queue and pool is bounded by `ShardConfig`; the only allocations after start are
 //!   reconstruction plans, once per erasure pattern.
 //!
