@@ -417,6 +417,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
     });
     // Beside the stored tunables: the timeout in force (the default when none is stored).
     status["member_timeout_ms"] = json!(s.member_timeout_ms);
+    status["read_only"] = json!(s.read_only);
     status
 }
 
@@ -516,7 +517,12 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
         v["shards"],
         v["event"],
     );
-    println!("state: {}", v["state"].as_str().unwrap_or("?"));
+    let read_only = if v["read_only"].as_bool().unwrap_or(false) {
+        ", read-only (nothing is written to the members)"
+    } else {
+        ""
+    };
+    println!("state: {}{read_only}", v["state"].as_str().unwrap_or("?"));
     if v["bitmap_regions_dirty"].as_u64().unwrap_or(0) > 0 {
         println!("write-intent bitmap: {} regions dirty", v["bitmap_regions_dirty"]);
     }

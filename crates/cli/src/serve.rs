@@ -42,7 +42,11 @@ pub struct ServeArgs {
     /// Directory for the arrays' control sockets, NAME.control each.
     #[arg(long, default_value = CONTROL_DIR)]
     control_dir: PathBuf,
-    /// Export read-only.
+    /// Serve read-only, like `mdadm --assemble --readonly`: nothing is written to any member
+    /// (members opened read-only; no superblock or bitmap update at start or stop; no resync,
+    /// rebuild, spare takeover or scrub; NBD writes and commands that change the array are
+    /// refused). A dirty, degraded array still needs --force; reads that would reconstruct
+    /// a region left dirty then fail.
     #[arg(long)]
     read_only: bool,
     /// Serve each connection on a thread of its own after the handshake (as TLS connections
@@ -224,6 +228,10 @@ fn shut_down(arrays: Vec<(String, Arc<Array>)>) -> Result<()> {
             Ok(Stopped::Dirty) => eprintln!(
                 "flashraid serve: array {name:?} stopped dirty: the next start resyncs it"
             ),
+            Ok(Stopped::Untouched) => eprintln!(
+                "flashraid serve: array {name:?} stopped; it was served read-only and nothing \
+                 was written to its members"
+            ),
             Err(e) => {
                 eprintln!("flashraid serve: array {name:?}: {e:#}");
                 first_error.get_or_insert(e);
@@ -304,6 +312,9 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         options.stale_members = flashraid_format::assembly::StaleMembers::UseIfNeeded;
     }
     options.event_command = args.on_event.clone();
+    if args.read_only {
+        options.access = flashraid_engine::ArrayAccess::ReadOnly;
+    }
     options.tunables = args.tunables.to_tunables();
     let mut arrays: Vec<(String, Arc<Array>)> = vec![];
     for (name, members) in &plan {
@@ -399,9 +410,14 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         }
         println!("  control: {} (flashraid status, flashraid fail)", control.display());
     }
-    println!(
-        "SIGTERM or Ctrl-C stops: in-flight IO finishes, the arrays are flushed and marked clean."
-    );
+    if args.read_only {
+        println!("SIGTERM or Ctrl-C stops: in-flight IO finishes; nothing is written.");
+    } else {
+        println!(
+            "SIGTERM or Ctrl-C stops: in-flight IO finishes, the arrays are flushed and marked \
+             clean."
+        );
+    }
     let signal = signals.wait();
     eprintln!(
         "flashraid serve: signal {signal}: draining connections (a second signal exits at once)"

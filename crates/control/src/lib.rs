@@ -16,6 +16,9 @@
 //!   two superblock passes (so a stale copy of a member is two passes behind; see
 //!   `flashraid_format::assembly`), and marked clean only after every shard has flushed its
 //!   writes and cleared its bitmap.
+//!
+//! A read-only start (`ArrayAccess::ReadOnly`) writes nothing: no bitmap, no superblock pass,
+//! and every later update is refused with `ControlError::ReadOnly` before it writes.
 
 #![forbid(unsafe_code)]
 
@@ -23,7 +26,7 @@ mod signatures;
 
 pub use signatures::{Signature, detect_signature};
 
-use flashraid_engine::{BitmapSetup, Health, MemberSetup, ShardConfig, ShardSetup};
+use flashraid_engine::{ArrayAccess, BitmapSetup, Health, MemberSetup, ShardConfig, ShardSetup};
 use flashraid_format::assembly::{
     Assembled, AssemblyError, AssemblyRequest, Candidate, DirtyDegraded, assemble,
 };
@@ -74,6 +77,12 @@ pub enum ControlError {
     AlreadyListed { device: String, what: String },
     #[error("no member could record the metadata update: the array has failed")]
     NoMetadataQuorum,
+    /// A metadata update asked of an array started read-only (`ArrayAccess::ReadOnly`).
+    #[error(
+        "the array is served read-only: nothing is written to its members (stop it and start \
+         it without --read-only to change it)"
+    )]
+    ReadOnly,
     #[error("{0}")]
     Invalid(String),
 }
@@ -450,6 +459,9 @@ pub struct Metadata {
     /// them in the role while their own superblock, perhaps sessions old, would call them
     /// stale copies.
     joining: Vec<usize>,
+    /// Read-only: every update is refused with `ControlError::ReadOnly` before it writes,
+    /// and the superblock stays as the start found it (failures are kept in memory only).
+    access: ArrayAccess,
 }
 
 impl Metadata {
@@ -488,6 +500,7 @@ impl Metadata {
     /// everywhere, sync. A device that fails the write fails its role (recorded in the next
     /// round). Returns the roles that failed while writing.
     fn write_all(&mut self, devices: &[&dyn MetaDevice]) -> Result<Vec<usize>, ControlError> {
+        self.check_writable()?;
         let mut newly_failed = vec![];
         loop {
             // One pass: it reaches every holder (or fails it) before the next pass starts,
@@ -552,6 +565,33 @@ impl Metadata {
                 return Err(ControlError::NoMetadataQuorum);
             }
         }
+    }
+
+    /// Refuse any update of a read-only array (every public update calls this before its
+    /// first write, and `write_all` again).
+    fn check_writable(&self) -> Result<(), ControlError> {
+        match self.access {
+            ArrayAccess::ReadWrite => Ok(()),
+            ArrayAccess::ReadOnly => Err(ControlError::ReadOnly),
+        }
+    }
+
+    /// Whether updates are refused (the array was started read-only).
+    pub fn is_read_only(&self) -> bool {
+        self.access == ArrayAccess::ReadOnly
+    }
+
+    /// Record members as failed in memory only, on a read-only array (nothing may be
+    /// written): the engine stops using them, and the next start finds the superblocks as
+    /// they were. Returns the roles newly out of service.
+    pub fn fail_members_in_memory(&mut self, roles: &[MemberIndex]) -> Vec<MemberIndex> {
+        assert!(self.is_read_only(), "a writable array records failures durably");
+        let newly: Vec<MemberIndex> =
+            roles.iter().copied().filter(|r| self.roles[r.get()].is_some()).collect();
+        for role in &newly {
+            self.mark_failed(role.get());
+        }
+        newly
     }
 
     fn mark_failed(&mut self, role: usize) {
@@ -654,6 +694,7 @@ impl Metadata {
         devices: &[&dyn MetaDevice],
         roles: &[MemberIndex],
     ) -> Result<Vec<MemberIndex>, ControlError> {
+        self.check_writable()?;
         for role in roles {
             self.mark_failed(role.get());
         }
@@ -704,6 +745,7 @@ impl Metadata {
         uuid: flashraid_format::Uuid,
         overwrite: Overwrite,
     ) -> Result<(), ControlError> {
+        self.check_writable()?;
         assert!(device <= self.sizes.len(), "a known device or the next one");
         let d = devices[device];
         self.check_newcomer(devices, device)?;
@@ -773,6 +815,7 @@ impl Metadata {
         devices: &[&dyn MetaDevice],
         device: usize,
     ) -> Result<(), ControlError> {
+        self.check_writable()?;
         let Some(at) = self.spares.iter().position(|&d| d == device) else {
             return Err(ControlError::Invalid(format!(
                 "{} is not a hot spare of this array",
@@ -792,6 +835,7 @@ impl Metadata {
         devices: &[&dyn MetaDevice],
         tunables: flashraid_format::superblock::Tunables,
     ) -> Result<(), ControlError> {
+        self.check_writable()?;
         self.template.tunables = tunables;
         self.template.event += 1;
         self.write_all(devices).map(|_| ())
@@ -817,6 +861,7 @@ impl Metadata {
         device: usize,
         role: Option<MemberIndex>,
     ) -> Result<(), ControlError> {
+        self.check_writable()?;
         let Some(at) = self.spares.iter().position(|&d| d == device) else {
             return match role {
                 None => Ok(()),
@@ -909,6 +954,7 @@ impl Metadata {
         partial: bool,
         busy: Option<usize>,
     ) -> Result<usize, ControlError> {
+        self.check_writable()?;
         let r = role.get();
         if self.roles[r].is_some() || self.template.members[r].state != MemberState::Failed {
             return Err(ControlError::Invalid(format!("role {r} is not failed")));
@@ -998,6 +1044,7 @@ impl Metadata {
         devices: &[&dyn MetaDevice],
         cursor: StripeIndex,
     ) -> Result<(), ControlError> {
+        self.check_writable()?;
         let role = self.template.rebuild_role;
         if role == ROLE_NONE || cursor.0 <= self.template.rebuild_cursor_stripes {
             return Ok(());
@@ -1015,6 +1062,7 @@ impl Metadata {
         &mut self,
         devices: &[&dyn MetaDevice],
     ) -> Result<MemberIndex, ControlError> {
+        self.check_writable()?;
         let role = self.template.rebuild_role;
         if role == ROLE_NONE {
             return Err(ControlError::Invalid("no rebuild is running".into()));
@@ -1116,6 +1164,7 @@ impl Metadata {
         devices: &[&dyn MetaDevice],
         device: usize,
     ) -> Result<MemberIndex, ControlError> {
+        self.check_writable()?;
         assert!(device <= self.sizes.len(), "a known device or the next one");
         let role = self
             .re_add_check(devices, device)
@@ -1132,6 +1181,7 @@ impl Metadata {
 
     /// Mark the array clean (every shard has flushed and cleared its bitmap).
     pub fn mark_clean(&mut self, devices: &[&dyn MetaDevice]) -> Result<(), ControlError> {
+        self.check_writable()?;
         self.template.state = ArrayState::Clean;
         self.template.event += 1;
         self.write_all(devices).map(|_| ())
@@ -1141,12 +1191,17 @@ impl Metadata {
 /// Start an assembled array: mark it dirty and write every shard's bitmap block (the dirty
 /// regions, if any, in every block) on every present member, then build one `ShardSetup` per
 /// shard.
+///
+/// Read-only (`ArrayAccess::ReadOnly`): nothing is written. The superblocks and bitmap
+/// blocks stay as found; roles without a device are failed in memory only; the shards get
+/// the dirty regions as untrusted (never resynced) and refuse every write.
 pub fn start(
     devices: &[&dyn MetaDevice],
     prepared: &Prepared,
     shards: u32,
     config: ShardConfig,
     kernel: flashraid_parity::Kernel,
+    access: ArrayAccess,
 ) -> Result<(Metadata, Vec<ShardSetup>), ControlError> {
     if shards == 0 || shards > SHARDS_MAX {
         return Err(ControlError::Invalid(format!("shards must be 1 to {SHARDS_MAX}")));
@@ -1173,6 +1228,7 @@ pub fn start(
                 a.failed_used.contains(&name) || a.stale_used.contains(&name)
             })
             .collect(),
+        access,
     };
     // A role the table calls in service but no device holds is failed now, durably, before
     // the first write skips it: if its device came back later it would hold stale chunks
@@ -1201,23 +1257,9 @@ pub fn start(
     } else {
         prepared.missed_regions.clone()
     };
-    // Bitmap first (so a crash after the dirty superblock finds it), then superblocks.
-    for &(device, _) in &metadata.holders() {
-        write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;
-        write_map_area(devices[device], &metadata.template, BitmapKind::Missed, &missed, shards)?;
+    if access == ArrayAccess::ReadWrite {
+        write_start_metadata(devices, &mut metadata, prepared, &missed, shards)?;
     }
-    // Two passes before any write of this session, the second recording its own count as
-    // the session's: every member in service has had the first pass, so it is at most one
-    // pass short of the session's count, while a device that was not here for the first (a
-    // stale copy of a member, put back while the array was stopped) is two or more short,
-    // and assembly leaves it out. Starts cut short (any number of them, one after another)
-    // record no new session and wrote nothing.
-    metadata.write_all(devices)?;
-    metadata.joining.clear();
-    metadata.template.event += 1;
-    // This session's writes begin after the next pass (write_all counts it).
-    metadata.template.session_update_count = metadata.template.update_count + 1;
-    metadata.write_all(devices)?;
     let geometry = a.geometry;
     // A role being rebuilt starts as failed; the caller resumes its rebuild
     // (`Metadata::rebuild_in_progress`) with `Shard::start_rebuild`.
@@ -1250,9 +1292,39 @@ pub fn start(
                 missed_area_offset_bytes: MISSED_MAP_OFFSET_BYTES,
                 missed_regions: missed.clone(),
             },
+            access,
         })
         .collect();
     Ok((metadata, setups))
+}
+
+/// The writes of a read-write start, before any data write: every holder's bitmap blocks,
+/// then two superblock passes.
+fn write_start_metadata(
+    devices: &[&dyn MetaDevice],
+    metadata: &mut Metadata,
+    prepared: &Prepared,
+    missed: &[u32],
+    shards: u32,
+) -> Result<(), ControlError> {
+    // Bitmap first (so a crash after the dirty superblock finds it), then superblocks.
+    for &(device, _) in &metadata.holders() {
+        write_bitmap_area(devices[device], &metadata.template, &prepared.dirty_regions, shards)?;
+        write_map_area(devices[device], &metadata.template, BitmapKind::Missed, missed, shards)?;
+    }
+    // Two passes before any write of this session, the second recording its own count as
+    // the session's: every member in service has had the first pass, so it is at most one
+    // pass short of the session's count, while a device that was not here for the first (a
+    // stale copy of a member, put back while the array was stopped) is two or more short,
+    // and assembly leaves it out. Starts cut short (any number of them, one after another)
+    // record no new session and wrote nothing.
+    metadata.write_all(devices)?;
+    metadata.joining.clear();
+    metadata.template.event += 1;
+    // This session's writes begin after the next pass (write_all counts it).
+    metadata.template.session_update_count = metadata.template.update_count + 1;
+    metadata.write_all(devices)?;
+    Ok(())
 }
 
 /// The UUID of a new array or member from 16 random bytes (the caller draws them).

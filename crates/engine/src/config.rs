@@ -16,6 +16,19 @@ pub const MEMBER_IO_TIMEOUT_US_MAX: u64 = 3_600_000_000;
 /// process did not run, not that it slept.
 pub const MEMBER_IO_TIMEOUT_US_MIN: u64 = 1_000_000;
 
+/// Whether the array's members may be written while it runs. Fixed at the start (it is not a
+/// tunable): a read-only array (`serve --read-only`, like `mdadm --assemble --readonly`)
+/// writes nothing to any member, so its shards refuse writes, discards and zeroes with
+/// `RequestError::ReadOnly`, start no resync (dirty regions stay untrusted: reads that
+/// would reconstruct there fail rather than guess), do not rewrite a range that failed to
+/// read (it is served from redundancy), and end a shutdown without flushing or clearing
+/// the bitmap. Rebuilds and scrubs are not started on them (the metadata owner refuses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrayAccess {
+    ReadWrite,
+    ReadOnly,
+}
+
 /// One shard's configuration. Safety-relevant limits have no `Default`; use
 /// [`ShardConfig::recommended`] and adjust.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

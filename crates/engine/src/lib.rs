@@ -23,7 +23,7 @@ pub mod shard;
 mod table;
 
 pub use config::{
-    MEMBER_IO_TIMEOUT_US_DEFAULT, MEMBER_IO_TIMEOUT_US_MAX, MEMBER_IO_TIMEOUT_US_MIN,
+    ArrayAccess, MEMBER_IO_TIMEOUT_US_DEFAULT, MEMBER_IO_TIMEOUT_US_MAX, MEMBER_IO_TIMEOUT_US_MIN,
     MERGE_WINDOW_US_MAX, ShardConfig,
 };
 pub use io::{Driver, Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};

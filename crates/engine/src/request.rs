@@ -61,6 +61,11 @@ pub enum RequestError {
     Media,
     #[error("the shard is shutting down")]
     ShuttingDown,
+    #[error(
+        "the array is served read-only: writes, discards and zeroes are refused (stop it and \
+         start it without --read-only to write)"
+    )]
+    ReadOnly,
 }
 
 /// The answer to a request.

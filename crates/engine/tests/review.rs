@@ -3,9 +3,9 @@
 //! No member data is simulated; these tests are about ordering and state, not bytes.
 
 use flashraid_engine::{
-    BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo, MemberIoKind,
-    MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp, ShardReply,
-    ShardRequest, ShardSetup, ShutdownState, ZeroHow,
+    ArrayAccess, BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo,
+    MemberIoKind, MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp,
+    ShardReply, ShardRequest, ShardSetup, ShutdownState, ZeroHow,
 };
 use flashraid_format::Uuid;
 use flashraid_iobuf::IoBuf;
@@ -28,6 +28,16 @@ fn shard_with(
     failed: &[usize],
     dirty: &[u32],
 ) -> Shard {
+    Shard::new(setup_with(config, level, n, failed, dirty)).unwrap()
+}
+
+fn setup_with(
+    config: ShardConfig,
+    level: Level,
+    n: usize,
+    failed: &[usize],
+    dirty: &[u32],
+) -> ShardSetup {
     let geometry = Geometry::new(level, n, CHUNK, 64 * CHUNK).unwrap();
     let members = (0..n)
         .map(|m| MemberSetup {
@@ -35,7 +45,7 @@ fn shard_with(
             zeroes_after_discard: false,
         })
         .collect();
-    Shard::new(ShardSetup {
+    ShardSetup {
         geometry,
         shard_index: 0,
         shard_count: 1,
@@ -51,8 +61,8 @@ fn shard_with(
             missed_area_offset_bytes: BITMAP_OFFSET + (256 << 10),
             missed_regions: vec![],
         },
-    })
-    .unwrap()
+        access: ArrayAccess::ReadWrite,
+    }
 }
 
 /// Every IO the shard has for its driver, each accepted at once.
@@ -754,4 +764,80 @@ fn a_stall_is_reported_once_a_timeout_and_ends_with_progress() {
     s.tick(now);
     assert_eq!(the_stalled(&events(&mut s)), Some(m), "the new stall is reported");
     complete(&mut s, second, |_| Ok(()));
+}
+
+/// A read-only shard (`serve --read-only`) polls no member write, whatever asks for one:
+/// writes and zeroes are refused, a read whose chunk fails to read is served from parity
+/// and the bad range is not rewritten, a dirty region is not resynced (and stays
+/// untrusted: a read that would reconstruct there fails), and a shutdown flushes and
+/// clears nothing.
+#[test]
+fn a_read_only_shard_writes_nothing() {
+    let config = ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() };
+    let mut setup = setup_with(config, Level::Raid6, 6, &[], &[1]);
+    setup.access = ArrayAccess::ReadOnly;
+    let mut s = Shard::new(setup).unwrap();
+    let g = *s.geometry();
+    let no_writes = |io: &MemberIo| {
+        assert!(matches!(io.kind, MemberIoKind::Read { .. } | MemberIoKind::Flush), "{io:?}");
+    };
+    s.submit(write(1, 0, 4096)).unwrap();
+    let zero = ShardOp::Zero {
+        stripe: StripeIndex(0),
+        how: ZeroHow::WriteZeroes,
+        durability: Durability::Cached,
+    };
+    s.submit(ShardRequest { id: RequestId(2), op: zero, buf: None }).unwrap();
+    assert!(ios(&mut s).is_empty());
+    let r = replies(&mut s);
+    assert_eq!(r.iter().map(|r| r.result).collect::<Vec<_>>(), [Err(RequestError::ReadOnly); 2]);
+    // A read of stripe 0's first chunk, whose member answers with a media error.
+    let read = |id: u64, offset: u64| ShardRequest {
+        id: RequestId(id),
+        op: ShardOp::Read { offset: ArrayOffset(offset), len_bytes: 4096 },
+        buf: Some(IoBuf::new(4096)),
+    };
+    s.submit(read(3, 0)).unwrap();
+    let first = ios(&mut s);
+    assert_eq!(first.len(), 1);
+    let bad = first[0].member;
+    complete(&mut s, first, |_| Err(IoError::Media));
+    for _ in 0..100 {
+        let batch = ios(&mut s);
+        if batch.is_empty() {
+            break;
+        }
+        batch.iter().for_each(no_writes);
+        assert!(batch.iter().all(|io| io.member != bad), "the bad member read again");
+        complete(&mut s, batch, |_| Ok(()));
+    }
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].result, Ok(()), "served from parity");
+    assert!(
+        std::iter::from_fn(|| s.poll_event())
+            .all(|e| !matches!(e, ShardEvent::ErrorCorrected { .. }))
+    );
+    // Region 1 is dirty: time passes and nothing resyncs it, nor writes the bitmap.
+    for t in 1..50u64 {
+        s.tick(t * 1_000_000);
+        assert!(ios(&mut s).is_empty(), "IO without a request at {t} s");
+    }
+    // A read there that must reconstruct (its member fails to read) fails rather than trust
+    // parity that may be stale.
+    let region_stripe = 4 * CHUNK / CHUNK; // regions are 4 chunks of each member
+    s.submit(read(4, region_stripe * g.stripe_data_bytes())).unwrap();
+    let batch = ios(&mut s);
+    assert_eq!(batch.len(), 1);
+    complete(&mut s, batch, |_| Err(IoError::Media));
+    settle(&mut s, |io| {
+        no_writes(io);
+        Ok(())
+    });
+    let r = replies(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].result, Err(RequestError::Unreadable));
+    s.begin_shutdown();
+    assert!(ios(&mut s).is_empty(), "a read-only shutdown flushes or writes something");
+    assert_eq!(s.shutdown_state(), ShutdownState::Done { clean: false });
 }

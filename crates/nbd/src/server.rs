@@ -1487,6 +1487,7 @@ fn errno(e: &ArrayError) -> u32 {
     match e {
         ArrayError::Request(RequestError::OutOfRange | RequestError::Malformed(_)) => proto::EINVAL,
         ArrayError::Request(RequestError::ShuttingDown) | ArrayError::Stopped => proto::ESHUTDOWN,
+        ArrayError::Request(RequestError::ReadOnly) => proto::EPERM,
         _ => proto::EIO,
     }
 }

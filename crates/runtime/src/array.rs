@@ -14,7 +14,9 @@ use crate::reactor::{
 };
 use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite, ReAddRefusal};
-use flashraid_engine::{Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent};
+use flashraid_engine::{
+    ArrayAccess, Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent,
+};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
 use flashraid_format::superblock::{Superblock, Tunables};
 use flashraid_format::{NewArray, Uuid};
@@ -160,8 +162,17 @@ pub struct OpenOptions {
     /// A shell command run on every event (see `EventRecord`), like mdadm's PROGRAM.
     pub event_command: Option<String>,
     /// Tunables given by the operator now: they override and replace what the array stores
-    /// (`None` fields: the stored value, else the defaults above, apply).
+    /// (`None` fields: the stored value, else the defaults above, apply). Not stored when
+    /// the array is read-only: they apply to this run only.
     pub tunables: Tunables,
+    /// `ReadOnly`: nothing is written to any member, like `mdadm --assemble --readonly`
+    /// (devices are opened read-only; the start writes no superblock or bitmap; writes,
+    /// discards and zeroes are refused; no resync, rebuild, spare takeover, replace or scrub
+    /// runs; a range that fails to read is served from redundancy and not rewritten; a member
+    /// that fails is failed in memory only; commands that would write are refused; the stop
+    /// marks nothing). The assembly rules are those of a read-write start: a dirty, degraded
+    /// array still needs `dirty_degraded: Force`.
+    pub access: ArrayAccess,
 }
 
 impl OpenOptions {
@@ -179,6 +190,7 @@ impl OpenOptions {
             scrub_rate_bytes_per_s: 0,
             event_command: None,
             tunables: Tunables::default(),
+            access: ArrayAccess::ReadWrite,
         }
     }
 }
@@ -232,6 +244,8 @@ pub struct ArrayStatus {
     /// survives that (else the stall is waited out).
     pub member_timeout_ms: u64,
     pub event: u64,
+    /// Started read-only: nothing is written to any member (`OpenOptions::access`).
+    pub read_only: bool,
 }
 
 /// A rebuild as `status` reports it.
@@ -372,6 +386,9 @@ pub enum Stopped {
     /// flush could prove the rest durable): the array stays dirty and the next start resyncs
     /// the regions left in the bitmap. No acknowledged data is lost either way.
     Dirty,
+    /// The array ran read-only: nothing was written, and its members are as the start found
+    /// them (clean or dirty).
+    Untouched,
 }
 
 /// A running array. See the module documentation.
@@ -548,9 +565,15 @@ pub fn create_in_memory_with_spares(
 impl Array {
     /// Assemble the array on `paths` and start it.
     pub fn open(paths: &[PathBuf], options: &OpenOptions) -> Result<Array, ArrayError> {
+        // Read-only: the kernel refuses writes too (and a device set read-only with
+        // `blockdev --setro` can be served).
+        let access = match options.access {
+            ArrayAccess::ReadWrite => Access::ReadWrite,
+            ArrayAccess::ReadOnly => Access::ReadOnly,
+        };
         let devices: Vec<MemberDevice> = paths
             .iter()
-            .map(|p| Device::open(p, Access::ReadWrite).map(MemberDevice::Device))
+            .map(|p| Device::open(p, access).map(MemberDevice::Device))
             .collect::<Result<_, _>>()
             .map_err(|e| ArrayError::Device(e.to_string()))?;
         Self::start(devices, options)
@@ -620,9 +643,15 @@ impl Array {
                 (hours > 0).then(|| std::time::Duration::from_secs(u64::from(hours) * 3600));
         }
         let options = &options;
-        let (mut metadata, setups) =
-            flashraid_control::start(&refs, &prepared, shards, options.config, options.kernel)?;
-        if tunables != stored {
+        let (mut metadata, setups) = flashraid_control::start(
+            &refs,
+            &prepared,
+            shards,
+            options.config,
+            options.kernel,
+            options.access,
+        )?;
+        if tunables != stored && options.access == ArrayAccess::ReadWrite {
             metadata.set_tunables(&refs, tunables)?;
         }
         let geometry = prepared.assembled.geometry;
@@ -730,6 +759,7 @@ impl Array {
             threads: Mutex::new(threads),
         };
         let next_slot = geometry.member_count() + metadata.spare_devices().len();
+        let metadata_read_only = metadata.is_read_only();
         let mut controller = Controller {
             next_slot,
             free_slots: Vec::new(),
@@ -761,8 +791,13 @@ impl Array {
             stall_noted: vec![None; geometry.member_count()],
             spare_held_noted: None,
             role_epoch: vec![0; geometry.member_count()],
-            scrub_interval: options.scrub_interval,
-            next_scrub_at: options.scrub_interval.map(|i| std::time::Instant::now() + i),
+            // A read-only array is never scrubbed (a check scrub rewrites ranges that fail
+            // to read).
+            scrub_interval: options.scrub_interval.filter(|_| !metadata_read_only),
+            next_scrub_at: options
+                .scrub_interval
+                .filter(|_| !metadata_read_only)
+                .map(|i| std::time::Instant::now() + i),
         };
         // What assembly did not use is said where the operator looks (the log, the event
         // command): a stale copy left out is why the array runs degraded.
@@ -786,9 +821,19 @@ impl Array {
             );
             controller.events.record(&controller.metadata, "failed-member-used", &message);
         }
-        controller.resume_or_start_rebuild();
-        controller.resume_replace();
-        controller.apply_metadata_failures();
+        if metadata_read_only {
+            controller.events.record(
+                &controller.metadata,
+                "read-only",
+                "started read-only: nothing is written to any member (no resync, rebuild, spare \
+                 takeover, replace or scrub runs; a member that fails is failed until the stop \
+                 only; writes and commands that change the array are refused)",
+            );
+        } else {
+            controller.resume_or_start_rebuild();
+            controller.resume_replace();
+            controller.apply_metadata_failures();
+        }
         let thread = std::thread::Builder::new()
             .name("flashraid-control".to_string())
             .spawn(move || controller.run())
@@ -1390,6 +1435,10 @@ impl Controller {
                     ),
                 }
             }
+            let message = match message {
+                Some(command) if self.metadata.is_read_only() => self.refuse_writing(command),
+                message => message,
+            };
             match message {
                 None => {}
                 Some(ToController::Event(
@@ -1588,6 +1637,8 @@ impl Controller {
                     let pending = shutdown.take().expect("set");
                     let result = if lost {
                         Err(ArrayError::Stopped)
+                    } else if self.metadata.is_read_only() {
+                        Ok(Stopped::Untouched)
                     } else if pending.clean {
                         let refs: Vec<&dyn MetaDevice> =
                             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
@@ -1600,6 +1651,26 @@ impl Controller {
                     return;
                 }
             }
+        }
+    }
+
+    /// On a read-only array, answer every command that would write to a member (or start
+    /// work that does) with `ControlError::ReadOnly`; pass the others on.
+    fn refuse_writing(&mut self, command: ToController) -> Option<ToController> {
+        let refused = || Err(ArrayError::from(flashraid_control::ControlError::ReadOnly));
+        match command {
+            ToController::FailMember(_, _, reply)
+            | ToController::SetRebuildRate { reply, .. }
+            | ToController::Tune(_, reply)
+            | ToController::AddSpare(_, _, _, reply)
+            | ToController::Replace(_, _, _, reply)
+            | ToController::CancelReplace(reply)
+            | ToController::RemoveSpare(_, reply)
+            | ToController::Scrub(Some(_), reply) => {
+                let _ = reply.send(refused());
+                None
+            }
+            other => Some(other),
         }
     }
 
@@ -1769,6 +1840,19 @@ impl Controller {
     }
 
     fn fail(&mut self, members: &[MemberIndex]) -> Result<(), ArrayError> {
+        if self.metadata.is_read_only() {
+            // Nothing may be written: the shards stop using the member until the stop, and
+            // the next start finds the superblocks as they were (and judges the member then).
+            let failed = self.metadata.fail_members_in_memory(members);
+            self.apply_failed(&failed);
+            let message = format!(
+                "members {:?} are out of service until the stop; not recorded on the members \
+                 (the array is served read-only)",
+                self.metadata.missing_roles()
+            );
+            self.events.record(&self.metadata, "degraded", &message);
+            return Ok(());
+        }
         let refs: Vec<&dyn MetaDevice> =
             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
         let result = self.metadata.fail_members(&refs, members);
@@ -3110,6 +3194,7 @@ impl Controller {
             queue_depth: self.ring_entries,
             member_timeout_ms: self.member_timeout_us / 1000,
             event: sb.event,
+            read_only: self.metadata.is_read_only(),
         }
     }
 

@@ -1390,3 +1390,123 @@ fn a_rate_set_live_is_in_force_as_stored() {
     assert_eq!(status.rebuild.as_ref().unwrap().rate_limit_bytes_per_s, 4 << 20);
     assert_eq!(status.tunables.rebuild_rate_mib_per_s, Some(4));
 }
+
+/// Every member file's contents, hashed: what a read-only run must leave as it found.
+fn member_sums(paths: &[PathBuf]) -> Vec<u64> {
+    use std::hash::Hasher;
+    paths
+        .iter()
+        .map(|p| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            h.write(&std::fs::read(p).unwrap());
+            h.finish()
+        })
+        .collect()
+}
+
+fn read_only(mut o: OpenOptions) -> OpenOptions {
+    o.access = flashraid_engine::ArrayAccess::ReadOnly;
+    o
+}
+
+/// Every way of writing through the embedded API, and every command that would write to a
+/// member, is refused on a read-only array; flush and reads are served.
+fn every_write_is_refused(array: &Array, session: &mut Session, spare: &std::path::Path) {
+    use flashraid_control::ControlError;
+    use flashraid_engine::RequestError;
+    use flashraid_runtime::ArrayError;
+    let refused_io = Err(ArrayError::Request(RequestError::ReadOnly));
+    assert_eq!(session.write(0, &[7u8; 4096]), refused_io);
+    assert_eq!(session.write(1 << 20, &vec![7u8; 1 << 20]), refused_io);
+    assert_eq!(session.write_zeroes(0, 1 << 20), refused_io);
+    assert_eq!(session.discard(0, array.size_bytes()), refused_io);
+    session.flush().unwrap();
+    let refused = Err(ArrayError::Control(ControlError::ReadOnly));
+    assert_eq!(array.fail_member(0), refused);
+    std::fs::File::create(spare).unwrap().set_len(24 << 20).unwrap();
+    let spare_sum = member_sums(&[spare.to_path_buf()]);
+    assert_eq!(array.add_spare(spare, flashraid_control::Overwrite::Force), refused);
+    assert_eq!(array.replace(1, spare, flashraid_control::Overwrite::Force), refused);
+    assert_eq!(member_sums(&[spare.to_path_buf()]), spare_sum, "the spare was written");
+    assert_eq!(array.remove_spare(&spare.display().to_string()), refused);
+    assert_eq!(array.cancel_replace(), refused);
+    assert_eq!(array.tune(Tunable::ScrubRate(1 << 20)), refused);
+    assert_eq!(array.tune(Tunable::Shards(1)), refused);
+    assert_eq!(array.set_rebuild_rate(1 << 20), refused);
+    assert_eq!(array.start_scrub(false), refused);
+    assert_eq!(array.start_scrub(true), refused);
+    let status = array.status().unwrap();
+    assert!(status.read_only && !status.resyncing && status.rebuild.is_none(), "{status:#?}");
+    assert!(status.events.iter().any(|e| e.kind == "read-only"), "{status:#?}");
+}
+
+/// `serve --read-only`: nothing at all is written to any member, on a clean array, on a
+/// dirty one (dropped without a stop, as after a crash), and on a dirty, degraded one
+/// started with force; every write and every command that would write is refused; the dirty
+/// array is still dirty afterwards, and its next read-write start resyncs it.
+#[test]
+fn a_read_only_array_writes_nothing_to_any_member() {
+    use flashraid_runtime::Stopped;
+    let dir = scratch_dir("read-only");
+    let paths = raid5_files(&dir, "m", "ro");
+    let spare = dir.join("spare");
+    let array = Array::open(&paths, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 1);
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+
+    // Clean.
+    let sums = member_sums(&paths);
+    let array = Array::open(&paths, &read_only(options(0))).unwrap();
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "read-only, clean");
+    every_write_is_refused(&array, &mut session, &spare);
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Untouched);
+    assert_eq!(member_sums(&paths), sums, "a clean read-only run wrote to a member");
+
+    // Dirty: written, then dropped without a stop (the bitmap's regions stay set).
+    let array = Array::open(&paths, &options(0)).unwrap();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 2);
+    drop(session);
+    drop(array);
+    let sums = member_sums(&paths);
+    let array = Array::open(&paths, &read_only(options(0))).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.bitmap_regions_set > 0 && !status.resyncing, "{status:#?}");
+    let mut session = array.session().unwrap();
+    // Every member present: reads go to the data chunks, which hold what was written.
+    check(&mut session, &model, "read-only, dirty");
+    every_write_is_refused(&array, &mut session, &spare);
+    drop(session);
+    drop(array); // the crash path writes nothing either
+    assert_eq!(member_sums(&paths), sums, "a dirty read-only run wrote to a member");
+
+    // Dirty and degraded: refused as a read-write start is, and with force it starts, serves
+    // what does not need the stale parity of dirty regions, and writes nothing.
+    let rest = &paths[1..];
+    let err = Array::open(rest, &read_only(options(0))).unwrap_err();
+    assert!(err.to_string().contains("--force"), "{err}");
+    let mut forced = read_only(options(0));
+    forced.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
+    let array = Array::open(rest, &forced).unwrap();
+    let mut session = array.session().unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let unreadable = (0..size >> 20).filter(|&i| session.read(i << 20, &mut buf).is_err()).count();
+    assert!(unreadable > 0, "reads reconstructing dirty regions must fail, not guess");
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Untouched);
+    assert_eq!(member_sums(&paths), sums, "a degraded read-only run wrote to a member");
+
+    // Still dirty: the next read-write start resyncs it, and the data is there.
+    let array = Array::open(&paths, &options(0)).unwrap();
+    wait_for(&array, "resync", |s| !s.resyncing);
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "after the read-only runs");
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+    let _ = std::fs::remove_dir_all(&dir);
+}

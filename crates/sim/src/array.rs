@@ -9,9 +9,9 @@ use crate::driver::SimDriver;
 use crate::member::SimMember;
 use flashraid_control::{ControlError, Init, MetaDevice, Metadata, Overwrite, prepare, start};
 use flashraid_engine::{
-    ArrayOp, Driver, Durability, MemberIo, PieceOp, Rejected, RequestError, RequestId, RouteError,
-    Router, Shard, ShardConfig, ShardCounters, ShardEvent, ShardOp, ShardReply, ShardRequest,
-    ShutdownState,
+    ArrayAccess, ArrayOp, Driver, Durability, MemberIo, PieceOp, Rejected, RequestError, RequestId,
+    RouteError, Router, Shard, ShardConfig, ShardCounters, ShardEvent, ShardOp, ShardReply,
+    ShardRequest, ShutdownState,
 };
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
 use flashraid_format::{NewArray, Uuid};
@@ -204,8 +204,14 @@ impl SimArray {
             stale,
         };
         let prepared = prepare(&all, &request)?;
-        let (metadata, setups) =
-            start(&all, &prepared, options.shards, options.config, Kernel::best())?;
+        let (metadata, setups) = start(
+            &all,
+            &prepared,
+            options.shards,
+            options.config,
+            Kernel::best(),
+            ArrayAccess::ReadWrite,
+        )?;
         let geometry = prepared.assembled.geometry;
         let mut shards = vec![];
         for setup in setups {

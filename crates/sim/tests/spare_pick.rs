@@ -9,7 +9,7 @@ use flashraid_control::{
     ControlError, Init, MetaDevice, Metadata, Overwrite, erase_superblocks, prepare,
     read_candidate, start,
 };
-use flashraid_engine::ShardConfig;
+use flashraid_engine::{ArrayAccess, ShardConfig};
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StrictDevices};
 use flashraid_format::{NewArray, Uuid};
 use flashraid_layout::{Level, MemberIndex};
@@ -48,8 +48,15 @@ fn started(devices: &[SimMember], spares: usize) -> Metadata {
     };
     let prepared = prepare(&all, &request).unwrap();
     assert_eq!(prepared.assembled.spares.len(), spares);
-    let (metadata, _) =
-        start(&all, &prepared, 1, ShardConfig::recommended(), Kernel::best()).unwrap();
+    let (metadata, _) = start(
+        &all,
+        &prepared,
+        1,
+        ShardConfig::recommended(),
+        Kernel::best(),
+        ArrayAccess::ReadWrite,
+    )
+    .unwrap();
     metadata
 }
 

@@ -14,6 +14,7 @@
 //! Seeds: printed; `FLASHRAID_SEED=n` replays, `FLASHRAID_SEEDS=n` runs more.
 
 use flashraid_control::{MetaDevice, prepare, start};
+use flashraid_engine::ArrayAccess;
 use flashraid_format::assembly::{
     AssemblyError, AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices,
 };
@@ -158,7 +159,7 @@ fn start_cut_counting(
         devices.iter().map(|device| CutAfter { device, budget: &cell, superblocks_only }).collect();
     let refs: Vec<&dyn MetaDevice> = cut.iter().map(|c| c as &dyn MetaDevice).collect();
     let prepared = prepare(&refs, &request(StaleMembers::LeaveOut)).unwrap();
-    start(&refs, &prepared, o.shards, o.config, Kernel::best()).unwrap();
+    start(&refs, &prepared, o.shards, o.config, Kernel::best(), ArrayAccess::ReadWrite).unwrap();
     for device in devices {
         device.state().power_loss(rng);
     }
@@ -415,7 +416,8 @@ fn a_cut_while_re_adding_a_member_never_makes_it_a_stale_copy() {
             let prepared = prepare(&refs, &request(StaleMembers::LeaveOut)).unwrap();
             assert_eq!(prepared.assembled.failed_roles, vec![role]);
             let (mut metadata, _) =
-                start(&refs, &prepared, o.shards, o.config, Kernel::best()).unwrap();
+                start(&refs, &prepared, o.shards, o.config, Kernel::best(), ArrayAccess::ReadWrite)
+                    .unwrap();
             cell.set(budget);
             metadata.re_add(&refs, role).unwrap();
             for device in &cut {
@@ -569,7 +571,7 @@ fn a_cut_forced_start_never_makes_the_member_brought_back_stale() {
         let refs: Vec<&dyn MetaDevice> = wrapped.iter().map(|c| c as &dyn MetaDevice).collect();
         let p = prepare(&refs, &forced).unwrap();
         assert_eq!(p.assembled.failed_used.len(), 1);
-        start(&refs, &p, o.shards, o.config, Kernel::best()).unwrap();
+        start(&refs, &p, o.shards, o.config, Kernel::best(), ArrayAccess::ReadWrite).unwrap();
         for d in &cut {
             d.state().power_loss(&mut rng);
         }

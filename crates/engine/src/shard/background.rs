@@ -30,12 +30,16 @@ impl Shard {
         if now.saturating_sub(self.last_bitmap_scan_us) >= BITMAP_SCAN_INTERVAL_US {
             self.last_bitmap_scan_us = now;
             self.check_stalled_members();
-            if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
-                self.start_internal_flush();
+            // Read-only: the bitmap stays as the start found it (its dirty regions are never
+            // resynced), and nothing was written that a flush would make durable.
+            if !self.is_read_only() {
+                if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
+                    self.start_internal_flush();
+                }
+                let untrusted = &self.resync_regions[self.untrusted_from()..];
+                self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
+                self.kick_bitmap();
             }
-            let untrusted = &self.resync_regions[self.untrusted_from()..];
-            self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
-            self.kick_bitmap();
         }
         if self.resync_region_index < self.resync_regions.len() || !self.resync_announced {
             self.resync_pace.refill(now, u64::from(self.geometry.chunk_bytes()));
@@ -268,6 +272,12 @@ impl Shard {
                     if !self.is_idle() {
                         return;
                     }
+                    if self.is_read_only() {
+                        // Nothing was written: nothing to flush, and the bitmap stays as the
+                        // start found it (never clean: the array is not marked clean either).
+                        self.shutdown = ShutdownState::Done { clean: false };
+                        return;
+                    }
                     self.start_internal_flush();
                     if self.internal_flush_pending == 0 {
                         // No member left to flush.
@@ -456,7 +466,9 @@ impl Shard {
     /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
     /// parity can no longer be checked against all the data).
     pub(super) fn resync_stalled(&self) -> bool {
+        // Read-only: resync would write parity; its regions stay untrusted instead.
         self.resync_blocked.is_some()
+            || self.is_read_only()
             || (self.geometry.tolerance() > 0
                 && self.members.iter().any(|m| m.health != Health::Active))
     }
@@ -464,7 +476,10 @@ impl Shard {
     /// Start resync operations while there is room and work.
     fn schedule_resync(&mut self) {
         let tolerance_left = self.members.iter().all(|m| m.health == Health::Active);
-        if self.resync_blocked.is_some() || self.shutdown != ShutdownState::Running {
+        if self.resync_blocked.is_some()
+            || self.shutdown != ShutdownState::Running
+            || self.is_read_only()
+        {
             return;
         }
         while self.resync_in_flight < self.config.resync_stripes_max

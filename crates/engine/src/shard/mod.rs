@@ -20,6 +20,9 @@
 //! - A write that skipped a member (or lost its write to it) is acknowledged only after the
 //!   metadata that marks the member failed is durable, so that member's stale chunks are
 //!   never read again.
+//! - A read-only shard (`ArrayAccess::ReadOnly`) polls no member write (asserted in
+//!   `poll_io`): writes and zeroes are refused, resync never starts, bad ranges are not
+//!   rewritten, the bitmap is left alone.
 //! - Every queue and pool is bounded by `ShardConfig`; the only allocations after start are
 //!   reconstruction plans, once per erasure pattern.
 //!
@@ -33,7 +36,7 @@
 
 use crate::EngineError;
 use crate::bitmap::{Acquired, WriteIntent};
-use crate::config::ShardConfig;
+use crate::config::{ArrayAccess, ShardConfig};
 use crate::io::{Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
 use crate::owner::Ownership;
 use crate::plan::{ChunkRange, ChunkSet, WritePlan, bit, has};
@@ -128,6 +131,8 @@ pub struct ShardSetup {
     /// Per role slot.
     pub members: Vec<MemberSetup>,
     pub bitmap: BitmapSetup,
+    /// Whether the members may be written (see `ArrayAccess`).
+    pub access: ArrayAccess,
 }
 
 /// Something the runtime must act on.
@@ -564,6 +569,8 @@ pub struct Shard {
     now_us: u64,
     shutdown: ShutdownState,
     counters: ShardCounters,
+    /// Read-only: no member write is ever polled (asserted in `poll_io`).
+    access: ArrayAccess,
 }
 
 /// Where a clean shutdown stands (see `begin_shutdown`).
@@ -731,10 +738,16 @@ impl Shard {
             now_us: 0,
             shutdown: ShutdownState::Running,
             counters: ShardCounters::default(),
+            access: setup.access,
         };
         shard.resync_next_stripe = shard.first_stripe_of_resync_region();
         shard.health_changed();
         Ok(shard)
+    }
+
+    /// Whether this shard writes nothing to its members (see `ArrayAccess`).
+    pub fn is_read_only(&self) -> bool {
+        self.access == ArrayAccess::ReadOnly
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -835,6 +848,14 @@ impl Shard {
     /// `complete_unsubmitted_io`.
     pub fn poll_io(&mut self) -> Option<MemberIo> {
         let mut io = self.ios.pop_front()?;
+        // The one door every member IO leaves by: a read-only array writes nothing, whatever
+        // path (a repair, the bitmap, a resync) would have asked for it.
+        assert!(
+            self.access == ArrayAccess::ReadWrite
+                || matches!(io.kind, MemberIoKind::Read { .. } | MemberIoKind::Flush),
+            "a read-only shard polled a member write: {:?}",
+            io.kind
+        );
         let epoch = u64::from(self.member_epoch[io.member.get()]);
         assert_eq!(io.token.0 >> EPOCH_SHIFT & 0xf, 0, "a token polled twice");
         io.token.0 |= epoch << EPOCH_SHIFT;
@@ -967,6 +988,9 @@ impl Shard {
                 if stripe.0 >= g.stripes() || !self.owns(stripe) {
                     return Err(RequestError::OutOfRange);
                 }
+                if self.is_read_only() {
+                    return Err(RequestError::ReadOnly);
+                }
                 return Ok(());
             }
         };
@@ -991,6 +1015,9 @@ impl Shard {
         }
         if matches!(request.op, ShardOp::Write { .. }) && self.array_failed() {
             return Err(RequestError::ArrayFailed);
+        }
+        if matches!(request.op, ShardOp::Write { .. }) && self.is_read_only() {
+            return Err(RequestError::ReadOnly);
         }
         Ok(())
     }

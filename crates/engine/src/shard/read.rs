@@ -402,7 +402,9 @@ impl Shard {
         op.serial = op.serial.wrapping_add(1);
         let stripe = op.stripe;
         let errored = op.errored;
-        if self.is_mirror() {
+        if self.is_read_only() {
+            // Served from redundancy; the bad range stays as it is (nothing is written).
+        } else if self.is_mirror() {
             self.repair_mirror_copies(op_slot, stripe, errored);
         } else if let Some(range) = self.ops[op_slot].as_ref().expect("live").rebuild_range {
             let op = self.ops[op_slot].as_ref().expect("live");

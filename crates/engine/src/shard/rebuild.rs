@@ -118,6 +118,7 @@ impl Shard {
         partial: bool,
     ) {
         let m = member.get();
+        assert!(!self.is_read_only(), "a read-only array is never rebuilt");
         assert!(self.geometry.tolerance() > 0, "a level without redundancy cannot rebuild");
         assert!(self.rebuild.is_none(), "one rebuild at a time");
         assert!(

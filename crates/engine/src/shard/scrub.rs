@@ -123,6 +123,8 @@ impl Shard {
     /// Start a scrub of every stripe this shard owns (`repair`: rewrite what disagrees). A
     /// scrub already running is restarted.
     pub fn start_scrub(&mut self, repair: bool, rate_bytes_per_s: u64) {
+        // Even a check scrub rewrites chunks that fail to read.
+        assert!(!self.is_read_only(), "a read-only array is never scrubbed");
         let owned = self.ownership.owned_below(self.shard_index, self.geometry.stripes());
         self.scrub_generation = self.scrub_generation.wrapping_add(1);
         self.scrub = Some(ScrubState {
