@@ -34,6 +34,7 @@ PORT=$((20000 + RANDOM % 20000))
 URI="nbd+unix:///e2e?socket=$SOCK"
 TCP_URI="nbd://127.0.0.1:$PORT/e2e"
 SERVER_PID=
+SERVE_ARGS=()
 TLS_PID=
 MULTI_PID=
 LOOP=
@@ -73,7 +74,7 @@ trap cleanup EXIT
 start_server() {
     "$F" serve --socket "$SOCK" --tcp "127.0.0.1:$PORT" --control "$WORK/control" \
         --on-event 'echo "$FLASHRAID_EVENT $FLASHRAID_ARRAY: $FLASHRAID_MESSAGE" >>'"$WORK/events.log" \
-        "${MEMBERS[@]}" \
+        "${SERVE_ARGS[@]}" "${MEMBERS[@]}" \
         >"$WORK/serve.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 100); do
@@ -85,11 +86,13 @@ start_server() {
     fail "server did not start"
 }
 
-stop_server() { # [clean|dirty]: how the array must stop (default clean)
+stop_server() { # [clean|dirty|read-only]: how the array must stop (default clean)
     kill -TERM "$SERVER_PID"
     wait "$SERVER_PID" || { cat "$WORK/serve.log"; fail "server exited with an error"; }
     SERVER_PID=
-    grep -q "stopped ${1:-clean}" "$WORK/serve.log" \
+    local said="stopped ${1:-clean}"
+    [ "${1:-}" = read-only ] && said="served read-only and nothing was written"
+    grep -q "$said" "$WORK/serve.log" \
         || { cat "$WORK/serve.log"; fail "not stopped ${1:-clean}"; }
 }
 
@@ -772,6 +775,38 @@ assert h.pread(4 << 20, 8 << 20) == bytes([0x33]) * (4 << 20), "data lost"
 print("   forced: the last member to fail is back, and the data with it")
 '
 stop_server
+
+step "serve --read-only: nothing is written to any member; a writer is refused meanwhile"
+MEMBERS=("$WORK"/stale/o{0..3})
+"$F" create --level 5 --name e2e --size 64M "${MEMBERS[@]}" >/dev/null
+start_server
+nbdsh -u "$URI" -c 'h.pwrite(bytes([0x44]) * (4 << 20), 8 << 20); h.flush()'
+stop_server
+sha256sum "${MEMBERS[@]}" >"$WORK/stale/read-only.sums"
+SERVE_ARGS=(--read-only)
+start_server
+SERVE_ARGS=()
+nbdinfo "$URI" | contains "is_read_only: true" || fail "the export is not read-only"
+nbdsh -u "$URI" -c '
+assert h.pread(4 << 20, 8 << 20) == bytes([0x44]) * (4 << 20), "data lost"
+try:
+    h.pwrite(bytes(4096), 0)
+    raise AssertionError("a write to a read-only export was accepted")
+except nbd.Error:
+    pass
+print("   reads return the data; a write is refused")
+'
+"$F" status --control "$WORK/control" | contains "read-only" || fail "status does not say read-only"
+{ "$F" fail --control "$WORK/control" 0 2>&1 || true; } | contains "served read-only" \
+    || fail "fail of a member of a read-only array was not refused"
+if "$F" serve --socket "$WORK/writer.sock" --control "$WORK/writer.control" "${MEMBERS[@]}" \
+    >"$WORK/writer.log" 2>&1; then
+    fail "a read-write serve of members served read-only started"
+fi
+contains "in use" <"$WORK/writer.log" || { cat "$WORK/writer.log"; fail "the writer was not told why"; }
+stop_server read-only
+sha256sum --quiet -c "$WORK/stale/read-only.sums" || fail "a read-only serve changed a member"
+echo "   every member file is byte for byte as before"
 
 echo
 echo "e2e-nbd: all passed"

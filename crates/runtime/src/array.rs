@@ -566,14 +566,15 @@ impl Array {
     /// Assemble the array on `paths` and start it.
     pub fn open(paths: &[PathBuf], options: &OpenOptions) -> Result<Array, ArrayError> {
         // Read-only: the kernel refuses writes too (and a device set read-only with
-        // `blockdev --setro` can be served).
-        let access = match options.access {
-            ArrayAccess::ReadWrite => Access::ReadWrite,
-            ArrayAccess::ReadOnly => Access::ReadOnly,
+        // `blockdev --setro` can be served), and the members are held against writers (a
+        // read-write server of the same members would change them under our reads).
+        let open = |p: &PathBuf| match options.access {
+            ArrayAccess::ReadWrite => Device::open(p, Access::ReadWrite),
+            ArrayAccess::ReadOnly => Device::open_read_only_held(p),
         };
         let devices: Vec<MemberDevice> = paths
             .iter()
-            .map(|p| Device::open(p, access).map(MemberDevice::Device))
+            .map(|p| open(p).map(MemberDevice::Device))
             .collect::<Result<_, _>>()
             .map_err(|e| ArrayError::Device(e.to_string()))?;
         Self::start(devices, options)

@@ -1463,6 +1463,16 @@ fn a_read_only_array_writes_nothing_to_any_member() {
     let mut session = array.session().unwrap();
     check(&mut session, &model, "read-only, clean");
     every_write_is_refused(&array, &mut session, &spare);
+    // Held against writers while served: a read-write start of the same members is refused
+    // (after the lock wait), a second read-only one is not.
+    let started = std::time::Instant::now();
+    match Array::open(&paths, &options(0)) {
+        Err(e) => assert!(e.to_string().contains("in use"), "{e}"),
+        Ok(_) => panic!("a read-write start of members served read-only was allowed"),
+    }
+    assert!(started.elapsed() >= flashraid_uring::LOCK_WAIT, "refused without waiting");
+    let beside = Array::open(&paths, &read_only(options(0))).unwrap();
+    assert_eq!(beside.shutdown().unwrap(), Stopped::Untouched);
     drop(session);
     assert_eq!(array.shutdown().unwrap(), Stopped::Untouched);
     assert_eq!(member_sums(&paths), sums, "a clean read-only run wrote to a member");

@@ -11,7 +11,10 @@
 //!   regular file opened read-write an exclusive `flock`, so no second flashraid (another
 //!   `serve`, a `create --force`) writes a member one holds, and one file named twice under
 //!   different names (a symlink, a hard link, `./m` and `m`) is refused at its second open.
-//!   Read-only opens (`inspect`, assembly's look at the superblocks) take no lock.
+//!   Read-only opens (`inspect`, assembly's look at the superblocks) take no lock, except
+//!   [`Device::open_read_only_held`] (the members of an array served read-only): a shared
+//!   `flock` on a regular file, so no writer holds it meanwhile (another read-only server
+//!   may), and `O_EXCL` on a block device, so nothing mounts it or opens it exclusively.
 //! - Every synchronous IO is checked before it reaches the kernel: offset and length are
 //!   multiples of [`Device::logical_block_bytes`], buffers start on an [`IO_ALIGN_BYTES`]
 //!   boundary, and the range lies inside [`Device::size_bytes`] (so a write never grows a
@@ -198,7 +201,17 @@ impl Device {
     /// read-write an exclusive `flock` (waiting up to [`LOCK_WAIT`] for a holder to let go;
     /// then [`DeviceError::InUse`]).
     pub fn open(path: &Path, access: Access) -> Result<Device, DeviceError> {
-        Device::open_locking(path, access, true)
+        Device::open_locking(path, access, access == Access::ReadWrite)
+    }
+
+    /// Open read-only, held against writers while open: a member of an array served
+    /// read-only, which must not change under it (a read-write `serve` of the same members
+    /// would make its reads torn and its view of the metadata stale). A regular file gets a
+    /// shared `flock` (waiting up to [`LOCK_WAIT`] for a writer to let go; then
+    /// [`DeviceError::InUse`]): writers take theirs exclusive, so either one holds the file
+    /// or the other. A block device gets `O_EXCL`, as a read-write open does.
+    pub fn open_read_only_held(path: &Path) -> Result<Device, DeviceError> {
+        Device::open_locking(path, Access::ReadOnly, true)
     }
 
     /// [`Device::open`] without the lock on a regular file: for the in-process benchmark's
@@ -214,7 +227,7 @@ impl Device {
         let metadata = std::fs::metadata(path).map_err(open_error)?;
         let kind = kind_of(path, &metadata)?;
         let mut flags = libc::O_DIRECT | libc::O_CLOEXEC;
-        if kind == DeviceKind::BlockDevice && access == Access::ReadWrite {
+        if kind == DeviceKind::BlockDevice && (access == Access::ReadWrite || lock) {
             flags |= libc::O_EXCL;
         }
         let file = OpenOptions::new()
@@ -271,12 +284,16 @@ impl Device {
         let metadata = file.metadata().map_err(query("file status (fstat)"))?;
         let kind = kind_of(path, &metadata)?;
         let mut owns_lock = false;
-        if kind == DeviceKind::RegularFile && access == Access::ReadWrite && lock {
+        if kind == DeviceKind::RegularFile && lock {
             // A process killed with its rings open keeps its lock until the kernel has torn
             // the rings down, in the background: a restart right after a crash waits for it.
             let deadline = std::time::Instant::now() + LOCK_WAIT;
+            let try_lock = match access {
+                Access::ReadWrite => sys::try_lock_exclusive,
+                Access::ReadOnly => sys::try_lock_shared,
+            };
             loop {
-                match sys::try_lock_exclusive(file.as_fd()) {
+                match try_lock(file.as_fd()) {
                     Ok(true) => {
                         owns_lock = true;
                         break;

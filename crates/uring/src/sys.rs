@@ -36,10 +36,21 @@ fn to_off(value: u64) -> io::Result<libc::off_t> {
 /// Take an exclusive `flock` on the open file without waiting: `Ok(false)` if another open
 /// file description holds one (another process, or another open of the same file here).
 pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    try_lock(fd, libc::LOCK_EX)
+}
+
+/// `flock(LOCK_SH | LOCK_NB)`: as [`try_lock_exclusive`], but other shared holders may hold
+/// it too (a read-only server holds its members this way: another read-only one may serve
+/// them beside it, a writer may not).
+pub(crate) fn try_lock_shared(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    try_lock(fd, libc::LOCK_SH)
+}
+
+fn try_lock(fd: BorrowedFd<'_>, how: libc::c_int) -> io::Result<bool> {
     loop {
         // SAFETY: flock takes a descriptor and flags and touches no memory of ours; `fd` is
         // open for the duration of the call.
-        let rc = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let rc = unsafe { libc::flock(fd.as_raw_fd(), how | libc::LOCK_NB) };
         if rc == 0 {
             return Ok(true);
         }
