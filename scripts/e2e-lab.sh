@@ -320,6 +320,10 @@ else
     # shellcheck disable=SC2086 # one word per option
     expect_refusal "at least one VM" "$bin" bench run --profile vm-images --target flashraid \
         --serve-tcp 10.231.1.1:10819 --insecure-tcp $hosts33 --out "$work/x"
+    # A host with no fio server listening is refused before anything runs.
+    expect_refusal "10.231.2.2,9: cannot reach its fio server" "$bin" bench run \
+        --profile snia-throughput --target flashraid --serve-tcp 10.231.1.1:10819 --insecure-tcp \
+        --load-host 10.231.1.2 --load-host 10.231.2.2,9 --out "$work/x"
     "$bin" bench run --profile snia-throughput --target flashraid --serve-tcp 10.231.1.1:10819 \
         --insecure-tcp --load-host 10.231.1.2 --load-host 10.231.2.2 --members 6 --member-size 32M \
         --dir "$members/m" --out "$work/run6" >"$work/run6.out" 2>"$work/run6.err" \

@@ -397,6 +397,12 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
                 ),
             }
         }
+        // fio's client runs with the hosts it reaches and says of the others only on its
+        // stderr, so a run would go on (a drill through a failure and rebuild) with part of
+        // its load missing and be refused only at the end.
+        for host in &args.load_hosts {
+            reach_fio_server(host)?;
+        }
     }
     check_fio(&args.fio, &specs)?;
     if plans.iter().any(|p| matches!(p, Job::Files(_))) {
@@ -816,6 +822,77 @@ fn nbd_size(uri: &str) -> Result<u64> {
 
 /// Stop a fio process: SIGINT (fio then writes its results and logs, and a fio client
 /// stops its servers' jobs), then kill it if it is still there after the grace period.
+/// Whether a line fio's client wrote on stderr says a load host could not be reached (fio
+/// then goes on with the other hosts). A host lost later in the run fio reports only in its
+/// output, which it writes at the end.
+fn host_dropped_out(line: &str) -> bool {
+    line.contains("failed to connect to")
+}
+
+/// fio's default server port (`fio --server`).
+const FIO_SERVER_PORT: u16 = 8765;
+/// How long a load host's fio server gets to accept a connection before the run is refused.
+const FIO_SERVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where `--client=HOST` connects, in fio's syntax: `sock:PATH` (a Unix socket), else
+/// `[ip:|ip6:]ADDRESS[,PORT]` (port 8765 by default; `ip6:` addresses hold colons, so the
+/// port follows a comma).
+#[derive(Debug, PartialEq, Eq)]
+enum FioServerAddress {
+    Unix(PathBuf),
+    Tcp(String, u16),
+}
+
+fn fio_server_address(host: &str) -> Result<FioServerAddress> {
+    if let Some(path) = host.strip_prefix("sock:") {
+        return Ok(FioServerAddress::Unix(PathBuf::from(path)));
+    }
+    let rest = host.strip_prefix("ip6:").or_else(|| host.strip_prefix("ip:")).unwrap_or(host);
+    let (address, port) = match rest.rsplit_once(',') {
+        Some((address, port)) => {
+            let port = port.parse::<u16>().ok().filter(|&p| p != 0).with_context(|| {
+                format!("load host {host}: {port:?} is no port (fio's syntax: HOST[,PORT])")
+            })?;
+            (address, port)
+        }
+        None => (rest, FIO_SERVER_PORT),
+    };
+    if address.is_empty() {
+        bail!("load host {host:?} names no address (fio's syntax: HOST[,PORT])");
+    }
+    Ok(FioServerAddress::Tcp(address.to_string(), port))
+}
+
+/// Refuse the run unless `host`'s fio server accepts a connection now (the connection is
+/// closed at once; fio's server waits for the next).
+fn reach_fio_server(host: &str) -> Result<()> {
+    let failed = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "load host {host}: cannot reach its fio server ({e}); start `fio --server` there \
+             (it listens on port {FIO_SERVER_PORT} unless told otherwise) and check that this \
+             host can connect to it"
+        )
+    };
+    match fio_server_address(host)? {
+        FioServerAddress::Unix(path) => {
+            std::os::unix::net::UnixStream::connect(&path).map_err(failed)?;
+        }
+        FioServerAddress::Tcp(address, port) => {
+            use std::net::ToSocketAddrs;
+            let addresses = (address.as_str(), port).to_socket_addrs().map_err(failed)?;
+            let mut last = std::io::Error::other("the name resolves to no address");
+            for a in addresses {
+                match std::net::TcpStream::connect_timeout(&a, FIO_SERVER_CONNECT_TIMEOUT) {
+                    Ok(_) => return Ok(()),
+                    Err(e) => last = e,
+                }
+            }
+            return Err(failed(last));
+        }
+    }
+    Ok(())
+}
+
 fn stop_fio(child: &mut std::process::Child) -> Result<()> {
     if child.try_wait()?.is_some() {
         // Already reaped: its PID may belong to another process now.
@@ -1682,7 +1759,7 @@ impl Drill<'_> {
             .spawn()
             .with_context(|| format!("running {}", self.fio.display()))?;
         let mut steps: Vec<(&str, std::time::SystemTime)> = vec![];
-        let drilled = self.steps(&mut child, &mut steps);
+        let drilled = self.steps(&mut child, &mut steps, &stderr_path);
         // fio writes its results and logs when interrupted.
         stop_fio(&mut child)?;
         let stopped = std::time::SystemTime::now();
@@ -1751,17 +1828,28 @@ impl Drill<'_> {
         Ok(flashraid_lab::degraded::Drill::from_logs(&iops, &latency, 1000, markers)?)
     }
 
-    /// The drill's steps while fio runs, each one's moment recorded.
+    /// The drill's steps while fio runs, each one's moment recorded. Stopped early when fio
+    /// ends, or says on `stderr` that it could not reach a load host (fio's client goes on
+    /// with the hosts it has, so the drill would run on with part of its load missing).
     fn steps(
         &self,
         child: &mut std::process::Child,
         steps: &mut Vec<(&str, std::time::SystemTime)>,
+        stderr: &Path,
     ) -> Result<()> {
+        let mut next_look = Instant::now();
         let mut hold = |d: Duration| -> Result<()> {
             let until = Instant::now() + d;
             while Instant::now() < until {
                 if let Some(status) = child.try_wait()? {
                     bail!("fio ended early during the drill ({status})");
+                }
+                if !self.hosts.is_empty() && Instant::now() >= next_look {
+                    next_look = Instant::now() + Duration::from_secs(1);
+                    let said = std::fs::read_to_string(stderr).unwrap_or_default();
+                    if let Some(line) = said.lines().find(|l| host_dropped_out(l)) {
+                        bail!("a load host could not be reached for the drill (fio: {line})");
+                    }
                 }
                 if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
                     bail!("interrupted by a signal during the drill");
@@ -2224,7 +2312,44 @@ fn load_reports(path: &Path) -> Result<Vec<Loaded>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{paced_iops_per_thread, parse_fio_output_from, rebuild_rate_entries};
+    use super::{
+        FIO_SERVER_PORT, FioServerAddress, fio_server_address, host_dropped_out,
+        paced_iops_per_thread, parse_fio_output_from, reach_fio_server, rebuild_rate_entries,
+    };
+
+    #[test]
+    fn load_hosts_are_read_in_fios_syntax() {
+        let tcp = |a: &str, p| FioServerAddress::Tcp(a.to_string(), p);
+        assert_eq!(fio_server_address("10.0.0.2").unwrap(), tcp("10.0.0.2", FIO_SERVER_PORT));
+        assert_eq!(fio_server_address("ip:10.0.0.2,9000").unwrap(), tcp("10.0.0.2", 9000));
+        assert_eq!(fio_server_address("ip6:fe80::1,8766").unwrap(), tcp("fe80::1", 8766));
+        assert_eq!(fio_server_address("ip6:::1").unwrap(), tcp("::1", FIO_SERVER_PORT));
+        assert_eq!(fio_server_address("loadgen-3").unwrap(), tcp("loadgen-3", FIO_SERVER_PORT));
+        assert_eq!(
+            fio_server_address("sock:/run/fio.sock").unwrap(),
+            FioServerAddress::Unix("/run/fio.sock".into())
+        );
+        for bad in ["host,", "host,0", "host,99999", "host,x", ",8765", ""] {
+            assert!(fio_server_address(bad).is_err(), "{bad:?} taken");
+        }
+    }
+
+    /// A load host whose fio server does not answer refuses the run before anything runs
+    /// (fio's client would go on without it and say so only at the end).
+    #[test]
+    fn an_unreachable_load_host_is_refused_at_once() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        reach_fio_server(&format!("127.0.0.1,{port}")).unwrap();
+        drop(listener);
+        let e = reach_fio_server(&format!("127.0.0.1,{port}")).unwrap_err().to_string();
+        assert!(e.contains("cannot reach its fio server") && e.contains("fio --server"), "{e}");
+        let dir = std::env::temp_dir().join(format!("flashraid-fio-sock-{}", std::process::id()));
+        let e = reach_fio_server(&format!("sock:{}", dir.display())).unwrap_err().to_string();
+        assert!(e.contains("cannot reach"), "{e}");
+        assert!(host_dropped_out("fio: failed to connect to 10.0.0.9:8765"));
+        assert!(!host_dropped_out("<10.0.0.2> Starting 4 processes"));
+    }
 
     /// The manifest says the rebuild limits as the operator sees them, in MiB/s (found by
     /// review: the busy rate was "52428800 B/s", and the idle rate was left out).
