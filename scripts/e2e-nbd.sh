@@ -18,8 +18,9 @@
 # stalls (a device behind nbdkit's pause filter) leaves status answering, then finishes, and
 # that device, a spare again, is removed while stalled (the erase waits on its own thread);
 # an old image of a member put back while the array was stopped is left out, not read; a
-# RAID 5 failed past its tolerance (`fail --force`) is refused at the next start, naming what
-# `--force` brings back, and starts with it, its data intact.
+# RAID 5 failed past its tolerance (`fail --force`) refuses `spare add` of its failed member,
+# is refused at the next start, naming what `--force` brings back, and starts with it, its
+# data intact.
 #
 # Needs root (loop devices, mount), FUSE, and the Debian packages scripts/test.sh installs.
 # Usage: scripts/e2e-nbd.sh [path/to/flashraid]     (default: target/release/flashraid)
@@ -756,6 +757,9 @@ sleep 7
 { "$F" fail --control "$WORK/control" 1 2>&1 || true; } | contains "pass --force" \
     || fail "a failure past the tolerance was not refused"
 "$F" fail --control "$WORK/control" 1 --force | contains "has FAILED" || fail "no FAILED said"
+# The last member's device given back is refused as it is: the forced start needs it.
+{ "$F" spare add --control "$WORK/control" "$WORK/stale/r1" 2>&1 || true; } \
+    | contains "failed past its tolerance" || fail "a failed member was taken back past tolerance"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || true
 SERVER_PID=

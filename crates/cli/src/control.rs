@@ -387,6 +387,14 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "eta_s": r.eta_s,
             "rate_limit_bytes_per_s": r.rate_limit_bytes_per_s,
             "stalled_at_stripe": r.stalled_at_stripe,
+            // Why, in the operator's words: past the tolerance nothing is left to rebuild
+            // from, and only a forced start brings the array (and the rebuild) back.
+            "stalled_reason": r.stalled_at_stripe.map(|_| if s.failed {
+                "the array is failed past its tolerance: stop it and start it with --force \
+                 (the rebuild resumes from its recorded cursor)"
+            } else {
+                "too many members unreadable"
+            }),
             "partial": r.partial,
             "copying": r.copying,
         })),
@@ -597,7 +605,10 @@ fn rebuild_line(r: &Value) -> Option<String> {
         l => format!(" (limit {}/s)", crate::array_cmds::human(l)),
     };
     let stalled = match r["stalled_at_stripe"].as_u64() {
-        Some(s) => format!("  STALLED at stripe {s}: too many members unreadable"),
+        Some(s) => format!(
+            "  STALLED at stripe {s}: {}",
+            r["stalled_reason"].as_str().unwrap_or("too many members unreadable")
+        ),
         None => String::new(),
     };
     let partial = if r["copying"].as_bool() == Some(true) {
@@ -1064,7 +1075,9 @@ fn fail_report(role: usize, v: &Value) -> String {
     if v["failed"].as_bool() == Some(true) {
         return format!(
             "member {role} is failed; the array has FAILED: more members are out of service \
-             than {} survives, writes are refused and reads of lost data return errors",
+             than {} survives, writes are refused and reads of lost data return errors. To \
+             bring it back, stop it and start it with --force (which brings back the devices \
+             of failed members, the last to fail first)",
             v["level"].as_str().unwrap_or("its level")
         );
     }
@@ -1286,6 +1299,33 @@ mod tests {
         ask(path, "fail 0 force").unwrap();
         let report = fail_report(0, &ask(path, "status").unwrap());
         assert!(report.contains("runs degraded"), "{report}");
+    }
+
+    /// A member fails during a rebuild and the array fails past its tolerance (the role
+    /// being rebuilt counts as out): `fail` and the status's rebuild line say so and name
+    /// `--force`, not "too many members unreadable" (found by review).
+    #[test]
+    fn a_rebuild_stalled_by_a_failed_array_says_why_and_the_way_back() {
+        let served = serve_memory(Level::Raid5, 3, 1, 1 << 20);
+        let path = &served.path;
+        ask(path, "fail 0").unwrap();
+        wait_for_state(path, "rebuilding");
+        ask(path, "fail 1 force").unwrap();
+        let report = fail_report(1, &ask(path, "status").unwrap());
+        assert!(report.contains("the array has FAILED") && report.contains("--force"), "{report}");
+        for _ in 0..3000 {
+            let v = ask(path, "status").unwrap();
+            if !v["rebuild"]["stalled_at_stripe"].is_null() {
+                assert_eq!(v["state"], "failed", "{v}");
+                let line = rebuild_line(&v["rebuild"]).unwrap();
+                assert!(line.contains("failed past its tolerance"), "{line}");
+                assert!(line.contains("start it with --force"), "{line}");
+                assert!(!line.contains("unreadable"), "{line}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no stall: {}", ask(path, "status").unwrap());
     }
 
     /// A file of a member's size in the served array's directory; its absolute path.

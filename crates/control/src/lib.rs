@@ -440,6 +440,17 @@ pub enum ReAddRefusal {
     /// It was this array's, but its chunks cannot be trusted as of its failure.
     #[error("{0}")]
     Refused(String),
+    /// The device of a failed role, while the array is failed past its tolerance
+    /// (`Metadata::failed_past_tolerance` says how): nothing in service could rebuild what
+    /// it missed, and it may hold what a forced start brings back, so it is left as it is
+    /// (neither re-added nor made a spare).
+    #[error(
+        "{0}: nothing in service could rebuild what it missed, and its device may hold the \
+         array's data as of its failure. Nothing was changed. Stop the array and start it \
+         with --force: that brings back the devices of failed members (the last to fail \
+         first); a member still out after that can then be added again"
+    )]
+    PastTolerance(String),
 }
 
 /// The running array's metadata: the newest superblock and which device holds each role.
@@ -735,8 +746,9 @@ impl Metadata {
     }
 
     /// Add device `device` (a known index or the next one, not part of the array) as a hot spare
-    /// with identity `uuid`: refused if it holds recognisable data (unless `overwrite`), is
-    /// too small for a member's data area, or the member table is full. Its bitmap area is
+    /// with identity `uuid`: refused if it holds recognisable data or is a failed role's own
+    /// device while the array is failed past its tolerance (unless `overwrite`), is too
+    /// small for a member's data area, or the member table is full. Its bitmap area is
     /// written blank, then every superblock (it is listed everywhere before it is used).
     pub fn add_spare(
         &mut self,
@@ -765,6 +777,7 @@ impl Metadata {
                         d.name()
                     )));
                 }
+                self.check_forced_start_copy(d, sb, overwrite)?;
                 true
             }
             _ => false,
@@ -803,6 +816,36 @@ impl Metadata {
         self.spares.push(device);
         self.template.event += 1;
         self.write_all(devices).map(|_| ())
+    }
+
+    /// A failed role's own device (`own`, its newest superblock), given to `add_spare` while
+    /// the array is failed past its tolerance: made a spare, it would get a new identity and
+    /// lose what a forced start brings back (the last member to fail holds the array's data
+    /// as of its failure), so it needs `--force`, as a device holding other data does.
+    fn check_forced_start_copy(
+        &self,
+        d: &dyn MetaDevice,
+        own: &Superblock,
+        overwrite: Overwrite,
+    ) -> Result<(), ControlError> {
+        let Some(role) = self
+            .template
+            .members
+            .iter()
+            .position(|m| m.uuid == own.this_uuid && m.state == MemberState::Failed)
+        else {
+            return Ok(());
+        };
+        match self.failed_past_tolerance() {
+            Some(why) if overwrite == Overwrite::Refuse => Err(ControlError::Invalid(format!(
+                "{} is the device of failed member {role}, and {why}: made a spare, it would \
+                 lose the data a forced start brings back. Nothing was changed. Stop the \
+                 array and start it with --force (which brings back the devices of failed \
+                 members, the last to fail first), or pass --force to make it a spare anyway",
+                d.name()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Take hot spare `device` out of the array: it leaves the member table (and any record
@@ -924,8 +967,31 @@ impl Metadata {
 
     /// Whether the roles out of service (a role being rebuilt counted as out: it holds only
     /// part of its data) are more than the level survives.
-    fn past_tolerance(&self) -> bool {
+    pub fn past_tolerance(&self) -> bool {
         !self.template.geometry().survives(&self.unavailable_roles(None))
+    }
+
+    /// While the array is failed past its tolerance, says so for an operator: "the array is
+    /// failed past its tolerance: members [0, 1] are out of service (...), more than raid5
+    /// x4 survives". `None` while it survives.
+    pub fn failed_past_tolerance(&self) -> Option<String> {
+        if !self.past_tolerance() {
+            return None;
+        }
+        let unavailable = self.unavailable_roles(None);
+        let out: Vec<usize> = (0..unavailable.len()).filter(|&r| unavailable[r]).collect();
+        let rebuilding = match self.rebuild_in_progress() {
+            Some((role, _)) => format!(", member {} being rebuilt counted as out", role.get()),
+            None => String::new(),
+        };
+        let geometry = self.template.geometry();
+        Some(format!(
+            "the array is failed past its tolerance: members {out:?} are out of service{}, \
+             more than {} x{} survives",
+            rebuilding,
+            geometry.level(),
+            geometry.member_count()
+        ))
     }
 
     /// Per role, whether it is out of service: no device holds it, it is being rebuilt (it
@@ -1111,9 +1177,6 @@ impl Metadata {
         if own.array_uuid != sb.array_uuid {
             return Err(NotAMember);
         }
-        if sb.geometry().tolerance() == 0 {
-            return Err(Refused("the level has no redundancy to rebuild from".into()));
-        }
         let Some(role) = sb.members.iter().position(|m| m.uuid == own.this_uuid) else {
             return Err(Refused(
                 "its member identity holds no role (a former spare, or its role was taken \
@@ -1124,6 +1187,17 @@ impl Metadata {
         let entry = &sb.members[role];
         if entry.state != MemberState::Failed || self.roles[role].is_some() {
             return Err(Refused(format!("its role {role} is not failed")));
+        }
+        // Before any other refusal, which would make it a spare: a re-add would stall (a
+        // role being rebuilt counts as out, so taking it back never brings the array within
+        // its tolerance), and its superblock would then call it Rebuilding, so a forced start
+        // would bring back an earlier failed member in its place and rebuild it from that
+        // member's stale chunks. Level 0 included: a forced start brings its members back.
+        if let Some(why) = self.failed_past_tolerance() {
+            return Err(ReAddRefusal::PastTolerance(why));
+        }
+        if sb.geometry().tolerance() == 0 {
+            return Err(Refused("the level has no redundancy to rebuild from".into()));
         }
         if !entry.in_sync_when_failed {
             return Err(Refused(format!(

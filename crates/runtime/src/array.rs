@@ -1478,6 +1478,26 @@ impl Controller {
                 Some(ToController::Event(shard, ShardEvent::RebuildDone { generation, .. })) => {
                     self.rebuild_progress(shard, generation, u64::MAX, true);
                 }
+                Some(ToController::Event(shard, ShardEvent::RebuildStalled { member, stripe }))
+                    if self.metadata.past_tolerance() =>
+                {
+                    // Not a stripe that cannot be read: nothing is left to reconstruct from.
+                    let why = self.metadata.failed_past_tolerance().unwrap_or_default();
+                    let cursor = self.metadata.rebuild_in_progress().map_or(0, |(_, c)| c.0);
+                    self.events.record(
+                        &self.metadata,
+                        "rebuild-stalled",
+                        &format!(
+                            "rebuild of member {} stalled at stripe {}: {why}, so nothing is \
+                             left to rebuild it from. Stop the array and start it with --force \
+                             (which brings back the devices of failed members): the rebuild \
+                             then resumes from its recorded cursor, stripe {cursor}",
+                            member.get(),
+                            stripe.0,
+                        ),
+                    );
+                    self.note_rebuild_stall(shard, stripe);
+                }
                 Some(ToController::Event(shard, ShardEvent::RebuildStalled { member, stripe })) => {
                     self.events.record(
                         &self.metadata,
@@ -1498,13 +1518,7 @@ impl Controller {
                             self.rebuild_stall_retry
                         ),
                     );
-                    // A shard's newest stall replaces its last: within one attempt they only
-                    // go down, and after a retry got past one, the next is a new stall.
-                    if let Some(r) = &mut self.rebuild
-                        && let Some(at) = r.stalled_at.get_mut(shard as usize)
-                    {
-                        *at = Some(stripe.0);
-                    }
+                    self.note_rebuild_stall(shard, stripe);
                 }
                 Some(ToController::Event(shard, ShardEvent::ScrubDone { tally, stopped })) => {
                     self.scrub_done(shard, tally, stopped);
@@ -1865,17 +1879,16 @@ impl Controller {
         if result.is_ok() {
             self.take_spare_if_wanted();
         }
-        let geometry = self.metadata.superblock().geometry();
         let missing = self.metadata.missing_roles();
-        let unavailable: Vec<bool> =
-            (0..geometry.member_count()).map(|r| missing.contains(&r)).collect();
-        if !geometry.survives(&unavailable) {
+        // A role being rebuilt counts as out (found by review: a failure during a rebuild
+        // that took the array past its tolerance said nothing but the rebuild's stall).
+        if let Some(why) = self.metadata.failed_past_tolerance() {
             let message = format!(
-                "FAILED: members {missing:?} are out of service, beyond what {} survives \
-                 ({}): writes are refused and reads of lost data return errors; nothing \
-                 is written to the remaining members",
-                geometry.level(),
-                geometry.tolerance()
+                "FAILED: {why}: writes are refused and reads of lost data return errors; \
+                 nothing is written to the remaining members. To bring it back, stop it and \
+                 start it with --force (which brings back the devices of failed members, \
+                 the last to fail first){}",
+                self.rebuild_kept_for_forced_start()
             );
             self.events.record(&self.metadata, "array-failed", &message);
         } else if !missing.is_empty()
@@ -2781,7 +2794,8 @@ impl Controller {
     /// the metadata says it can: it takes the role back and a partial rebuild starts. False
     /// when it is not re-added (the caller adds it as a spare; the event log says why when
     /// it is a former member that could not be); an error when it could be but a rebuild is
-    /// running (made a spare, it would lose that for good).
+    /// running (made a spare, it would lose that for good), and while the array is failed
+    /// past its tolerance (nothing could rebuild it, and a forced start may need it as it is).
     fn try_re_add(&mut self, index: usize, re_add: ReAdd) -> Result<bool, ArrayError> {
         if re_add == ReAdd::Never {
             return Ok(false);
@@ -2797,6 +2811,13 @@ impl Controller {
                 return Err(ArrayError::Other(format!(
                     "{name} is a member of this array that {why}: add it again then, or now \
                      with --full-rebuild to rebuild it in full"
+                )));
+            }
+            Err(why @ ReAddRefusal::PastTolerance(_)) => {
+                // Not a spare either: a new identity would lose what a forced start needs.
+                return Err(ArrayError::Other(format!(
+                    "{name} is this array's failed member, not re-added: {why} (`spare add \
+                     --full-rebuild --force` makes it a spare anyway, its contents lost)"
                 )));
             }
             Err(ReAddRefusal::Refused(why)) => {
@@ -2941,6 +2962,31 @@ impl Controller {
                 "the member being rebuilt failed: its rebuild is abandoned",
             );
             self.rebuild = None;
+        }
+    }
+
+    /// A shard's rebuild stalled at `stripe`. Its newest stall replaces its last: within one
+    /// attempt they only go down, and after a retry got past one, the next is a new stall.
+    fn note_rebuild_stall(&mut self, shard: u32, stripe: StripeIndex) {
+        if let Some(r) = &mut self.rebuild
+            && let Some(at) = r.stalled_at.get_mut(shard as usize)
+        {
+            *at = Some(stripe.0);
+        }
+    }
+
+    /// For a message about an array failed past its tolerance: what becomes of a running
+    /// rebuild ("" when none runs). Its recorded cursor is kept, so a forced start, which
+    /// brings the last failed member back, resumes it from there.
+    fn rebuild_kept_for_forced_start(&self) -> String {
+        match self.metadata.rebuild_in_progress() {
+            Some((role, from)) => format!(
+                "; the rebuild of member {} stops where nothing is left to reconstruct from \
+                 and resumes after the forced start from its recorded cursor, stripe {}",
+                role.get(),
+                from.0
+            ),
+            None => String::new(),
         }
     }
 

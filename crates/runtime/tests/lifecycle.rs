@@ -1520,3 +1520,172 @@ fn a_read_only_array_writes_nothing_to_any_member() {
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The bytes of `path`, for checking that a refusal wrote nothing.
+fn file_bytes(path: &std::path::Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+/// A RAID 5 of three member files failed past its tolerance (member 0, then 1 with
+/// `--force`): the devices of its failed members, given back with `spare add`, are neither
+/// re-added nor made spares without `--force`, and nothing is written to them (found by
+/// review: a re-add took the role back as Rebuilding, its rebuild stalled, and a forced
+/// start then brought back the member that failed first in its place and rebuilt it from
+/// that member's stale chunks). `--full-rebuild --force` makes one a spare, held back.
+#[test]
+fn failed_members_given_back_past_the_tolerance_are_kept_for_a_forced_start() {
+    use flashraid_control::Overwrite;
+    use flashraid_runtime::FailGuard;
+    let dir = scratch_dir("keep-for-force");
+    let paths = raid5_files(&dir, "m", "keep");
+    let array = Array::open(&paths, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    fill(&mut session, size, 31);
+    array.fail_member(0).unwrap();
+    array.fail_member_with(1, FailGuard::Force).unwrap();
+    let failed = array.status().unwrap();
+    assert!(failed.failed, "{failed:#?}");
+    let before: Vec<Vec<u8>> = paths.iter().map(|p| file_bytes(p)).collect();
+    for role in [0, 1] {
+        let e = array.add_spare(&paths[role], Overwrite::Refuse).unwrap_err().to_string();
+        assert!(
+            e.contains("not re-added")
+                && e.contains("failed past its tolerance: members [0, 1] are out of service")
+                && e.contains("start it with --force")
+                && e.contains("Nothing was changed"),
+            "role {role}: {e}"
+        );
+        let e = array
+            .add_spare_with(&paths[role], Overwrite::Refuse, ReAdd::Never)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("the device of failed member {role}"))
+                && e.contains("failed past its tolerance")
+                && e.contains("pass --force to make it a spare anyway"),
+            "role {role}: {e}"
+        );
+    }
+    let after: Vec<Vec<u8>> = paths.iter().map(|p| file_bytes(p)).collect();
+    assert!(before == after, "a refused add wrote to a member");
+    let status = array.status().unwrap();
+    assert!(status.spares.is_empty() && status.rebuild.is_none(), "{status:#?}");
+    assert_eq!(status.event, failed.event, "the metadata changed: {status:#?}");
+    // Forced, the device of member 0 becomes a spare, which the failed array holds back.
+    array.add_spare_with(&paths[0], Overwrite::Force, ReAdd::Never).unwrap();
+    let status = array.status().unwrap();
+    assert_eq!(status.spares, vec![paths[0].display().to_string()], "{status:#?}");
+    assert!(status.rebuild.is_none(), "{status:#?}");
+    drop(session);
+    array.shutdown().unwrap();
+
+    // RAID 1 with both members failed: the same refusal, on in-memory members.
+    let members: Vec<Arc<MemMember>> =
+        (0..2).map(|i| MemMember::new(&format!("keep1-{i}"), 16 << 20)).collect();
+    create_in_memory_with_spares(
+        &CreateSpec::in_memory("keep1", Level::Raid1, CHUNK_BYTES, 2),
+        &members,
+        &[],
+    )
+    .unwrap();
+    let array = Array::open_in_memory(&members, &options(0)).unwrap();
+    array.fail_member(1).unwrap();
+    array.fail_member_with(0, FailGuard::Force).unwrap();
+    for member in &members {
+        let e = array.add_spare_in_memory(member.clone()).unwrap_err().to_string();
+        assert!(e.contains("failed past its tolerance"), "{e}");
+        let e = array.add_spare_in_memory_with(member.clone(), ReAdd::Never).unwrap_err();
+        assert!(e.to_string().contains("--force"), "{e}");
+    }
+    let status = array.status().unwrap();
+    assert!(status.failed && status.spares.is_empty(), "{status:#?}");
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A member fails while a hot spare is being rebuilt, and the RAID 5 is failed past its
+/// tolerance (the role being rebuilt counts as out): the event log says so and why the
+/// rebuild stops, the failed member's device given back is refused (its re-add could never
+/// run, and would spoil what follows), and after a stop the forced start brings that member
+/// back and resumes the rebuild from its recorded cursor; every byte then reads as written.
+#[test]
+fn a_rebuild_the_array_fails_under_resumes_after_a_forced_start() {
+    use flashraid_control::Overwrite;
+    use flashraid_format::assembly::{DirtyDegraded, StaleMembers};
+    use flashraid_runtime::FailGuard;
+    let dir = scratch_dir("fail-under-rebuild");
+    let paths = raid5_files(&dir, "m", "under");
+    let mut opts = options(4 << 20);
+    // Write-intent bits clear soon after the fill, so the forced start trusts every region.
+    opts.config.bitmap_clear_delay_us = 50_000;
+    let array = Array::open(&paths, &opts).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 41);
+    wait_for(&array, "the fill's bits to clear", |s| !s.resyncing && s.bitmap_regions_set == 0);
+    let spare = dir.join("spare");
+    std::fs::File::create(&spare).unwrap().set_len(24 << 20).unwrap();
+    array.add_spare(&spare, Overwrite::Refuse).unwrap();
+    array.fail_member(0).unwrap();
+    // Far enough for a cursor to be recorded (at most once a second).
+    wait_for(&array, "a third of the rebuild", |s| {
+        s.rebuild.as_ref().is_some_and(|r| r.stripes_done * 3 > r.stripes_total)
+    });
+    std::thread::sleep(Duration::from_millis(1100));
+    array.fail_member_with(1, FailGuard::Force).unwrap();
+    let status = wait_for(&array, "the rebuild to stall", |s| {
+        s.rebuild.as_ref().is_some_and(|r| r.stalled_at_stripe.is_some())
+    });
+    assert!(status.failed, "{status:#?}");
+    let said = |kind: &str| -> Vec<String> {
+        let events = array.status().unwrap().events;
+        events.into_iter().filter(|e| e.kind == kind).map(|e| e.message).collect()
+    };
+    let failed = said("array-failed");
+    assert_eq!(failed.len(), 1, "{:#?}", status.events);
+    let why = "failed past its tolerance: members [0, 1] are out of service, member 0 being \
+               rebuilt counted as out";
+    assert!(failed[0].contains(why) && failed[0].contains("--force"), "{failed:?}");
+    let cursor: u64 = failed[0]
+        .split("recorded cursor, stripe ")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cursor: {failed:?}"));
+    assert!(cursor > 0, "{failed:?}");
+    let stalled = said("rebuild-stalled");
+    assert!(!stalled.is_empty(), "{:#?}", status.events);
+    for message in &stalled {
+        assert!(message.contains(why) && message.contains("--force"), "{message}");
+        assert!(!message.contains("unreadable"), "{message}");
+    }
+    // The failed member's device is left as it is for the forced start.
+    let e = array.add_spare(&paths[1], Overwrite::Refuse).unwrap_err().to_string();
+    assert!(e.contains("failed past its tolerance"), "{e}");
+    assert!(!e.contains("once the running rebuild ends"), "{e}");
+    drop(session);
+    array.shutdown().unwrap();
+
+    // Member 0's old device is no longer listed (the spare holds its role): not given.
+    let devices = [paths[1].clone(), paths[2].clone(), spare];
+    let mut forced = opts.clone();
+    forced.dirty_degraded = DirtyDegraded::Force;
+    forced.stale_members = StaleMembers::UseIfNeeded;
+    let array = Array::open(&devices, &forced).unwrap();
+    let status = array.status().unwrap();
+    assert!(status.degraded && !status.failed, "{status:#?}");
+    let resumed = status.events.iter().find(|e| e.kind == "rebuild-resumed");
+    let from: u64 = resumed
+        .and_then(|e| e.message.split("at stripe ").nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not resumed: {:#?}", status.events));
+    assert!(from >= cursor, "resumed at {from}, below the cursor {cursor} said");
+    assert_eq!(status.members[1].path.as_deref(), paths[1].to_str(), "{status:#?}");
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "after the forced start");
+    array.set_rebuild_rate(0).unwrap();
+    let status = wait_for(&array, "the resumed rebuild", |s| s.rebuild.is_none());
+    assert!(!status.degraded, "{status:#?}");
+    check(&mut session, &model, "after the resumed rebuild");
+    lean_on_and_stop(array, session, &model, &[2], "relying on the rebuilt member", &dir);
+}

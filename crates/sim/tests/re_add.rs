@@ -265,7 +265,8 @@ fn the_map_survives_when_only_a_member_that_rejoined_is_left() {
 }
 
 /// Review finding: re-adding a member of a RAID 0 array recorded a rebuild the engine then
-/// refused with a panic. A level with no redundancy has nothing to rebuild from.
+/// refused with a panic. A level with no redundancy has nothing to rebuild from: with a
+/// member out it is failed past its tolerance, and the member is kept for a forced start.
 #[test]
 fn a_raid0_member_is_not_re_added() {
     let mut array = SimArray::create(plain_options(3, Level::Raid0, 2)).unwrap();
@@ -273,5 +274,5 @@ fn a_raid0_member_is_not_re_added() {
     array.fail_member(1);
     array.run_until_idle();
     let refused = array.re_add(x).unwrap_err();
-    assert!(refused.contains("no redundancy"), "{refused}");
+    assert!(refused.contains("failed past its tolerance"), "{refused}");
 }

@@ -347,6 +347,81 @@ fn an_array_failed_past_its_tolerance_starts_again_when_forced() {
     }
 }
 
+/// A failed member's device given back (`spare add`) while the array is failed past its
+/// tolerance: the re-add is refused, and nothing is written to any device (found by review:
+/// re-added, the last member to fail was named Rebuilding, its rebuild stalled, and a forced
+/// start then brought back a member that failed earlier in its place and rebuilt it from
+/// that member's stale chunks: reads returned data nobody wrote). The forced start then
+/// brings the array back, degraded and serving, every read as written or refused.
+#[test]
+fn a_member_given_back_past_the_tolerance_is_kept_for_the_forced_start() {
+    for seed in flashraid_sim::seeds(1) {
+        for (level, members) in flashraid_sim::REDUNDANT_LEVELS {
+            for given_back in ["first", "last"] {
+                eprintln!("given back past tolerance {level} x{members} {given_back} seed {seed}");
+                let mut rng = StdRng::seed_from_u64(seed * 1000 + 17 + members as u64);
+                let o = options(seed, level, members);
+                let mut array = SimArray::create(o.clone()).unwrap();
+                let mut data = fill(&mut array, &mut rng);
+                let tolerance = array.geometry().tolerance();
+                // Devices are created in role order: role r is device r.
+                let held: Vec<SimMember> =
+                    (0..members).map(|r| array.role_device(r).unwrap()).collect();
+                // Fail members within the tolerance, writing after each failure, so the
+                // member failed first misses writes the last one has.
+                for role in 0..tolerance {
+                    array.fail_member(role);
+                    let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
+                    let mut piece = vec![0u8; 16 * 4096];
+                    rng.fill(piece.as_mut_slice());
+                    array.write(at as u64, &piece).unwrap();
+                    data[at..at + piece.len()].copy_from_slice(&piece);
+                }
+                array.flush().unwrap();
+                array.run_steps(1000);
+                array.fail_member(tolerance);
+                assert!(array.metadata().past_tolerance(), "{level}");
+                let images = |held: &[SimMember]| -> Vec<(Vec<u8>, Vec<u8>)> {
+                    held.iter()
+                        .map(|d| {
+                            let state = d.state();
+                            (state.current.clone(), state.durable.clone())
+                        })
+                        .collect()
+                };
+                let before = images(&held);
+                let event = array.metadata().superblock().event;
+                let role = if given_back == "first" { 0 } else { tolerance };
+                let refused = array.re_add(role).unwrap_err();
+                assert!(
+                    refused.contains("failed past its tolerance") && refused.contains("--force"),
+                    "{level}: {refused}"
+                );
+                array.run_steps(1000);
+                assert!(images(&held) == before, "{level}: a refused re-add wrote to a device");
+                assert_eq!(array.metadata().superblock().event, event, "{level}");
+                assert!(!array.is_rebuilding(), "{level}");
+                let devices =
+                    if rng.random_bool(0.5) { array.crash() } else { array.shutdown().unwrap() };
+                for device in &devices {
+                    device.state().gone = false;
+                }
+                let mut array = SimArray::assemble_forced(devices, o.clone())
+                    .unwrap_or_else(|e| panic!("{level} {given_back}: forced start: {e}"));
+                assert!(!array.metadata().past_tolerance(), "{level}: still failed");
+                let what = format!("{level} {given_back} seed {seed}");
+                let (good, refused) = reads_never_wrong(&mut array, &data, &what);
+                assert!(good > refused, "{what}: {refused} refused, {good} read");
+                // Serving: writes are taken (reads of regions still untrusted may be refused).
+                let piece: Vec<u8> = (0..64 << 10).map(|_| rng.random()).collect();
+                array.write(0, &piece).unwrap();
+                data[..piece.len()].copy_from_slice(&piece);
+                reads_never_wrong(&mut array, &data, &format!("{what}, after a write"));
+            }
+        }
+    }
+}
+
 /// Starts cut short one after another (power flapping at boot): a member can end several
 /// passes ahead of the rest, none of which is a stale copy, since no start that was cut
 /// wrote anything (found by review: two cuts after a start's first superblock write failed
