@@ -780,7 +780,7 @@ print("   forced: the last member to fail is back, and the data with it")
 '
 stop_server
 
-step "serve --read-only: nothing is written to any member; a writer is refused meanwhile"
+step "serve --read-only: nothing is written to any member; a writer is refused; flashraid stop"
 MEMBERS=("$WORK"/stale/o{0..3})
 "$F" create --level 5 --name e2e --size 64M "${MEMBERS[@]}" >/dev/null
 start_server
@@ -808,7 +808,19 @@ if "$F" serve --socket "$WORK/writer.sock" --control "$WORK/writer.control" "${M
     fail "a read-write serve of members served read-only started"
 fi
 contains "in use" <"$WORK/writer.log" || { cat "$WORK/writer.log"; fail "the writer was not told why"; }
-stop_server read-only
+# flashraid stop: refused while a client is connected, then the server stops as on SIGTERM.
+nbdsh -u "$URI" -c 'import time; time.sleep(3)' &
+CLIENT_PID=$!
+sleep 1
+{ "$F" stop --control "$WORK/control" 2>&1 || true; } | contains "NBD connection(s) are open" \
+    || fail "stop was not refused while a client was connected"
+kill -0 "$SERVER_PID" || fail "a refused stop stopped the server"
+wait "$CLIENT_PID"
+"$F" stop --control "$WORK/control" | contains "the server has stopped" || fail "stop did not stop"
+wait "$SERVER_PID" || { cat "$WORK/serve.log"; fail "the server stopped with an error"; }
+SERVER_PID=
+contains "served read-only and nothing was written" <"$WORK/serve.log" \
+    || { cat "$WORK/serve.log"; fail "the stop was not the orderly one"; }
 sha256sum --quiet -c "$WORK/stale/read-only.sums" || fail "a read-only serve changed a member"
 echo "   every member file is byte for byte as before"
 

@@ -1,8 +1,8 @@
 //! The control socket of `flashraid serve`, and the commands that talk to it (`status`,
-//! `fail`).
+//! `fail`, `stop`, `rebuild`, `tune`, `scrub`, `spare`, `replace`).
 //!
-//! Protocol: a client connects to the Unix socket, sends one line (`status` or
-//! `fail ROLE`), and reads one line of JSON back; then the server closes. One line each way
+//! Protocol: a client connects to the Unix socket, sends one line (`status`, `fail ROLE`,
+//! `stop`, ...), and reads one line of JSON back; then the server closes. One line each way
 //! keeps it scriptable with `socat` as well as with the CLI. Requests are bounded
 //! (`COMMAND_BYTES_MAX`); the control path is never on the data path.
 //!
@@ -78,6 +78,8 @@ pub struct ControlContext {
     /// Connections open on the NBD server.
     pub connections: Box<dyn Fn() -> usize + Send + Sync>,
     pub exports: Vec<String>,
+    /// Stop the whole server as SIGTERM does (`flashraid stop`): drain, flush, mark clean.
+    pub request_stop: Box<dyn Fn() + Send + Sync>,
 }
 
 pub fn bind(path: &Path) -> Result<UnixListener> {
@@ -262,6 +264,19 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
             }
         }
         ["replace-cancel"] => answer(context.array.cancel_replace(), json!({ "ok": true })),
+        ["stop", force @ ..] if matches!(force, [] | ["force"]) => {
+            let connections = (context.connections)();
+            if connections > 0 && force.is_empty() {
+                json!({ "error": format!(
+                    "{connections} NBD connection(s) are open: a client still uses the \
+                     array (a mounted filesystem, nbd-client, qemu). Disconnect them first, or \
+                     pass --force to close them (their requests in flight finish first)"
+                ) })
+            } else {
+                (context.request_stop)();
+                json!({ "ok": true, "arrays": context.exports, "connections": connections })
+            }
+        }
         ["status"] => match context.array.status() {
             Ok(status) => status_json(&status, (context.connections)(), &context.exports),
             Err(e) => json!({ "error": e.to_string() }),
@@ -1060,6 +1075,57 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
     }
 }
 
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    #[arg(long)]
+    control: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Stop even while NBD clients are connected (they are disconnected once their requests
+    /// in flight finish). Without it a server with open connections is not stopped.
+    #[arg(long)]
+    force: bool,
+    /// Seconds to wait for the server to finish stopping (0: do not wait).
+    #[arg(long, default_value_t = 120)]
+    wait_s: u64,
+}
+
+/// `flashraid stop`: the server behind the control socket stops as on SIGTERM (connections
+/// drained, every array it serves flushed and marked clean), like `mdadm --stop`: refused
+/// while clients are connected unless `--force`. Waits until the control socket is gone.
+pub fn run_stop(args: StopArgs) -> Result<()> {
+    let path = find_control(args.control, args.name.as_deref())?;
+    let v = ask(&path, if args.force { "stop force" } else { "stop" })?;
+    let arrays: Vec<&str> = v["arrays"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let served =
+        if arrays.is_empty() { String::new() } else { format!(" (arrays {})", arrays.join(", ")) };
+    if args.wait_s == 0 {
+        println!("the server is stopping{served}");
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.wait_s);
+    // The server answers on its control socket until its connections have drained, then
+    // removes it.
+    while UnixStream::connect(&path).is_ok() {
+        if Instant::now() >= deadline {
+            bail!(
+                "the server was asked to stop{served} but its control socket {} still answers \
+                 after {} s (connections still draining?); `flashraid status` shows it",
+                path.display(),
+                args.wait_s
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "the server has stopped{served}: every array flushed and marked clean (its log says how each stopped)"
+    );
+    Ok(())
+}
+
 pub fn run_fail(args: FailArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
     let force = if args.force { " force" } else { "" };
@@ -1128,6 +1194,10 @@ mod tests {
     struct Served {
         path: PathBuf,
         stop: Arc<AtomicBool>,
+        /// The NBD connections the server says are open.
+        connections: Arc<std::sync::atomic::AtomicUsize>,
+        /// Set when a `stop` asked the server to stop.
+        stop_asked: Arc<AtomicBool>,
         thread: Option<std::thread::JoinHandle<()>>,
         _dir: tempfile::TempDir,
     }
@@ -1184,12 +1254,43 @@ mod tests {
         let path = dir.path().join("t.control");
         let listener = bind(&path).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let context = ControlContext { array, connections: Box::new(|| 0), exports: vec![] };
+        let stop_asked = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let context = ControlContext {
+            array,
+            connections: Box::new({
+                let connections = connections.clone();
+                move || connections.load(Ordering::SeqCst)
+            }),
+            exports: vec![],
+            request_stop: Box::new({
+                let asked = stop_asked.clone();
+                move || asked.store(true, Ordering::SeqCst)
+            }),
+        };
         let thread = std::thread::spawn({
             let stop = stop.clone();
             move || serve(listener, context, stop)
         });
-        Served { path, stop, thread: Some(thread), _dir: dir }
+        Served { path, stop, connections, stop_asked, thread: Some(thread), _dir: dir }
+    }
+
+    /// `stop` is refused while NBD clients are connected (like `mdadm --stop` of an array in
+    /// use), with nothing done; `stop force`, or no connection, asks the server to stop.
+    #[test]
+    fn stop_is_refused_while_clients_are_connected_unless_forced() {
+        let served = serve_memory(Level::Raid5, 3, 0, 0);
+        served.connections.store(2, Ordering::SeqCst);
+        let e = ask(&served.path, "stop").unwrap_err().to_string();
+        assert!(e.contains("2 NBD connection(s) are open") && e.contains("--force"), "{e}");
+        assert!(!served.stop_asked.load(Ordering::SeqCst), "a refused stop stopped the server");
+        ask(&served.path, "stop force").unwrap();
+        assert!(served.stop_asked.load(Ordering::SeqCst), "a forced stop did not stop");
+        served.stop_asked.store(false, Ordering::SeqCst);
+        served.connections.store(0, Ordering::SeqCst);
+        ask(&served.path, "stop").unwrap();
+        assert!(served.stop_asked.load(Ordering::SeqCst), "a stop with no client did not stop");
+        assert!(ask(&served.path, "stop now").is_err(), "an unknown stop option was taken");
     }
 
     /// Connect `count` clients that send nothing, and give the server time to take them.

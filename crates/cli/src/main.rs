@@ -44,6 +44,9 @@ enum Command {
     Status(control::StatusArgs),
     /// Fail a member of a served array now (like `mdadm --fail`).
     Fail(control::FailArgs),
+    /// Stop the server of an array as SIGTERM does (like `mdadm --stop`; refused while NBD
+    /// clients are connected unless `--force`).
+    Stop(control::StopArgs),
     /// Show the rebuild of a served array, set its rate, or wait for it with a progress bar.
     Rebuild(control::RebuildArgs),
     /// Change a served array's tunables live (stored with the array), or show them.
@@ -81,6 +84,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run_serve(args),
         Command::Status(args) => control::run_status(args),
         Command::Fail(args) => control::run_fail(args),
+        Command::Stop(args) => control::run_stop(args),
         Command::Rebuild(args) => control::run_rebuild(args),
         Command::Tune(args) => control::run_tune(args),
         Command::Scrub(args) => control::run_scrub(args),

@@ -378,6 +378,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
                 Box::new(move || count.load(std::sync::atomic::Ordering::SeqCst))
             },
             exports: names.clone(),
+            request_stop: Box::new(flashraid_nbd::signals::raise_stop),
         };
         let stop = control_stop.clone();
         let thread = std::thread::Builder::new()
@@ -408,7 +409,10 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         if let Some(addr) = args.tcp {
             println!("  tcp:  {scheme}://{addr}/{}{tls_note}", status.name);
         }
-        println!("  control: {} (flashraid status, flashraid fail)", control.display());
+        println!(
+            "  control: {} (flashraid status, flashraid fail, flashraid stop)",
+            control.display()
+        );
     }
     if args.read_only {
         println!("SIGTERM or Ctrl-C stops: in-flight IO finishes; nothing is written.");

@@ -33,6 +33,14 @@ impl StopSignals {
     }
 }
 
+/// Ask this process to stop as a SIGTERM would (`flashraid stop` over the control socket):
+/// every thread blocks the signal, so it goes to the one waiting in [`StopSignals::wait`],
+/// which stops the server in order.
+pub fn raise_stop() {
+    // SAFETY: kill with this process's own id and a valid signal number touches no memory.
+    unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+}
+
 /// Unblock SIGTERM and SIGINT in `command`'s child before it runs its program: a blocked
 /// mask survives exec, and a child such as fio must still stop on them (the terminal's
 /// Ctrl-C, or a supervisor's SIGINT) while its parent takes them with `sigwait`.
