@@ -145,21 +145,29 @@ echo "-- degraded-rebuild: healthy, a member failed, rebuilding onto a spare, re
 import json, sys
 run = json.load(open(sys.argv[1]))
 loads = [l["load_percent"] for l in run["levels"]]
-assert loads == [100, 0], loads
+assert loads == [100, 50, 0], loads
 for level in run["levels"]:
     assert level["verified"], f"load {level['load_percent']}: data not verified"
     assert level["rebuild_seconds"] > 0 and level["rebuild_bytes"] > 0, level
 phases = dict((p, runs) for p, runs in run["levels"][0]["phases"])
 assert all(len(phases[p]) >= 1 for p in ["healthy", "degraded", "rebuilding", "rebuilt"]), \
     {p: len(r) for p, r in phases.items()}
-print(f"   degraded-rebuild: data intact at both levels; {len(phases['rebuilding'])} runs while rebuilding")
+print(f"   degraded-rebuild: data intact at every level; {len(phases['rebuilding'])} runs while rebuilding")
+# The paced level runs at about half the healthy maximum the 100% level measured.
+def healthy_iops(level):
+    runs = dict((p, r) for p, r in level["phases"])["healthy"]
+    return sum(j["read"]["iops"] + j["write"]["iops"] for j in runs) / len(runs)
+full, half = healthy_iops(run["levels"][0]), healthy_iops(run["levels"][1])
+assert 0.3 * full <= half <= 0.7 * full, (full, half)
+assert run["levels"][1].get("drill") is not None, "the paced level has no drill"
+print(f"   paced level: {half:.0f} IOPS healthy against {full:.0f} at saturation")
 drill = run["levels"][0]["drill"]
 steps = [m["what"] for m in drill["markers"]]
 assert steps == ["member 0 failed", "spare added", "rebuilt"], steps
 times = [m["at_s"] for m in drill["markers"]]
 assert 0 < times[0] < times[1] <= times[2] < len(drill["iops"]) * drill["bin_ms"] / 1000, times
 assert sum(1 for v in drill["iops"] if v > 0) >= len(drill["iops"]) - 2, drill["iops"]
-assert run["levels"][1].get("drill") is None, "the unloaded level has no drill"
+assert run["levels"][2].get("drill") is None, "the unloaded level has no drill"
 print(f"   drill: {len(drill['iops'])} s of 1-s IOPS, steps at {times}")
 EOF
 grep -q "one continuous run through a failure and a rebuild" "$work/run4/degraded-rebuild/report.md" \
@@ -170,12 +178,12 @@ done
 # The run beside itself (as a run folder and as its report file): one row per run per level.
 "$bin" bench compare "$work/run4" "$work/run4/degraded-rebuild/degraded-run.json" --out "$work/cmp4" \
     >/dev/null || fail "compare degraded-rebuild runs"
-[ "$(grep -c '^| run4-degraded-rebuild: flashraid | .* | intact |$' "$work/cmp4/compare.md")" -eq 4 ] \
+[ "$(grep -c '^| run4-degraded-rebuild: flashraid | .* | intact |$' "$work/cmp4/compare.md")" -eq 6 ] \
     || fail "degraded-rebuild compare rows"
 grep -q "No foreground load" "$work/cmp4/compare-degraded-rebuild-1.html" \
     || fail "degraded-rebuild compare page"
 # The drills compare too: a row per run, and their IOPS on one chart aligned at the failure.
-[ "$(grep -c '^| run4-degraded-rebuild: flashraid | [0-9]* | [0-9]*% |' "$work/cmp4/compare.md")" -eq 2 ] \
+[ "$(grep -c '^| run4-degraded-rebuild: flashraid | [0-9]* | [0-9]*% |' "$work/cmp4/compare.md")" -eq 4 ] \
     || fail "degraded-rebuild compare: drill rows"
 grep -q "0 s = the failure" "$work/cmp4/compare-degraded-rebuild-1.html" \
     || fail "degraded-rebuild compare: drill chart"
@@ -402,8 +410,15 @@ hosts = {"10.231.1.2", "10.231.2.2"}
 manifest = json.load(open(f"{d}/manifest.json"))
 assert "10.231.1.2, 10.231.2.2" in manifest["load hosts"], manifest.get("load hosts")
 run = json.load(open(f"{d}/degraded-run.json"))
-assert [l["load_percent"] for l in run["levels"]] == [100, 0]
+assert [l["load_percent"] for l in run["levels"]] == [100, 50, 0]
 assert all(l["verified"] for l in run["levels"]), "data not verified"
+# The paced level's rate is shared among every thread of both hosts: together they run at
+# about half the healthy maximum, not half per host.
+def healthy_iops(level):
+    runs = dict((p, r) for p, r in level["phases"])["healthy"]
+    return sum(j["read"]["iops"] + j["write"]["iops"] for j in runs) / len(runs)
+full, half = healthy_iops(run["levels"][0]), healthy_iops(run["levels"][1])
+assert 0.3 * full <= half <= 0.7 * full, (full, half)
 level = run["levels"][0]
 phases = dict((p, runs) for p, runs in level["phases"])
 folder = f"{d}/0-flashraid/load-100"

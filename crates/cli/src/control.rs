@@ -175,6 +175,12 @@ fn read_command(mut stream: &UnixStream, stop: &AtomicBool) -> std::io::Result<C
         if stop.load(Ordering::SeqCst) {
             return Ok(CommandLine::Stopped);
         }
+        // On every pass, not only when a read times out: a client dribbling a byte at a time
+        // would otherwise hold its thread until COMMAND_BYTES_MAX bytes came (found by
+        // review: about two minutes, sixteen of them keeping every command "busy").
+        if started.elapsed() >= Duration::from_millis(COMMAND_WAIT_MS_MAX) {
+            return Ok(CommandLine::TimedOut);
+        }
         let room = chunk.len().min(COMMAND_BYTES_MAX - bytes.len());
         match stream.read(&mut chunk[..room]) {
             Ok(0) => break,
@@ -184,11 +190,7 @@ fn read_command(mut stream: &UnixStream, stop: &AtomicBool) -> std::io::Result<C
                     break;
                 }
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                if started.elapsed() >= Duration::from_millis(COMMAND_WAIT_MS_MAX) {
-                    return Ok(CommandLine::TimedOut);
-                }
-            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -1291,6 +1293,24 @@ mod tests {
         ask(&served.path, "stop").unwrap();
         assert!(served.stop_asked.load(Ordering::SeqCst), "a stop with no client did not stop");
         assert!(ask(&served.path, "stop now").is_err(), "an unknown stop option was taken");
+    }
+
+    /// Found by review: a client sending a byte at a time, never a newline, was not timed
+    /// out (the wait was checked only when a read timed out), so sixteen of them kept every
+    /// command "busy" for minutes. Each is closed after the command wait.
+    #[test]
+    fn a_dribbling_client_is_closed_after_the_command_wait() {
+        let served = serve_memory(Level::Raid1, 2, 0, 0);
+        let mut slow = idle_clients(&served.path, CONTROL_CONNECTIONS_MAX);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(COMMAND_WAIT_MS_MAX + 1500) {
+            for s in &mut slow {
+                let _ = s.write_all(b" ");
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let r = ask(&served.path, "status");
+        assert!(r.is_ok(), "still busy {:?} after the clients connected: {r:?}", started.elapsed());
     }
 
     /// Connect `count` clients that send nothing, and give the server time to take them.

@@ -1282,7 +1282,10 @@ pub fn start(
     }
     let a = &prepared.assembled;
     let mut template = a.superblock.clone();
-    template.event += 1;
+    if access == ArrayAccess::ReadWrite {
+        // Read-only, the event stays the one on the members (`status` shows what is there).
+        template.event += 1;
+    }
     template.state = ArrayState::Dirty;
     template.bitmap_shards = shards;
     template.init_cursor_stripes = CURSOR_NONE;

@@ -841,3 +841,55 @@ fn a_read_only_shard_writes_nothing() {
     assert!(ios(&mut s).is_empty(), "a read-only shutdown flushes or writes something");
     assert_eq!(s.shutdown_state(), ShutdownState::Done { clean: false });
 }
+
+/// Found by review: a read-only array rewrites no bad range, so a client reading one bad
+/// sector again and again (a copy tool retrying) counted each read as a new read error and
+/// failed a member that has one bad sector. A repeat of a remembered bad stripe is not
+/// counted again; errors on distinct stripes still fail the member past the limit.
+#[test]
+fn a_read_only_shard_counts_a_bad_sector_read_again_once() {
+    // A limit the test's 64 stripes can pass with distinct bad stripes of one member.
+    let config = ShardConfig {
+        scratch_bytes: 4 << 20,
+        member_read_errors_max: 8,
+        ..ShardConfig::recommended()
+    };
+    let mut setup = setup_with(config, Level::Raid5, 4, &[], &[]);
+    setup.access = ArrayAccess::ReadOnly;
+    let mut s = Shard::new(setup).unwrap();
+    let g = *s.geometry();
+    let data_stripe_bytes = g.stripe_data_bytes();
+    // Reads the first 4 KiB of stripe `stripe`, its member answering with a media error.
+    let read_bad = |s: &mut Shard, id: u64, stripe: u64| -> bool {
+        let offset = stripe * data_stripe_bytes;
+        s.submit(ShardRequest {
+            id: RequestId(id),
+            op: ShardOp::Read { offset: ArrayOffset(offset), len_bytes: 4096 },
+            buf: Some(IoBuf::new(4096)),
+        })
+        .unwrap();
+        let first = ios(s);
+        let member = first[0].member;
+        complete(s, first, |_| Err(IoError::Media));
+        settle(s, |io| if io.member == member { Err(IoError::Media) } else { Ok(()) });
+        assert_eq!(replies(s)[0].result, Ok(()), "served from parity");
+        std::iter::from_fn(|| s.poll_event()).any(|e| matches!(e, ShardEvent::MemberFailed { .. }))
+    };
+    let limit = u64::from(config.member_read_errors_max);
+    for id in 0..=limit + 1 {
+        assert!(
+            !read_bad(&mut s, id, 0),
+            "read {id} of one unrewritten bad sector failed its member"
+        );
+    }
+    // Distinct bad stripes are distinct errors: past the limit the member is failed. Stripes
+    // 0, 4, 8, ... keep the first chunk on one member (the parity rotates every 4 stripes).
+    let mut failed_at = None;
+    for k in 1..=limit + 2 {
+        if read_bad(&mut s, 1000 + k, k * 4) {
+            failed_at = Some(k);
+            break;
+        }
+    }
+    assert_eq!(failed_at, Some(limit), "distinct bad stripes must still count");
+}

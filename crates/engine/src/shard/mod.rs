@@ -64,6 +64,9 @@ const _: () = assert!(OP_SCRATCH_MAX <= 128);
 /// Reconstruction plans kept (patterns of up to three erasures); the cache is emptied when
 /// full rather than grown.
 const PLAN_CACHE_MAX: usize = 1024;
+/// Read-only arrays: the bad stripes remembered per member, so a repeated read of one is
+/// not counted as a new read error (`Shard::note_read_error`).
+const READ_ONLY_BAD_STRIPES_MAX: usize = 16;
 /// Times an operation re-plans after member errors before giving up on a read.
 const REPLANS_MAX: u32 = PARITY_CHUNKS_MAX as u32 + 1;
 
@@ -481,6 +484,12 @@ pub struct Shard {
     missed_offset_bytes: u64,
     members: Vec<MemberSetup>,
     read_errors: Vec<u32>,
+    /// Read-only arrays: per member, the stripes of its last `READ_ONLY_BAD_STRIPES_MAX`
+    /// read errors (a ring; `None`: empty). A read-only array rewrites no bad range, so a
+    /// client reading one bad sector again and again (a copy tool retrying) would count
+    /// each read as a new error and fail a member that has one bad sector (found by
+    /// review); a repeat of a stripe in the ring is not counted again.
+    read_only_bad_stripes: Vec<[Option<StripeIndex>; READ_ONLY_BAD_STRIPES_MAX]>,
     /// Per member: the epoch of the device holding its role (bumped when a device takes the
     /// role over, `start_rebuild`), stamped into each IO's token by `poll_io` and carried by
     /// failure and stall reports.
@@ -680,6 +689,7 @@ impl Shard {
                     * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
             members: setup.members,
             read_errors: vec![0; n],
+            read_only_bad_stripes: vec![[None; READ_ONLY_BAD_STRIPES_MAX]; n],
             member_epoch: vec![0; n],
             member_ios_outstanding: vec![0; n * EPOCHS],
             member_progress_us: vec![0; n],
@@ -1409,7 +1419,7 @@ impl Shard {
         }
     }
 
-    fn note_read_error(&mut self, member: u16, error: IoError) {
+    fn note_read_error(&mut self, member: u16, stripe: StripeIndex, error: IoError) {
         if self.completing_stale {
             return;
         }
@@ -1418,6 +1428,16 @@ impl Shard {
             return;
         }
         let m = usize::from(member);
+        if self.is_read_only() {
+            // The same bad range read again is the same error (nothing rewrote it); a new
+            // stripe takes the oldest entry's place.
+            let seen = &mut self.read_only_bad_stripes[m];
+            if seen.contains(&Some(stripe)) {
+                return;
+            }
+            seen.rotate_right(1);
+            seen[0] = Some(stripe);
+        }
         self.read_errors[m] += 1;
         if self.read_errors[m] > self.config.member_read_errors_max {
             self.fail_member(member, FailReason::ReadErrors);
@@ -1611,7 +1631,8 @@ impl Shard {
                 op.errored |= bit(chunk);
                 match phase {
                     Phase::Reading | Phase::Rebuilding => {
-                        self.note_read_error(member, error);
+                        let stripe = op.stripe;
+                        self.note_read_error(member, stripe, error);
                         if kind == OpKind::Read {
                             self.read_io_failed(op_slot, part, chunk);
                         }
