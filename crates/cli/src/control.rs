@@ -549,7 +549,16 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
     };
     println!("state: {}{read_only}", v["state"].as_str().unwrap_or("?"));
     if v["bitmap_regions_dirty"].as_u64().unwrap_or(0) > 0 {
-        println!("write-intent bitmap: {} regions dirty", v["bitmap_regions_dirty"]);
+        if v["read_only"].as_bool().unwrap_or(false) {
+            // Nothing resyncs them read-only: say what that means for reads.
+            println!(
+                "write-intent bitmap: {} regions dirty, not resynced (read-only): their data \
+                 chunks read as written, but a read there that needs reconstruction fails",
+                v["bitmap_regions_dirty"]
+            );
+        } else {
+            println!("write-intent bitmap: {} regions dirty", v["bitmap_regions_dirty"]);
+        }
     }
     println!("members:");
     for m in v["members"].as_array().into_iter().flatten() {
