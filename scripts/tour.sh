@@ -194,8 +194,9 @@ echo "                this machine has none, so the tests reach the kernel throu
 echo "   libnbd:      nbdsh -u 'nbd+unix:///NAME?socket=SOCKET', nbdcopy, nbdfuse"
 echo "   fio:         fio --ioengine=nbd --uri='nbd+unix:///NAME?socket=SOCKET' ..."
 echo
-echo "stopping the server (SIGTERM: in-flight IO finishes, the array is flushed and marked clean)"
-kill -TERM "$SERVER_PID"
+echo "stopping the server: flashraid stop --control $CTL (as SIGTERM: in-flight IO finishes,"
+echo "the array is flushed and marked clean; refused while a client is connected, unless --force)"
+"$F" stop --control "$CTL" | sed 's/^/   /'
 wait "$SERVER_PID" || true
 SERVER_PID=
 tail -n 2 "$DIR/serve.log" | sed 's/^/   /'
