@@ -275,8 +275,14 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
                      pass --force to close them (their requests in flight finish first)"
                 ) })
             } else {
+                let read_only = context.array.status().is_ok_and(|s| s.read_only);
                 (context.request_stop)();
-                json!({ "ok": true, "arrays": context.exports, "connections": connections })
+                json!({
+                    "ok": true,
+                    "arrays": context.exports,
+                    "connections": connections,
+                    "read_only": read_only,
+                })
             }
         }
         ["status"] => match context.array.status() {
@@ -1131,9 +1137,12 @@ pub fn run_stop(args: StopArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    println!(
-        "the server has stopped{served}: every array flushed and marked clean (its log says how each stopped)"
-    );
+    let how = if v["read_only"].as_bool().unwrap_or(false) {
+        "served read-only, nothing was written to the members"
+    } else {
+        "every array flushed and marked clean"
+    };
+    println!("the server has stopped{served}: {how} (its log says how each array stopped)");
     Ok(())
 }
 
