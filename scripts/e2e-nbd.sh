@@ -808,7 +808,8 @@ if "$F" serve --socket "$WORK/writer.sock" --control "$WORK/writer.control" "${M
     fail "a read-write serve of members served read-only started"
 fi
 contains "in use" <"$WORK/writer.log" || { cat "$WORK/writer.log"; fail "the writer was not told why"; }
-# flashraid stop: refused while a client is connected, then the server stops as on SIGTERM.
+# flashraid stop: refused while a client is connected, then the server stops as on SIGTERM;
+# a second stop meanwhile changes nothing (a second SIGTERM would exit at once, dirty).
 nbdsh -u "$URI" -c 'import time; time.sleep(3)' &
 CLIENT_PID=$!
 sleep 1
@@ -816,8 +817,10 @@ sleep 1
     || fail "stop was not refused while a client was connected"
 kill -0 "$SERVER_PID" || fail "a refused stop stopped the server"
 wait "$CLIENT_PID"
-"$F" stop --control "$WORK/control" | contains "the server has stopped" || fail "stop did not stop"
+"$F" stop --control "$WORK/control" --wait-s 0 | contains "stopping" || fail "stop did not stop"
+"$F" stop --control "$WORK/control" 2>/dev/null | contains "has exited" || true
 wait "$SERVER_PID" || { cat "$WORK/serve.log"; fail "the server stopped with an error"; }
+if grep -q "second signal: exiting now" "$WORK/serve.log"; then cat "$WORK/serve.log"; fail "a second stop exited at once"; fi
 SERVER_PID=
 contains "served read-only and nothing was written" <"$WORK/serve.log" \
     || { cat "$WORK/serve.log"; fail "the stop was not the orderly one"; }

@@ -79,6 +79,7 @@ pub struct ControlContext {
     pub connections: Box<dyn Fn() -> usize + Send + Sync>,
     pub exports: Vec<String>,
     /// Stop the whole server as SIGTERM does (`flashraid stop`): drain, flush, mark clean.
+    /// Called again while the server stops, it does nothing.
     pub request_stop: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -282,6 +283,9 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
                     "arrays": context.exports,
                     "connections": connections,
                     "read_only": read_only,
+                    // The CLI waits for this process to exit: its control socket goes
+                    // before the arrays are flushed.
+                    "pid": std::process::id(),
                 })
             }
         }
@@ -1124,26 +1128,42 @@ pub fn run_stop(args: StopArgs) -> Result<()> {
         return Ok(());
     }
     let deadline = Instant::now() + Duration::from_secs(args.wait_s);
-    // The server answers on its control socket until its connections have drained, then
-    // removes it.
-    while UnixStream::connect(&path).is_ok() {
+    // The process, not the control socket: the socket goes before the arrays are flushed
+    // (found by review: the CLI said they were flushed while the server still ran).
+    let Some(pid) = v["pid"].as_u64() else {
+        bail!("the server did not say its process id; it is stopping{served}");
+    };
+    while process_running(pid) {
         if Instant::now() >= deadline {
             bail!(
-                "the server was asked to stop{served} but its control socket {} still answers \
-                 after {} s (connections still draining?); `flashraid status` shows it",
-                path.display(),
+                "the server (pid {pid}) was asked to stop{served} but is still running after \
+                 {} s (connections still draining?); `flashraid status` shows it",
                 args.wait_s
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let how = if v["read_only"].as_bool().unwrap_or(false) {
-        "served read-only, nothing was written to the members"
+        "it served read-only, so nothing was written to the members"
     } else {
-        "every array flushed and marked clean"
+        "it drains, flushes and marks every array clean as on SIGTERM; its log says how each \
+         array stopped"
     };
-    println!("the server has stopped{served}: {how} (its log says how each array stopped)");
+    println!("the server (pid {pid}) has exited{served}: {how}");
     Ok(())
+}
+
+/// Whether process `pid` still runs: it has a `/proc` entry that is not a zombie (a server
+/// started from a shell stays a zombie until the shell waits for it).
+fn process_running(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| !matches!(state, "Z" | "X")),
+        Err(_) => false,
+    }
 }
 
 pub fn run_fail(args: FailArgs) -> Result<()> {
@@ -1293,6 +1313,22 @@ mod tests {
             move || serve(listener, context, stop)
         });
         Served { path, stop, connections, stop_asked, thread: Some(thread), _dir: dir }
+    }
+
+    /// `flashraid stop` waits for the server's process: running is running, a zombie (a
+    /// server its shell has not waited for yet) and no process are gone.
+    #[test]
+    fn a_stopped_server_is_seen_gone_also_as_a_zombie() {
+        assert!(process_running(u64::from(std::process::id())));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = u64::from(child.id());
+        let started = Instant::now();
+        while process_running(pid) {
+            assert!(started.elapsed() < Duration::from_secs(5), "an exited child still runs");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait().unwrap();
+        assert!(!process_running(pid));
     }
 
     /// `stop` is refused while NBD clients are connected (like `mdadm --stop` of an array in

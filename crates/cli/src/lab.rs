@@ -847,7 +847,12 @@ fn fio_server_address(host: &str) -> Result<FioServerAddress> {
     if let Some(path) = host.strip_prefix("sock:") {
         return Ok(FioServerAddress::Unix(PathBuf::from(path)));
     }
-    let rest = host.strip_prefix("ip6:").or_else(|| host.strip_prefix("ip:")).unwrap_or(host);
+    let ip6 = host.strip_prefix("ip6:");
+    if ip6.is_none() && host.contains(':') && !host.starts_with("ip:") {
+        // fio reads a bare `::1,8765` as a host name and fails to add the client.
+        bail!("load host {host}: write an IPv6 address as fio does, ip6:ADDRESS[,PORT]");
+    }
+    let rest = ip6.or_else(|| host.strip_prefix("ip:")).unwrap_or(host);
     let (address, port) = match rest.rsplit_once(',') {
         Some((address, port)) => {
             let port = port.parse::<u16>().ok().filter(|&p| p != 0).with_context(|| {
@@ -2331,7 +2336,7 @@ mod tests {
             fio_server_address("sock:/run/fio.sock").unwrap(),
             FioServerAddress::Unix("/run/fio.sock".into())
         );
-        for bad in ["host,", "host,0", "host,99999", "host,x", ",8765", ""] {
+        for bad in ["host,", "host,0", "host,99999", "host,x", ",8765", "", "::1,8765", "fe80::1"] {
             assert!(fio_server_address(bad).is_err(), "{bad:?} taken");
         }
     }

@@ -369,6 +369,10 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         }
     };
     let control_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Set by the first stop, by signal or by `flashraid stop`: a later `stop` raises no
+    // second SIGTERM, which would take the exit-at-once path and leave the arrays dirty
+    // (found by review: two `stop`s in a row did).
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut controls = vec![];
     for ((_, array), (listener, path)) in arrays.iter().zip(control_listeners) {
         let context = crate::control::ControlContext {
@@ -378,7 +382,14 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
                 Box::new(move || count.load(std::sync::atomic::Ordering::SeqCst))
             },
             exports: names.clone(),
-            request_stop: Box::new(flashraid_nbd::signals::raise_stop),
+            request_stop: Box::new({
+                let stopping = stopping.clone();
+                move || {
+                    if !stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                        flashraid_nbd::signals::raise_stop();
+                    }
+                }
+            }),
         };
         let stop = control_stop.clone();
         let thread = std::thread::Builder::new()
@@ -423,6 +434,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         );
     }
     let signal = signals.wait();
+    stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     eprintln!(
         "flashraid serve: signal {signal}: draining connections (a second signal exits at once)"
     );
