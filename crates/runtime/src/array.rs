@@ -2234,6 +2234,16 @@ impl Controller {
             )));
         }
         let missing = self.metadata.missing_roles();
+        let geometry = self.metadata.superblock().geometry();
+        if !geometry.survives(&self.metadata.unavailable_roles(None)) {
+            // Found by review: the advice below (add a spare) cannot help a failed array.
+            return Err(ArrayError::Other(format!(
+                "the array has failed: members {missing:?} are out of service, more than {} \
+                 survives, so nothing can be copied or rebuilt. Stop it and start it with \
+                 --force, which brings back the devices of failed members",
+                geometry.level()
+            )));
+        }
         if !missing.is_empty() {
             return Err(ArrayError::Other(format!(
                 "members {missing:?} are failed: add a spare for them first (a new spare \

@@ -1572,6 +1572,10 @@ fn failed_members_given_back_past_the_tolerance_are_kept_for_a_forced_start() {
     let status = array.status().unwrap();
     assert!(status.spares.is_empty() && status.rebuild.is_none(), "{status:#?}");
     assert_eq!(status.event, failed.event, "the metadata changed: {status:#?}");
+    // Nothing can be replaced on a failed array, and the refusal says the way back (found by
+    // review: it advised adding a spare).
+    let e = array.replace(2, &paths[0], Overwrite::Force).unwrap_err().to_string();
+    assert!(e.contains("the array has failed") && e.contains("--force"), "{e}");
     // Forced, the device of member 0 becomes a spare, which the failed array holds back.
     array.add_spare_with(&paths[0], Overwrite::Force, ReAdd::Never).unwrap();
     let status = array.status().unwrap();
