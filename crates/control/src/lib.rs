@@ -378,11 +378,14 @@ pub fn prepare(
         (0..region_count(sb)).collect()
     } else if assembled.dirty {
         let mut dirty = dirty_regions(devices, &assembled);
-        if !assembled.failed_used.is_empty() {
-            // Members failed past the tolerance, brought back by force: one the array survived
-            // missed what was written after its failure, and the write that failed the array
-            // may have reached only some members; the missed-write map names both (a released
-            // region's bit moves into it while a role is out; found by review).
+        if assembled.revived_missed_writes {
+            // A member failed past the tolerance, brought back by force, that the array had
+            // survived: it missed what was written after its failure, which the missed-write
+            // map names. One whose failure failed the array missed nothing but the writes in
+            // flight then, whose regions the engine keeps in the write-intent bitmap (it
+            // releases no bit while failed; found by review: distrusting the whole map left
+            // a resumed rebuild stalled for good wherever the array was written after the
+            // first failure).
             dirty.extend(map_regions(devices, &assembled, BitmapKind::Missed));
             dirty.sort_unstable();
             dirty.dedup();

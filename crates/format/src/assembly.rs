@@ -131,11 +131,18 @@ pub struct Assembled {
     /// be resynced. Device names.
     pub stale_used: Vec<String>,
     /// Devices of members failed past the level's tolerance, brought back (forced): their
-    /// roles are active again in `superblock`. Their chunks may be old where the missed-write
-    /// map names a region (writes made after an earlier failure, and the write that failed
-    /// the array, whose bit the map took over), so those regions join the dirty ones. Device
-    /// names.
+    /// roles are active again in `superblock`. Their chunks may be old where the write-intent
+    /// bitmap names a region (the write that failed the array may have reached only some
+    /// members), and, if `revived_missed_writes`, where the missed-write map does (writes made
+    /// after their failure); `control::prepare` makes those regions dirty. Device names.
     pub failed_used: Vec<String>,
+    /// Some member brought back by force (`failed_used`) failed while the array still
+    /// served writes (the roles out of service then, itself included, were no more than the
+    /// level survives), so it missed the writes the missed-write map names. A member whose
+    /// failure took the array past its tolerance missed none (writes were refused from then
+    /// on) except those in flight at its failure, whose regions stay in the write-intent
+    /// bitmap (the engine releases no bit while the array is failed).
+    pub revived_missed_writes: bool,
 }
 
 impl Assembled {
@@ -462,6 +469,8 @@ fn place_members(
     let failed_roles: Vec<usize> = (0..role_count)
         .filter(|&r| newest.members[r].state == MemberState::Failed && !revived_roles.contains(&r))
         .collect();
+    let revived_missed_writes =
+        revived_roles.iter().any(|&r| geometry.survives(&out_at_failure(newest, r)));
     let missing_roles: Vec<usize> =
         (0..role_count).filter(|&r| roles[r].is_none() && !failed_roles.contains(&r)).collect();
     // A replacement still being rebuilt does not hold the chunks above its cursor.
@@ -520,7 +529,26 @@ fn place_members(
         dirty,
         stale_used,
         failed_used,
+        revived_missed_writes,
     })
+}
+
+/// Per role, whether it was out of service when `role` failed, as far as the member table
+/// tells: roles failed at or before `role`'s failure event (`role` itself included), and a
+/// role being rebuilt. A rebuild starts only while the array survives (no spare is taken and
+/// no member re-added past the tolerance), so a role whose rebuild started after `role`'s
+/// failure, counted here, never makes the count exceed what the array had then survived:
+/// the count can be too high only where it stays within the tolerance, never in a way that
+/// calls a member that missed writes current.
+fn out_at_failure(newest: &Superblock, role: usize) -> Vec<bool> {
+    let at = newest.members[role].failed_at_event;
+    newest.members[..usize::from(newest.member_count)]
+        .iter()
+        .map(|e| {
+            (e.state == MemberState::Failed && e.failed_at_event <= at)
+                || e.state == MemberState::Rebuilding
+        })
+        .collect()
 }
 
 /// Per role, whether it is unavailable with `roles` held: no device, or being rebuilt (it

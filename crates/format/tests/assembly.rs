@@ -419,6 +419,8 @@ fn members_failed_past_the_tolerance_come_back_only_when_forced() {
     assert_eq!(a.failed_roles, vec![0, 1]);
     assert_eq!(a.superblock.members[2].state, MemberState::Active);
     assert!(a.dirty);
+    // Its failure failed the array: it missed no write (the missed-write map is not distrusted).
+    assert!(!a.revived_missed_writes);
     a.superblock.validate().unwrap();
     // An image of d2 older than the missed-write map's span is not what it held at its
     // failure (found by review): the member failed before it comes back instead.
@@ -428,6 +430,8 @@ fn members_failed_past_the_tolerance_come_back_only_when_forced() {
     with_image[2] = candidate("old-d2", &older);
     let a = ok(assemble(&with_image, &forced));
     assert_eq!(a.failed_used, vec!["d1".to_string()]);
+    // The array survived d1's failure (roles 0 and 1 out): it missed the writes made since.
+    assert!(a.revived_missed_writes);
     // A member that was being rebuilt when it failed holds only part of its chunks: never
     // brought back. The one failed before it is, and it missed the writes made between the
     // two failures (the array survived its failure).
@@ -436,6 +440,7 @@ fn members_failed_past_the_tolerance_come_back_only_when_forced() {
     }
     let a = ok(assemble(&candidates, &forced));
     assert_eq!(a.failed_used, vec!["d1".to_string()]);
+    assert!(a.revived_missed_writes);
     // Within the tolerance (roles 0 and 1 failed) nothing failed comes back, forced or not.
     let mut two_failed = before.clone();
     fail(&mut two_failed, 0, 4);
@@ -445,6 +450,7 @@ fn members_failed_past_the_tolerance_come_back_only_when_forced() {
         .collect();
     let a = ok(assemble(&within, &forced));
     assert!(a.failed_used.is_empty() && a.roles[0].is_none() && a.roles[1].is_none());
+    assert!(!a.revived_missed_writes);
 }
 
 /// Starts cut short, one after another, leave one member passes ahead of the rest; none

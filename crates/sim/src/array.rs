@@ -793,6 +793,19 @@ impl SimArray {
         Ok(role)
     }
 
+    /// `spare add --full-rebuild`: the device joins as a spare (never re-added), and a spare
+    /// takes a failed role if one is wanted.
+    pub fn add_spare(&mut self, device: usize, overwrite: Overwrite) -> Result<(), String> {
+        self.devices[device].state().gone = false;
+        let devices = dyn_devices(&self.devices);
+        let uuid = Uuid::from_random_bytes(self.rng.random());
+        if let Err(e) = self.metadata.add_spare(&devices, device, uuid, overwrite) {
+            return Err(e.to_string());
+        }
+        self.take_spare_if_wanted();
+        Ok(())
+    }
+
     /// A device that was left out (for example a member pulled before a reassembly) is
     /// plugged in again; returns its index for `re_add`.
     pub fn add_device(&mut self, device: SimMember) -> usize {

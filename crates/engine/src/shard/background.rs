@@ -36,8 +36,15 @@ impl Shard {
                 if self.internal_flush_pending == 0 && self.bitmap.wants_flush(now) {
                     self.start_internal_flush();
                 }
-                let untrusted = &self.resync_regions[self.untrusted_from()..];
-                self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
+                // Failed past its tolerance, no bit is released: writes are refused, and a
+                // write in flight at the failure (it may have reached only some members)
+                // keeps its region in the write-intent bitmap, which a forced start
+                // resyncs, rather than moving it into the missed-write map, which a forced
+                // start that brings back the member failed last does not distrust.
+                if !self.array_failed() {
+                    let untrusted = &self.resync_regions[self.untrusted_from()..];
+                    self.bitmap.clear_idle(now, &|r| untrusted.binary_search(&r).is_ok());
+                }
                 self.kick_bitmap();
             }
         }
@@ -292,8 +299,11 @@ impl Shard {
                     if self.internal_flush_pending > 0 || self.failing_mask() != 0 {
                         return;
                     }
-                    let untrusted = &self.resync_regions[self.untrusted_from()..];
-                    self.bitmap.clear_flushed(&|r| untrusted.binary_search(&r).is_ok());
+                    // Failed past its tolerance: the bits stay, as while running (`tick`).
+                    if !self.array_failed() {
+                        let untrusted = &self.resync_regions[self.untrusted_from()..];
+                        self.bitmap.clear_flushed(&|r| untrusted.binary_search(&r).is_ok());
+                    }
                     self.kick_bitmap();
                     self.shutdown = ShutdownState::Clearing;
                 }
