@@ -552,14 +552,11 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
         v["shards"],
         v["event"],
     );
-    let read_only = if v["read_only"].as_bool().unwrap_or(false) {
-        ", read-only (nothing is written to the members)"
-    } else {
-        ""
-    };
-    println!("state: {}{read_only}", v["state"].as_str().unwrap_or("?"));
+    let read_only = v["read_only"].as_bool().unwrap_or(false);
+    let said = if read_only { ", read-only (nothing is written to the members)" } else { "" };
+    println!("state: {}{said}", v["state"].as_str().unwrap_or("?"));
     if v["bitmap_regions_dirty"].as_u64().unwrap_or(0) > 0 {
-        if v["read_only"].as_bool().unwrap_or(false) {
+        if read_only {
             // Nothing resyncs them read-only: say what that means for reads.
             println!(
                 "write-intent bitmap: {} regions dirty, not resynced (read-only): their data \

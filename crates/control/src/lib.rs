@@ -978,16 +978,16 @@ impl Metadata {
     /// failed past its tolerance: members [0, 1] are out of service (...), more than raid5
     /// x4 survives". `None` while it survives.
     pub fn failed_past_tolerance(&self) -> Option<String> {
-        if !self.past_tolerance() {
+        let unavailable = self.unavailable_roles(None);
+        let geometry = self.template.geometry();
+        if geometry.survives(&unavailable) {
             return None;
         }
-        let unavailable = self.unavailable_roles(None);
         let out: Vec<usize> = (0..unavailable.len()).filter(|&r| unavailable[r]).collect();
         let rebuilding = match self.rebuild_in_progress() {
             Some((role, _)) => format!(", member {} being rebuilt counted as out", role.get()),
             None => String::new(),
         };
-        let geometry = self.template.geometry();
         Some(format!(
             "the array is failed past its tolerance: members {out:?} are out of service{}, \
              more than {} x{} survives",

@@ -761,6 +761,9 @@ impl Array {
         };
         let next_slot = geometry.member_count() + metadata.spare_devices().len();
         let metadata_read_only = metadata.is_read_only();
+        // A read-only array is never scrubbed (a check scrub rewrites ranges that fail to
+        // read).
+        let scrub_interval = options.scrub_interval.filter(|_| !metadata_read_only);
         let mut controller = Controller {
             next_slot,
             free_slots: Vec::new(),
@@ -792,13 +795,8 @@ impl Array {
             stall_noted: vec![None; geometry.member_count()],
             spare_held_noted: None,
             role_epoch: vec![0; geometry.member_count()],
-            // A read-only array is never scrubbed (a check scrub rewrites ranges that fail
-            // to read).
-            scrub_interval: options.scrub_interval.filter(|_| !metadata_read_only),
-            next_scrub_at: options
-                .scrub_interval
-                .filter(|_| !metadata_read_only)
-                .map(|i| std::time::Instant::now() + i),
+            scrub_interval,
+            next_scrub_at: scrub_interval.map(|i| std::time::Instant::now() + i),
         };
         // What assembly did not use is said where the operator looks (the log, the event
         // command): a stale copy left out is why the array runs degraded.
@@ -2234,14 +2232,11 @@ impl Controller {
             )));
         }
         let missing = self.metadata.missing_roles();
-        let geometry = self.metadata.superblock().geometry();
-        if !geometry.survives(&self.metadata.unavailable_roles(None)) {
+        if let Some(why) = self.metadata.failed_past_tolerance() {
             // Found by review: the advice below (add a spare) cannot help a failed array.
             return Err(ArrayError::Other(format!(
-                "the array has failed: members {missing:?} are out of service, more than {} \
-                 survives, so nothing can be copied or rebuilt. Stop it and start it with \
-                 --force, which brings back the devices of failed members",
-                geometry.level()
+                "the array has failed ({why}), so nothing can be copied or rebuilt. Stop it \
+                 and start it with --force, which brings back the devices of failed members"
             )));
         }
         if !missing.is_empty() {
