@@ -423,6 +423,34 @@ impl SimArray {
         self.take_result(ticket).expect("done")
     }
 
+    /// Fill the whole array with bytes drawn from `rng`, written 256 KiB at a time and
+    /// flushed; returns them (the model the tests read back against).
+    pub fn fill_random(&mut self, rng: &mut impl rand::Rng) -> Vec<u8> {
+        let mut data = vec![0u8; usize::try_from(self.array_bytes()).expect("fits")];
+        rng.fill(data.as_mut_slice());
+        for (i, piece) in data.chunks(256 << 10).enumerate() {
+            self.write(i as u64 * (256 << 10), piece).expect("the fill is written");
+        }
+        self.flush().expect("the fill is flushed");
+        data
+    }
+
+    /// Read every 4 KiB block: a read that succeeds must return `data`'s block (a panic
+    /// naming `what` and the block otherwise). Returns the blocks read and refused.
+    pub fn reads_never_wrong(&mut self, data: &[u8], what: &str) -> (usize, usize) {
+        let (mut good, mut refused) = (0, 0);
+        for (i, block) in data.chunks(4096).enumerate() {
+            match self.read(i as u64 * 4096, 4096) {
+                Ok(got) => {
+                    assert!(got == block, "{what}: block {i} reads neither refused nor as written");
+                    good += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        (good, refused)
+    }
+
     pub fn read(&mut self, offset: u64, len: u64) -> Result<Vec<u8>, RequestError> {
         let op = ArrayOp::Read { offset: flashraid_layout::ArrayOffset(offset), len_bytes: len };
         let ticket = self.submit(op, None).expect("valid range");
@@ -791,19 +819,6 @@ impl SimArray {
         let zeroes = member.zeroes_after_discard();
         self.begin_rebuild(role, member, zeroes, true);
         Ok(role)
-    }
-
-    /// `spare add --full-rebuild`: the device joins as a spare (never re-added), and a spare
-    /// takes a failed role if one is wanted.
-    pub fn add_spare(&mut self, device: usize, overwrite: Overwrite) -> Result<(), String> {
-        self.devices[device].state().gone = false;
-        let devices = dyn_devices(&self.devices);
-        let uuid = Uuid::from_random_bytes(self.rng.random());
-        if let Err(e) = self.metadata.add_spare(&devices, device, uuid, overwrite) {
-            return Err(e.to_string());
-        }
-        self.take_spare_if_wanted();
-        Ok(())
     }
 
     /// A device that was left out (for example a member pulled before a reassembly) is

@@ -4,8 +4,6 @@
 //! missed-write map, which names every region written since the first failure, is distrusted
 //! only when a member brought back failed while the array still served writes (found by
 //! review: distrusting it always left a resumed rebuild or a later re-add stalled for good).
-#[allow(unused_imports)]
-use flashraid_control::Overwrite;
 use flashraid_layout::Level;
 use flashraid_sim::{SimArray, SimMember, SimOptions};
 use rand::rngs::StdRng;
@@ -18,28 +16,30 @@ fn options(seed: u64, level: Level, members: usize) -> SimOptions {
     o
 }
 
-fn fill(array: &mut SimArray, rng: &mut StdRng) -> Vec<u8> {
-    let mut data = vec![0u8; usize::try_from(array.array_bytes()).unwrap()];
-    rng.fill(data.as_mut_slice());
-    for (i, piece) in data.chunks(256 << 10).enumerate() {
-        array.write(i as u64 * (256 << 10), piece).unwrap();
-    }
-    array.flush().unwrap();
-    data
+/// Write 64 KiB of bytes from `rng` at `at` and record them in `data`.
+fn write_piece(array: &mut SimArray, data: &mut [u8], rng: &mut StdRng, at: usize) {
+    let mut piece = vec![0u8; 16 * 4096];
+    rng.fill(piece.as_mut_slice());
+    array.write(at as u64, &piece).unwrap();
+    data[at..at + piece.len()].copy_from_slice(&piece);
 }
 
-fn reads(array: &mut SimArray, data: &[u8], what: &str) -> (usize, usize) {
-    let (mut good, mut refused) = (0, 0);
-    for (i, block) in data.chunks(4096).enumerate() {
-        match array.read(i as u64 * 4096, 4096) {
-            Ok(got) => {
-                assert!(got == block, "{what}: block {i} reads wrong");
-                good += 1;
-            }
-            Err(_) => refused += 1,
-        }
+/// Stop `array` (failed past its tolerance) and start it with --force from its devices,
+/// all present again, less `leave_out` (a device not given to the start).
+fn forced_restart(
+    array: SimArray,
+    o: &SimOptions,
+    leave_out: Option<usize>,
+    what: &str,
+) -> SimArray {
+    let mut devices = array.shutdown().unwrap();
+    for d in &devices {
+        d.state().gone = false;
     }
-    (good, refused)
+    if let Some(i) = leave_out {
+        devices.remove(i);
+    }
+    SimArray::assemble_forced(devices, o.clone()).unwrap_or_else(|e| panic!("{what}: forced: {e}"))
 }
 
 /// Past the tolerance, refused; forced start; the members still out are then given back
@@ -54,7 +54,7 @@ fn members_still_out_after_a_forced_start_re_add_and_every_block_reads() {
             let mut rng = StdRng::seed_from_u64(seed * 1000 + 17 + members as u64);
             let o = options(seed, level, members);
             let mut array = SimArray::create(o.clone()).unwrap();
-            let mut data = fill(&mut array, &mut rng);
+            let mut data = array.fill_random(&mut rng);
             // Let the fill's write-intent bits clear first: only the small writes below
             // are in the missed-write map.
             array.run_until_idle();
@@ -65,10 +65,7 @@ fn members_still_out_after_a_forced_start_re_add_and_every_block_reads() {
             for role in 0..tolerance {
                 array.fail_member(role);
                 let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
-                let mut piece = vec![0u8; 16 * 4096];
-                rng.fill(piece.as_mut_slice());
-                array.write(at as u64, &piece).unwrap();
-                data[at..at + piece.len()].copy_from_slice(&piece);
+                write_piece(&mut array, &mut data, &mut rng, at);
             }
             array.flush().unwrap();
             array.run_steps(1000);
@@ -78,13 +75,8 @@ fn members_still_out_after_a_forced_start_re_add_and_every_block_reads() {
             for r in 0..=tolerance {
                 assert!(array.re_add(r).is_err());
             }
-            let devices = array.shutdown().unwrap();
-            for d in &devices {
-                d.state().gone = false;
-            }
-            let mut array = SimArray::assemble_forced(devices, o.clone())
-                .unwrap_or_else(|e| panic!("{what}: forced: {e}"));
-            let (g, r) = reads(&mut array, &data, &format!("{what} forced"));
+            let mut array = forced_restart(array, &o, None, &what);
+            let (g, r) = array.reads_never_wrong(&data, &format!("{what} forced"));
             eprintln!(
                 "  after forced start: {g} good {r} refused; missing {:?}",
                 array.metadata().missing_roles()
@@ -110,7 +102,7 @@ fn members_still_out_after_a_forced_start_re_add_and_every_block_reads() {
                 continue;
             }
             array.run_until_idle();
-            let (g, r) = reads(&mut array, &data, &format!("{what} all back"));
+            let (g, r) = array.reads_never_wrong(&data, &format!("{what} all back"));
             eprintln!("  all back: {g} good {r} refused");
             if r != 0 {
                 failures.push(format!("{what}: {r} reads refused with every member back"));
@@ -136,7 +128,7 @@ fn a_rebuild_resumed_after_a_forced_start_finishes_and_every_block_reads() {
         o.spares = 1;
         o.config.rebuild_rate_bytes_per_s = 1 << 20;
         let mut array = SimArray::create(o.clone()).unwrap();
-        let mut data = fill(&mut array, &mut rng);
+        let mut data = array.fill_random(&mut rng);
         array.run_until_idle();
         array.run_steps(5000);
         let tolerance = array.geometry().tolerance();
@@ -145,25 +137,16 @@ fn a_rebuild_resumed_after_a_forced_start_finishes_and_every_block_reads() {
             array.run_steps(20);
             // A write near the end of the array: above the rebuild's cursor.
             let at = data.len() - 64 * 4096 * (role + 1);
-            let mut piece = vec![0u8; 16 * 4096];
-            rng.fill(piece.as_mut_slice());
-            array.write(at as u64, &piece).unwrap();
-            data[at..at + piece.len()].copy_from_slice(&piece);
+            write_piece(&mut array, &mut data, &mut rng, at);
         }
         array.flush().unwrap();
         array.run_steps(2000);
         assert!(array.is_rebuilding(), "{what}: rebuild already done");
         array.fail_member(tolerance);
         assert!(array.metadata().past_tolerance(), "{what}");
-        let mut devices = array.shutdown().unwrap();
-        for d in &devices {
-            d.state().gone = false;
-        }
         // Member 0's old device: no longer listed (the spare holds its role); not given.
-        devices.remove(0);
-        let mut array = SimArray::assemble_forced(devices, o.clone())
-            .unwrap_or_else(|e| panic!("{what}: forced: {e}"));
-        let (g, r) = reads(&mut array, &data, &format!("{what} forced"));
+        let mut array = forced_restart(array, &o, Some(0), &what);
+        let (g, r) = array.reads_never_wrong(&data, &format!("{what} forced"));
         eprintln!(
             "{what}: after the forced start {g} good, {r} refused; rebuilding {}",
             array.is_rebuilding()
@@ -180,7 +163,7 @@ fn a_rebuild_resumed_after_a_forced_start_finishes_and_every_block_reads() {
             ));
             continue;
         }
-        let (g, r) = reads(&mut array, &data, &format!("{what} rebuilt"));
+        let (g, r) = array.reads_never_wrong(&data, &format!("{what} rebuilt"));
         eprintln!("{what}: rebuilt: {g} good, {r} refused");
         if r != 0 {
             failures.push(format!("{what}: {r} refused after the rebuild"));
@@ -204,7 +187,7 @@ fn a_member_failed_earlier_brought_back_has_the_regions_it_missed_distrusted() {
         let mut rng = StdRng::seed_from_u64(29 + members as u64);
         let o = options(1, level, members);
         let mut array = SimArray::create(o.clone()).unwrap();
-        let mut data = fill(&mut array, &mut rng);
+        let mut data = array.fill_random(&mut rng);
         array.run_until_idle();
         array.run_steps(5000);
         let g = array.geometry();
@@ -213,10 +196,7 @@ fn a_member_failed_earlier_brought_back_has_the_regions_it_missed_distrusted() {
             array.fail_member(role);
             for _ in 0..8 {
                 let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
-                let mut piece = vec![0u8; 16 * 4096];
-                rng.fill(piece.as_mut_slice());
-                array.write(at as u64, &piece).unwrap();
-                data[at..at + piece.len()].copy_from_slice(&piece);
+                write_piece(&mut array, &mut data, &mut rng, at);
             }
         }
         array.flush().unwrap();
@@ -224,15 +204,9 @@ fn a_member_failed_earlier_brought_back_has_the_regions_it_missed_distrusted() {
         array.run_steps(5000);
         array.fail_member(tolerance);
         assert!(array.metadata().past_tolerance(), "{what}");
-        let mut devices = array.shutdown().unwrap();
-        for d in &devices {
-            d.state().gone = false;
-        }
         // Device `r` holds role `r` (no spares): the member failed last is not given.
-        devices.remove(tolerance);
+        let mut array = forced_restart(array, &o, Some(tolerance), &what);
         let revived = tolerance - 1;
-        let mut array = SimArray::assemble_forced(devices, o.clone())
-            .unwrap_or_else(|e| panic!("{what}: forced: {e}"));
         assert_eq!(
             array.metadata().missing_roles().len(),
             tolerance,

@@ -52,17 +52,6 @@ fn request(stale: StaleMembers) -> AssemblyRequest {
     }
 }
 
-/// Fill the whole array with bytes drawn from `rng`, flushed; returns what was written.
-fn fill(array: &mut SimArray, rng: &mut StdRng) -> Vec<u8> {
-    let mut data = vec![0u8; usize::try_from(array.array_bytes()).unwrap()];
-    rng.fill(data.as_mut_slice());
-    for (i, piece) in data.chunks(256 << 10).enumerate() {
-        array.write(i as u64 * (256 << 10), piece).unwrap();
-    }
-    array.flush().unwrap();
-    data
-}
-
 fn read_all(array: &mut SimArray) -> Vec<u8> {
     let len = array.array_bytes();
     let mut out = vec![];
@@ -73,22 +62,6 @@ fn read_all(array: &mut SimArray) -> Vec<u8> {
         at += piece;
     }
     out
-}
-
-/// Read every block: a read that succeeds must return `data`'s block. Returns the blocks
-/// read and refused.
-fn reads_never_wrong(array: &mut SimArray, data: &[u8], what: &str) -> (usize, usize) {
-    let (mut good, mut refused) = (0, 0);
-    for (i, block) in data.chunks(4096).enumerate() {
-        match array.read(i as u64 * 4096, 4096) {
-            Ok(got) => {
-                assert!(got == block, "{what}: block {i} reads neither refused nor as written");
-                good += 1;
-            }
-            Err(_) => refused += 1,
-        }
-    }
-    (good, refused)
 }
 
 /// A power cut after the `budget`-th metadata write (or superblock write, with
@@ -179,7 +152,7 @@ fn a_stale_copy_put_back_is_left_out_and_never_read() {
                 let mut rng = StdRng::seed_from_u64(seed * 1000 + members as u64);
                 let o = options(seed, level, members);
                 let mut array = SimArray::create(o.clone()).unwrap();
-                let old = fill(&mut array, &mut rng);
+                let old = array.fill_random(&mut rng);
                 let mut devices = array.shutdown().unwrap();
                 let role = rng.random_range(0..members);
                 let copy = devices[role].image();
@@ -187,7 +160,7 @@ fn a_stale_copy_put_back_is_left_out_and_never_read() {
                 // flush (the case a one-pass start could not tell from a lagging member).
                 let mut array =
                     SimArray::assemble(devices, o.clone(), DirtyDegraded::Refuse).unwrap();
-                let new = fill(&mut array, &mut rng);
+                let new = array.fill_random(&mut rng);
                 assert_ne!(old, new);
                 devices = if crash {
                     // Idle past the bitmap's clearing delay first: with regions still
@@ -240,7 +213,7 @@ fn a_power_cut_anywhere_in_a_start_leaves_no_member_stale() {
             let mut rng = StdRng::seed_from_u64(seed * 1000 + 7 + members as u64);
             let o = options(seed, level, members);
             let mut array = SimArray::create(o.clone()).unwrap();
-            let data = fill(&mut array, &mut rng);
+            let data = array.fill_random(&mut rng);
             // Left dirty (a power cut after the flush) or clean.
             let devices = if clean { array.shutdown().unwrap() } else { array.crash() };
             // The metadata writes of one start.
@@ -294,7 +267,7 @@ fn an_array_failed_past_its_tolerance_starts_again_when_forced() {
             let mut rng = StdRng::seed_from_u64(seed * 1000 + 13 + members as u64);
             let o = options(seed, level, members);
             let mut array = SimArray::create(o.clone()).unwrap();
-            let mut data = fill(&mut array, &mut rng);
+            let mut data = array.fill_random(&mut rng);
             let tolerance = array.geometry().tolerance();
             // Fail members within the tolerance, writing after each failure.
             for role in 0..tolerance {
@@ -341,7 +314,7 @@ fn an_array_failed_past_its_tolerance_starts_again_when_forced() {
             let mut array = SimArray::assemble_forced(devices, o.clone()).unwrap();
             // Reads that would reconstruct from chunks in regions written while degraded
             // are refused; every other read returns what was written.
-            let (good, refused) = reads_never_wrong(&mut array, &data, &format!("{level}"));
+            let (good, refused) = array.reads_never_wrong(&data, &format!("{level}"));
             assert!(good > refused, "{level} seed {seed}: {refused} refused, {good} read");
         }
     }
@@ -362,7 +335,7 @@ fn a_member_given_back_past_the_tolerance_is_kept_for_the_forced_start() {
                 let mut rng = StdRng::seed_from_u64(seed * 1000 + 17 + members as u64);
                 let o = options(seed, level, members);
                 let mut array = SimArray::create(o.clone()).unwrap();
-                let mut data = fill(&mut array, &mut rng);
+                let mut data = array.fill_random(&mut rng);
                 let tolerance = array.geometry().tolerance();
                 // Devices are created in role order: role r is device r.
                 let held: Vec<SimMember> =
@@ -410,13 +383,13 @@ fn a_member_given_back_past_the_tolerance_is_kept_for_the_forced_start() {
                     .unwrap_or_else(|e| panic!("{level} {given_back}: forced start: {e}"));
                 assert!(!array.metadata().past_tolerance(), "{level}: still failed");
                 let what = format!("{level} {given_back} seed {seed}");
-                let (good, refused) = reads_never_wrong(&mut array, &data, &what);
+                let (good, refused) = array.reads_never_wrong(&data, &what);
                 assert!(good > refused, "{what}: {refused} refused, {good} read");
                 // Serving: writes are taken (reads of regions still untrusted may be refused).
                 let piece: Vec<u8> = (0..64 << 10).map(|_| rng.random()).collect();
                 array.write(0, &piece).unwrap();
                 data[..piece.len()].copy_from_slice(&piece);
-                reads_never_wrong(&mut array, &data, &format!("{what}, after a write"));
+                array.reads_never_wrong(&data, &format!("{what}, after a write"));
             }
         }
     }
@@ -434,7 +407,7 @@ fn starts_cut_short_one_after_another_leave_no_member_stale() {
         let mut o = options(1, level, members);
         o.member_bytes = 2 << 20;
         let mut array = SimArray::create(o.clone()).unwrap();
-        let data = fill(&mut array, &mut rng);
+        let data = array.fill_random(&mut rng);
         let devices = array.shutdown().unwrap();
         // Superblock writes in one start: two passes, two copies each, every member.
         let per_start = 4 * members as u64;
@@ -473,10 +446,10 @@ fn a_cut_while_re_adding_a_member_never_makes_it_a_stale_copy() {
         let mut rng = StdRng::seed_from_u64(members as u64 * 37);
         let o = options(1, level, members);
         let mut array = SimArray::create(o.clone()).unwrap();
-        fill(&mut array, &mut rng);
+        array.fill_random(&mut rng);
         let role = members - 1;
         array.fail_member(role);
-        fill(&mut array, &mut rng);
+        array.fill_random(&mut rng);
         let devices = array.shutdown().unwrap();
         devices[role].state().gone = false;
         for budget in 0..4 * members as u64 {
@@ -526,7 +499,7 @@ fn the_write_that_failed_the_array_is_not_lost_track_of() {
         let mut o = options(1, level, members);
         o.shards = 1;
         let mut array = SimArray::create(o.clone()).unwrap();
-        let mut data = fill(&mut array, &mut rng);
+        let mut data = array.fill_random(&mut rng);
         let g = array.geometry();
         let tolerance = g.tolerance();
         for role in 0..tolerance {
@@ -567,7 +540,7 @@ fn the_write_that_failed_the_array_is_not_lost_track_of() {
             );
         }
         data[at..at + 4096].copy_from_slice(&array.read(offset, 4096).unwrap_or(piece.clone()));
-        let (good, _) = reads_never_wrong(&mut array, &data, &format!("{level} (block {block_i})"));
+        let (good, _) = array.reads_never_wrong(&data, &format!("{level} (block {block_i})"));
         assert!(good > 0);
     }
 }
@@ -583,13 +556,13 @@ fn an_old_image_of_a_failed_member_is_not_brought_back() {
         let mut rng = StdRng::seed_from_u64(members as u64 * 7);
         let o = options(1, level, members);
         let mut array = SimArray::create(o.clone()).unwrap();
-        fill(&mut array, &mut rng);
+        array.fill_random(&mut rng);
         let tolerance = array.geometry().tolerance();
         let devices = array.shutdown().unwrap();
         let last = tolerance;
         let image = devices[last].image();
         let mut array = SimArray::assemble(devices, o.clone(), DirtyDegraded::Refuse).unwrap();
-        let new = fill(&mut array, &mut rng);
+        let new = array.fill_random(&mut rng);
         for role in 0..tolerance {
             array.fail_member(role);
         }
@@ -602,7 +575,7 @@ fn an_old_image_of_a_failed_member_is_not_brought_back() {
         devices[last] = image;
         match SimArray::assemble_forced(devices, o.clone()) {
             Ok(mut array) => {
-                reads_never_wrong(&mut array, &new, &format!("{level}"));
+                array.reads_never_wrong(&new, &format!("{level}"));
             }
             Err(e) => assert!(e.to_string().contains("cannot start"), "{level}: {e}"),
         }
@@ -618,14 +591,14 @@ fn a_cut_forced_start_never_makes_the_member_brought_back_stale() {
     let mut rng = StdRng::seed_from_u64(5);
     let o = options(1, level, members);
     let mut array = SimArray::create(o.clone()).unwrap();
-    fill(&mut array, &mut rng);
+    array.fill_random(&mut rng);
     array.fail_member(2); // session 1: role 2 fails, within the tolerance
     array.run_steps(1000);
     let devices = array.shutdown().unwrap();
     devices[2].state().gone = false;
     // Session 2: role 2's device present but failed; role 3 fails: the array fails.
     let mut array = SimArray::assemble(devices, o.clone(), DirtyDegraded::Refuse).unwrap();
-    fill(&mut array, &mut rng);
+    array.fill_random(&mut rng);
     array.run_steps(1000);
     array.fail_member(3);
     let devices = array.shutdown().unwrap();
