@@ -435,6 +435,21 @@ impl SimArray {
         data
     }
 
+    /// Write `len` bytes drawn from `rng` at `at` and record them in `model` (the bytes the
+    /// array must hold).
+    pub fn write_random(
+        &mut self,
+        model: &mut [u8],
+        at: usize,
+        len: usize,
+        rng: &mut impl rand::Rng,
+    ) {
+        let mut piece = vec![0u8; len];
+        rng.fill(piece.as_mut_slice());
+        self.write(at as u64, &piece).expect("the write is taken");
+        model[at..at + len].copy_from_slice(&piece);
+    }
+
     /// Read every 4 KiB block: a read that succeeds must return `data`'s block (a panic
     /// naming `what` and the block otherwise). Returns the blocks read and refused.
     pub fn reads_never_wrong(&mut self, data: &[u8], what: &str) -> (usize, usize) {

@@ -16,14 +16,6 @@ fn options(seed: u64, level: Level, members: usize) -> SimOptions {
     o
 }
 
-/// Write 64 KiB of bytes from `rng` at `at` and record them in `data`.
-fn write_piece(array: &mut SimArray, data: &mut [u8], rng: &mut StdRng, at: usize) {
-    let mut piece = vec![0u8; 16 * 4096];
-    rng.fill(piece.as_mut_slice());
-    array.write(at as u64, &piece).unwrap();
-    data[at..at + piece.len()].copy_from_slice(&piece);
-}
-
 /// Stop `array` (failed past its tolerance) and start it with --force from its devices,
 /// all present again, less `leave_out` (a device not given to the start).
 fn forced_restart(
@@ -65,7 +57,7 @@ fn members_still_out_after_a_forced_start_re_add_and_every_block_reads() {
             for role in 0..tolerance {
                 array.fail_member(role);
                 let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
-                write_piece(&mut array, &mut data, &mut rng, at);
+                array.write_random(&mut data, at, 16 * 4096, &mut rng);
             }
             array.flush().unwrap();
             array.run_steps(1000);
@@ -137,7 +129,7 @@ fn a_rebuild_resumed_after_a_forced_start_finishes_and_every_block_reads() {
             array.run_steps(20);
             // A write near the end of the array: above the rebuild's cursor.
             let at = data.len() - 64 * 4096 * (role + 1);
-            write_piece(&mut array, &mut data, &mut rng, at);
+            array.write_random(&mut data, at, 16 * 4096, &mut rng);
         }
         array.flush().unwrap();
         array.run_steps(2000);
@@ -196,7 +188,7 @@ fn a_member_failed_earlier_brought_back_has_the_regions_it_missed_distrusted() {
             array.fail_member(role);
             for _ in 0..8 {
                 let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
-                write_piece(&mut array, &mut data, &mut rng, at);
+                array.write_random(&mut data, at, 16 * 4096, &mut rng);
             }
         }
         array.flush().unwrap();

@@ -273,10 +273,7 @@ fn an_array_failed_past_its_tolerance_starts_again_when_forced() {
             for role in 0..tolerance {
                 array.fail_member(role);
                 let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
-                let mut piece = vec![0u8; 16 * 4096];
-                rng.fill(piece.as_mut_slice());
-                array.write(at as u64, &piece).unwrap();
-                data[at..at + piece.len()].copy_from_slice(&piece);
+                array.write_random(&mut data, at, 16 * 4096, &mut rng);
             }
             array.flush().unwrap();
             array.run_steps(1000);
@@ -345,10 +342,7 @@ fn a_member_given_back_past_the_tolerance_is_kept_for_the_forced_start() {
                 for role in 0..tolerance {
                     array.fail_member(role);
                     let at = rng.random_range(0..data.len() / 4096 - 16) * 4096;
-                    let mut piece = vec![0u8; 16 * 4096];
-                    rng.fill(piece.as_mut_slice());
-                    array.write(at as u64, &piece).unwrap();
-                    data[at..at + piece.len()].copy_from_slice(&piece);
+                    array.write_random(&mut data, at, 16 * 4096, &mut rng);
                 }
                 array.flush().unwrap();
                 array.run_steps(1000);
