@@ -97,10 +97,25 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    // Bound under a private name, made 0600, then renamed into place: the socket is never
+    // reachable at `path` with the umask's mode (with a umask of 0, anyone could have
+    // connected in between and failed a member).
+    let name = path.file_name().context("a control socket path names a file")?;
+    let private = path.with_file_name(format!(
+        ".{}.{}.binding",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&private);
+    let listener = UnixListener::bind(&private)
+        .with_context(|| format!("cannot listen on {}", path.display()))?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let placed = std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&private, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&private);
+        return Err(e).with_context(|| format!("cannot listen on {}", path.display()));
+    }
     listener.set_nonblocking(true)?;
     Ok(listener)
 }
@@ -1310,6 +1325,23 @@ mod tests {
             move || serve(listener, context, stop)
         });
         Served { path, stop, connections, stop_asked, thread: Some(thread), _dir: dir }
+    }
+
+    /// The control socket fails members and stops the server: only its owner may connect
+    /// (it is renamed into place once 0600, so it is never reachable with the umask's mode).
+    #[test]
+    fn the_control_socket_is_its_owners_alone_from_the_start() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.control");
+        let _listener = bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.control"], "nothing left behind but the socket");
     }
 
     /// `flashraid stop` waits for the server's process: running is running, a zombie (a
