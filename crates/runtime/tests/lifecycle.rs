@@ -462,6 +462,31 @@ fn replace_puts_the_new_device_in_the_role_even_with_another_spare_present() {
     check(&mut session, &model, "after the refusal");
 }
 
+/// RAID 0 has nothing to rebuild the swapped member from: `replace` would fail the array.
+/// Refused with nothing written to the new device, and the array goes on as it was.
+#[test]
+fn replace_is_refused_on_raid0_with_nothing_written() {
+    let dir = scratch_dir("replace-raid0");
+    let paths = array_files(&dir, "m", "stripe", Level::Raid0, 3, 24 << 20);
+    let array = Array::open(&paths, &options(0)).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 11);
+    let new = dir.join("new");
+    let blank = pattern(12, 24 << 20);
+    std::fs::write(&new, &blank).unwrap();
+    let e = array.replace(1, &new, flashraid_control::Overwrite::Force).unwrap_err();
+    assert!(e.to_string().contains("no redundancy"), "{e}");
+    let status = array.status().unwrap();
+    assert!(!status.degraded && status.rebuild.is_none(), "{status:#?}");
+    assert!(status.spares.is_empty(), "the new device was not made a spare: {status:#?}");
+    check(&mut session, &model, "after the refusal");
+    drop(session);
+    array.shutdown().unwrap();
+    assert!(std::fs::read(&new).unwrap() == blank, "the new device was written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_failed_member_comes_back_as_a_spare_without_force_and_is_rebuilt() {
     let dir = std::env::temp_dir().join(format!("flashraid-readd-{}", std::process::id()));
