@@ -550,6 +550,53 @@ fn stopping_does_not_wait_for_a_silent_client() {
     assert!(back.iter().all(|&b| b == 0), "a write given up at stop reached the array");
 }
 
+/// On a connection thread (`--connection-threads`, TLS) a client that stops sending is cut
+/// off after the deadlines: `HANDSHAKE_TIMEOUT` for one that never finishes negotiating, 30 s
+/// for a write's payload; the thread is freed, other connections go on, and nothing of the
+/// stalled write reaches the array. (In a reactor a stalled payload is staged and blocks
+/// nothing, so it has no deadline: see `stopping_does_not_wait_for_a_silent_client`.)
+#[test]
+fn a_client_stalled_on_a_connection_thread_is_cut_off_at_the_deadlines() {
+    CONNECTION_THREADS.set(true);
+    let f = Fixture::new(false);
+    let mut silent = f.connect();
+    let mut stalled = f.open();
+    let mut b = vec![];
+    proto::encode_request(
+        &Request { flags: 0, kind: proto::CMD_WRITE, cookie: 7, offset: 1 << 20, len: 1 << 20 },
+        &mut b,
+    );
+    b.extend_from_slice(&[0x5au8; 100 << 10]);
+    stalled.s.write_all(&b).unwrap();
+    let started = std::time::Instant::now();
+    let deadline = flashraid_nbd::server::HANDSHAKE_TIMEOUT;
+    // Meanwhile another connection is served.
+    let mut other = f.open();
+    assert_eq!(other.write(0, &[3u8; 4096]), 0);
+    let cut_off = |s: &mut UnixStream, what: &str| {
+        s.set_read_timeout(Some(deadline + Duration::from_secs(15))).unwrap();
+        let mut g = [0u8; 256];
+        loop {
+            match s.read(&mut g) {
+                Ok(0) => break,
+                // The greeting of the silent one, or a reply that must not come.
+                Ok(n) => assert_eq!(what, "the silent client", "{what} got {n} bytes"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("{what} was not cut off after {:?}: {e}", started.elapsed()),
+            }
+        }
+        let waited = started.elapsed();
+        assert!(waited + Duration::from_secs(2) >= deadline, "{what} cut off early: {waited:?}");
+    };
+    cut_off(&mut stalled.s, "the stalled write");
+    cut_off(&mut silent, "the silent client");
+    assert_eq!(other.read(0, 4096), (0, vec![3u8; 4096]), "the other connection goes on");
+    let mut session = f.array.as_ref().unwrap().session().unwrap();
+    let mut back = vec![0xffu8; 1 << 20];
+    session.read(1 << 20, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0), "a write cut off reached the array");
+}
+
 fn a_read_only_export_refuses_changes() {
     let f = Fixture::new(true);
     let mut c = f.open();
