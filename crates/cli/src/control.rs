@@ -101,11 +101,8 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
     // reachable at `path` with the umask's mode (with a umask of 0, anyone could have
     // connected in between and failed a member).
     let name = path.file_name().context("a control socket path names a file")?;
-    let private = path.with_file_name(format!(
-        ".{}.{}.binding",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let private =
+        path.with_file_name(format!(".{}.{}.binding", name.to_string_lossy(), std::process::id()));
     let _ = std::fs::remove_file(&private);
     let listener = UnixListener::bind(&private)
         .with_context(|| format!("cannot listen on {}", path.display()))?;

@@ -47,6 +47,7 @@ in_both_modes!(
     trims_and_zeroes_larger_than_the_payload_limit_work_in_steps,
     stopping_does_not_wait_for_a_silent_client,
     a_read_only_export_refuses_changes,
+    a_trim_with_fua_is_flushed_before_its_reply,
 );
 
 struct Fixture {
@@ -305,6 +306,16 @@ fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     assert_eq!(c.reply(0).0, proto::EINVAL);
     c.send(proto::CMD_READ, 1 << 9, 9, 0, 4096, &[]);
     assert_eq!(c.reply(0).0, proto::EINVAL);
+    // NO_HOLE is a flag of write-zeroes only (found by review: taken on any command).
+    for kind in [proto::CMD_READ, proto::CMD_TRIM, proto::CMD_FLUSH] {
+        c.send(kind, proto::CMD_FLAG_NO_HOLE, 9, 0, 4096, &[]);
+        assert_eq!(c.reply(0).0, proto::EINVAL, "NO_HOLE on command {kind}");
+    }
+    c.send(proto::CMD_WRITE, proto::CMD_FLAG_NO_HOLE, 9, 0, 4096, &[0u8; 4096]);
+    assert_eq!(c.reply(0).0, proto::EINVAL, "NO_HOLE on a write");
+    // Write-zeroes past the end: ENOSPC, as for writes.
+    c.send(proto::CMD_WRITE_ZEROES, 0, 9, size - 4096, 8192, &[]);
+    assert_eq!(c.reply(0).0, proto::ENOSPC);
     // Requests of the advertised maximum work (they fit the session's buffers).
     let max = pattern(4, 8 << 20);
     assert_eq!(c.write(0, &max), 0);
@@ -315,10 +326,11 @@ fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     assert_eq!(c.write(8192, &data), 0);
     // A read larger than the maximum.
     assert_eq!(c.read(0, (8 << 20) + 4096).0, proto::EINVAL);
-    // A write larger than the maximum: EOVERFLOW, and its payload is skipped, not parsed.
+    // A write larger than the maximum: EINVAL (the spec keeps EOVERFLOW for reads with DF),
+    // and its payload is skipped, not parsed.
     let huge = vec![0x25u8; (8 << 20) + 4096];
     c.send(proto::CMD_WRITE, 0, 77, 0, huge.len() as u32, &huge);
-    assert_eq!(c.reply(0), (proto::EOVERFLOW, 77, vec![]));
+    assert_eq!(c.reply(0), (proto::EINVAL, 77, vec![]));
     // After all that the data is intact and requests still work.
     assert_eq!(c.read(8192, data.len() as u32), (0, data.clone()));
     // Flush, FUA, write-zeroes, trim.
@@ -340,6 +352,12 @@ fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     assert_eq!(c.reply(0).0, 0);
     c.send(proto::CMD_TRIM, 0, 10, 0, 100, &[]);
     assert_eq!(c.reply(0).0, 0);
+    // With no whole block inside, wherever it starts (found by review: refused as
+    // misaligned when it did not start on a block).
+    for (offset, len) in [(512, 512), (100, 3000), (4097, 100)] {
+        c.send(proto::CMD_TRIM, 0, 10, offset, len, &[]);
+        assert_eq!(c.reply(0).0, 0, "trim of {len} at {offset}");
+    }
     c.send(proto::CMD_TRIM, 0, 11, size - 4096, 8192, &[]);
     assert_eq!(c.reply(0).0, proto::EINVAL);
     c.send(proto::CMD_TRIM, 0, 12, u64::MAX - 10, 100, &[]);
@@ -475,10 +493,10 @@ fn a_refused_write_is_answered_only_after_its_payload() {
         c.s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         assert!(early.is_err(), "a reply before the payload ended: {early:?}");
     };
-    // Too large (EOVERFLOW), and a large one past the end (ENOSPC, taken on the direct
-    // path): each sent as a header and half its payload, then the rest.
+    // Too large (EINVAL), and a large one past the end (ENOSPC, taken on the direct path):
+    // each sent as a header and half its payload, then the rest.
     let cases =
-        [(proto::EOVERFLOW, 31, 0, (8u32 << 20) + 4096), (proto::ENOSPC, 32, size - 4096, 1 << 20)];
+        [(proto::EINVAL, 31, 0, (8u32 << 20) + 4096), (proto::ENOSPC, 32, size - 4096, 1 << 20)];
     for (errno, cookie, offset, len) in cases {
         let mut wire = vec![];
         let request = Request { flags: 0, kind: proto::CMD_WRITE, cookie, offset, len };
@@ -595,6 +613,31 @@ fn a_client_stalled_on_a_connection_thread_is_cut_off_at_the_deadlines() {
     let mut back = vec![0xffu8; 1 << 20];
     session.read(1 << 20, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0), "a write cut off reached the array");
+}
+
+/// A trim may write (stripes zeroed, parity); with FUA that must be durable when answered
+/// (found by review: the flag was dropped, the engine's discard has none of its own).
+fn a_trim_with_fua_is_flushed_before_its_reply() {
+    // 4 data members of 100 MiB: the export is larger than one step (RANGE_STEP_BYTES).
+    let f = Fixture::with_members(false, 6, 100 << 20);
+    let mut c = f.open();
+    let array = f.array.as_ref().unwrap();
+    let flushes = || array.status().unwrap().counters.flushes;
+    assert_eq!(c.write(0, &pattern(5, 1 << 20)), 0);
+    let before = flushes();
+    c.send(proto::CMD_TRIM, 0, 1, 0, 1 << 20, &[]);
+    assert_eq!(c.reply(0).0, 0);
+    assert_eq!(flushes(), before, "a trim without FUA flushed");
+    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 2, 0, 1 << 20, &[]);
+    assert_eq!(c.reply(0).0, 0);
+    assert!(flushes() > before, "a trim with FUA was answered with no flush");
+    // Larger than one step: the flush follows the last step.
+    let size = c.size;
+    assert!(size > flashraid_nbd::server::RANGE_STEP_BYTES);
+    let before = flushes();
+    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 3, 0, size as u32, &[]);
+    assert_eq!(c.reply(0).0, 0);
+    assert!(flushes() > before, "a stepped trim with FUA was answered with no flush");
 }
 
 fn a_read_only_export_refuses_changes() {
