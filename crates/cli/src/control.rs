@@ -322,6 +322,10 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
             };
             answer(result, json!({ "ok": true }))
         }
+        ["rebuild-trust-parity", on @ ("on" | "off")] => answer(
+            context.array.set_rebuild_trust_parity(*on == "on"),
+            json!({ "ok": true, "trust_parity": *on == "on" }),
+        ),
         [which @ ("rebuild-rate" | "rebuild-busy-rate"), rate] => match rate.parse::<u64>() {
             Ok(rate) if *which == "rebuild-rate" => answer(
                 context.array.set_rebuild_rate(rate),
@@ -346,7 +350,7 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
         _ => json!({
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE [force], rebuild-rate BYTES_PER_S, \
-                 rebuild-busy-rate BYTES_PER_S, tune KEY VALUE, scrub check|repair|stop, \
+                 rebuild-busy-rate BYTES_PER_S, rebuild-trust-parity on|off, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH, spare-remove PATH, \
                  replace ROLE force|keep PATH, replace-named force|keep [\"OLD\",\"NEW\"] \
                  or replace-cancel",
@@ -428,12 +432,22 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "stalled_at_stripe": r.stalled_at_stripe,
             // Why, in the operator's words: past the tolerance nothing is left to rebuild
             // from, and only a forced start brings the array (and the rebuild) back.
-            "stalled_reason": r.stalled_at_stripe.map(|_| if s.failed {
-                "the array is failed past its tolerance: stop it and start it with --force \
-                 (the rebuild resumes from its recorded cursor)"
-            } else {
-                "too many members unreadable"
+            "stalled_reason": r.stalled_at_stripe.map(|_| match r.stall_cause {
+                _ if s.failed => "the array is failed past its tolerance: stop it and start \
+                    it with --force (the rebuild resumes from its recorded cursor)",
+                // Found by review: every stall was said to be "too many members unreadable".
+                Some(flashraid_engine::StallCause::Unverifiable) => {
+                    flashraid_runtime::UNVERIFIABLE_STALL
+                }
+                _ => "more members unreadable there than the level survives; it tries again \
+                    every 10 s (a member that reads again, or the stripe written anew, lets \
+                    it go on)",
             }),
+            "stall_cause": r.stall_cause.map(|c| match c {
+                flashraid_engine::StallCause::Unreadable => "unreadable",
+                flashraid_engine::StallCause::Unverifiable => "unverifiable",
+            }),
+            "trust_parity": r.trust_parity,
             "partial": r.partial,
             "copying": r.copying,
         })),
@@ -452,6 +466,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "bitmap_writes": c.bitmap_writes, "resync_stripes": c.resync_stripes,
             "resync_repairs": c.resync_repairs, "rebuild_stripes": c.rebuild_stripes,
             "rebuild_untrusted_stripes": c.rebuild_untrusted_stripes,
+            "rebuild_unverified_stripes": c.rebuild_unverified_stripes,
             "merge_waits": c.merge_waits, "merge_filled": c.merge_filled,
         },
         "nbd": { "exports": exports, "connections": connections },
@@ -965,9 +980,17 @@ pub struct RebuildArgs {
     /// and kept to, in whole MiB/s, rounded up.
     #[arg(long, value_parser = crate::array_cmds::parse_size)]
     busy_rate: Option<u64>,
-    /// Show a progress bar until the rebuild (and any that follows it) finishes.
+    /// Show a progress bar until the rebuild (and any that follows it) finishes; exits with
+    /// an error, saying why, if it stalls.
     #[arg(long)]
     wait: bool,
+    /// Let the rebuild write its reconstruction of stripes it cannot verify (in regions an
+    /// unclean shutdown left dirty while the array was degraded) instead of stalling there,
+    /// as md does after a forced start: a stripe that was being written at that shutdown
+    /// gets a wrong chunk on the replacement (the write hole); every other stripe gets its
+    /// redundancy back. Until the server stops. `--trust-parity=false` turns it off.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    trust_parity: Option<bool>,
 }
 
 /// The `tune` command's keys, each with how it makes its [`Tunable`] from a number (`None`:
@@ -1075,9 +1098,31 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
         let shown = crate::array_cmds::stored_rate_text(rate, "no separate limit");
         println!("rebuild rate while busy: {shown} (stored)");
     }
+    if let Some(on) = args.trust_parity {
+        ask(&path, &format!("rebuild-trust-parity {}", if on { "on" } else { "off" }))?;
+        println!(
+            "{}",
+            if on {
+                "the rebuild writes reconstructions it cannot verify (until the server \
+                 stops); status counts them as rebuild_unverified_stripes"
+            } else {
+                "the rebuild stalls at stripes it cannot verify"
+            }
+        );
+    }
     let mut shown = false;
     loop {
         let v = ask(&path, "status")?;
+        if args.wait && !v["rebuild"]["stalled_at_stripe"].is_null() {
+            // Found by review: `--wait` waited for good on a rebuild that cannot go on.
+            if let Some(line) = rebuild_line(&v["rebuild"]) {
+                println!("\r{line}\x1b[K");
+            }
+            bail!(
+                "the rebuild is stalled (it retries in the background; `flashraid status` \
+                 shows when it goes on)"
+            );
+        }
         match rebuild_line(&v["rebuild"]) {
             Some(line) => {
                 if args.wait {

@@ -8,6 +8,8 @@
 //! Serving arrays (`serve`, `status`, `fail`) arrives with the NBD issue.
 
 #![forbid(unsafe_code)]
+// `status --json` is one `json!` literal, deeper than the macro's default recursion allows.
+#![recursion_limit = "256"]
 
 mod array_cmds;
 mod bench;

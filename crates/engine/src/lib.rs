@@ -32,7 +32,7 @@ pub use request::{Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardR
 pub use router::{ArrayOp, Piece, PieceOp, RouteError, Router};
 pub use shard::{
     BitmapSetup, EPOCHS, FailReason, Health, MemberSetup, RebuildStatus, ScrubStatus, ScrubTally,
-    Shard, ShardCounters, ShardEvent, ShardSetup, ShutdownState,
+    Shard, ShardCounters, ShardEvent, ShardSetup, ShutdownState, StallCause,
 };
 
 /// Why an engine component could not be built.

@@ -15,7 +15,7 @@ use crate::reactor::{
 use crate::session::{ReactorLink, Session};
 use flashraid_control::{Init, MetaDevice, Metadata, Overwrite, ReAddRefusal};
 use flashraid_engine::{
-    ArrayAccess, Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent,
+    ArrayAccess, Health, Router, Shard, ShardConfig, ShardCounters, ShardEvent, StallCause,
 };
 use flashraid_format::assembly::{AssemblyRequest, DirtyDegraded, StaleMembers, StrictDevices};
 use flashraid_format::superblock::{Superblock, Tunables};
@@ -263,6 +263,11 @@ pub struct RebuildProgress {
     pub rate_limit_bytes_per_s: u64,
     /// Where it stopped, if a stripe could not be reconstructed.
     pub stalled_at_stripe: Option<u64>,
+    /// Why (for that stripe), when it stalled.
+    pub stall_cause: Option<StallCause>,
+    /// The operator let the rebuild write reconstructions it cannot verify after an unclean
+    /// shutdown (`Array::set_rebuild_trust_parity`); until the server stops.
+    pub trust_parity: bool,
     /// A re-added member, or a replacement that was copied: only the regions it missed are
     /// rebuilt, the others are passed over (and count as done, in the percentage and the
     /// rate).
@@ -339,6 +344,9 @@ pub(crate) enum ToController {
     #[allow(dead_code)]
     Event(u32, ShardEvent),
     FailMember(usize, FailGuard, Sender<Result<(), ArrayError>>),
+    /// Whether the rebuild may write reconstructions it cannot verify (see
+    /// `Array::set_rebuild_trust_parity`).
+    TrustParity(bool, Sender<Result<(), ArrayError>>),
     /// The rebuild's rate limit (`busy`: the one while the array is busy).
     SetRebuildRate {
         bytes_per_s: u64,
@@ -785,6 +793,7 @@ impl Array {
             rebuild: None,
             rebuild_generation: 0,
             rebuild_rate_bytes_per_s: options.config.rebuild_rate_bytes_per_s,
+            rebuild_trust_parity: false,
             rebuild_stall_retry: retry_interval_text(options.config.rebuild_stall_retry_us),
             shard_count: shards,
             scrub: None,
@@ -970,6 +979,17 @@ impl Array {
     /// like md's speed_limit_min; 0: no separate limit. Stored with the array.
     pub fn set_rebuild_busy_rate(&self, bytes_per_s: u64) -> Result<(), ArrayError> {
         self.send_rebuild_rate(bytes_per_s, true)
+    }
+
+    /// Let the rebuild write its reconstruction of stripes it cannot verify, in regions an
+    /// unclean shutdown left dirty while the array was degraded (on RAID 5 every such
+    /// stripe; on RAID 6 and 7.3 those with no second parity row left, or that fail the
+    /// check), instead of stalling there: like md's `start_dirty_degraded`, a stripe that was
+    /// being written at the shutdown gets a wrong chunk on the replacement (the write hole),
+    /// and the rest get their redundancy back. Counted in `rebuild_unverified_stripes`; in
+    /// force until the server stops (not stored).
+    pub fn set_rebuild_trust_parity(&self, on: bool) -> Result<(), ArrayError> {
+        self.ask_controller(|reply| ToController::TrustParity(on, reply))
     }
 
     fn send_rebuild_rate(&self, bytes_per_s: u64, busy: bool) -> Result<(), ArrayError> {
@@ -1266,6 +1286,8 @@ struct Controller {
     /// `StartRebuild`s sent (each shard counts them too: `ShardEvent` generations).
     rebuild_generation: u32,
     rebuild_rate_bytes_per_s: u64,
+    /// `Array::set_rebuild_trust_parity`, as last told to the shards.
+    rebuild_trust_parity: bool,
     /// `ShardConfig::rebuild_stall_retry_us` as the stall's message says it ("10 s").
     rebuild_stall_retry: String,
     shard_count: u32,
@@ -1314,8 +1336,9 @@ struct RunningRebuild {
     /// Which `StartRebuild` this is (the shards count them the same way).
     generation: u32,
     last_recorded: std::time::Instant,
-    /// Per shard: the stripe its rebuild stalled at, until its progress passes it (a retry).
-    stalled_at: Vec<Option<u64>>,
+    /// Per shard: the stripe its rebuild stalled at, until its progress passes it (a retry),
+    /// and why.
+    stalled_at: Vec<Option<(u64, StallCause)>>,
 }
 
 /// A `replace` copying the old member's data area to the new device on a copier thread
@@ -1343,6 +1366,15 @@ struct Copier {
 
 /// How long `spare remove` waits for the erase of the spare's superblocks before it answers
 /// (a device that does not answer holds its own thread, not the controller).
+/// Why a rebuild stalls at a stripe it cannot verify, and the way on (events and status).
+pub const UNVERIFIABLE_STALL: &str = "it lies in a region an unclean shutdown left dirty \
+     while the array was degraded, so its parity may disagree with its data and the \
+     reconstruction cannot be checked (RAID 5 has no second parity row; RAID 6 and 7.3 have \
+     none left, or the check failed). Reads that need it are refused rather than guessed. \
+     `flashraid rebuild --trust-parity` lets the rebuild write its reconstruction anyway, as \
+     md does after a forced start: a stripe that was being written at that shutdown then \
+     gets a wrong chunk on the replacement, and every other stripe its redundancy back";
+
 const ERASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often rebuild progress is recorded in the superblocks, at most.
@@ -1476,9 +1508,10 @@ impl Controller {
                 Some(ToController::Event(shard, ShardEvent::RebuildDone { generation, .. })) => {
                     self.rebuild_progress(shard, generation, u64::MAX, true);
                 }
-                Some(ToController::Event(shard, ShardEvent::RebuildStalled { member, stripe }))
-                    if self.metadata.past_tolerance() =>
-                {
+                Some(ToController::Event(
+                    shard,
+                    ShardEvent::RebuildStalled { member, stripe, cause },
+                )) if self.metadata.past_tolerance() => {
                     // Not a stripe that cannot be read: nothing is left to reconstruct from.
                     let why = self.metadata.failed_past_tolerance().unwrap_or_default();
                     let cursor = self.metadata.rebuild_in_progress().map_or(0, |(_, c)| c.0);
@@ -1494,29 +1527,54 @@ impl Controller {
                             stripe.0,
                         ),
                     );
-                    self.note_rebuild_stall(shard, stripe);
+                    self.note_rebuild_stall(shard, stripe, cause);
                 }
-                Some(ToController::Event(shard, ShardEvent::RebuildStalled { member, stripe })) => {
+                Some(ToController::Event(
+                    shard,
+                    ShardEvent::RebuildStalled { member, stripe, cause: StallCause::Unreadable },
+                )) => {
                     self.events.record(
                         &self.metadata,
                         "rebuild-stalled",
                         &format!(
-                            "rebuild of member {} stalled at stripe {}: it cannot be \
-                             reconstructed reliably (too many members unreadable, or it was \
-                             being written when the array stopped and no {} can check \
-                             it); its data there is lost unless a member reads again. The \
-                             rebuild tries again every {}: writing the stripe anew lets it \
-                             go on",
+                            "rebuild of member {} stalled at stripe {}: more members are \
+                             unreadable there than the level survives, so its data there is \
+                             lost unless a member reads again. The rebuild tries again every \
+                             {}: a member that reads again, or the stripe written anew, lets \
+                             it go on",
                             member.get(),
                             stripe.0,
-                            match self.metadata.superblock().level {
-                                Level::Raid1 | Level::Raid10 => "other copy",
-                                _ => "second parity row",
-                            },
                             self.rebuild_stall_retry
                         ),
                     );
-                    self.note_rebuild_stall(shard, stripe);
+                    self.note_rebuild_stall(shard, stripe, StallCause::Unreadable);
+                }
+                Some(ToController::Event(
+                    shard,
+                    ShardEvent::RebuildStalled { member, stripe, cause: StallCause::Unverifiable },
+                )) => {
+                    let message = format!(
+                        "rebuild of member {} stalled at stripe {}: {}",
+                        member.get(),
+                        stripe.0,
+                        UNVERIFIABLE_STALL
+                    );
+                    self.events.record(&self.metadata, "rebuild-stalled", &message);
+                    self.note_rebuild_stall(shard, stripe, StallCause::Unverifiable);
+                }
+                Some(ToController::TrustParity(on, reply)) => {
+                    self.rebuild_trust_parity = on;
+                    self.broadcast(|| Control::SetRebuildTrustParity(on));
+                    let message = if on {
+                        "the rebuild may now write reconstructions it cannot verify in regions \
+                         left dirty by an unclean shutdown (until the server stops); a stripe \
+                         that was being written at that shutdown gets a wrong chunk on the \
+                         replacement, and status counts such stripes (rebuild_unverified_stripes)"
+                    } else {
+                        "the rebuild stalls again at stripes it cannot verify"
+                    };
+                    self.events.record(&self.metadata, "rebuild-trust-parity", message);
+                    let _ = reply.send(Ok(()));
                 }
                 Some(ToController::Event(shard, ShardEvent::ScrubDone { tally, stopped })) => {
                     self.scrub_done(shard, tally, stopped);
@@ -1674,6 +1732,7 @@ impl Controller {
         match command {
             ToController::FailMember(_, _, reply)
             | ToController::SetRebuildRate { reply, .. }
+            | ToController::TrustParity(_, reply)
             | ToController::Tune(_, reply)
             | ToController::AddSpare(_, _, _, reply)
             | ToController::Replace(_, _, _, reply)
@@ -2972,11 +3031,11 @@ impl Controller {
 
     /// A shard's rebuild stalled at `stripe`. Its newest stall replaces its last: within one
     /// attempt they only go down, and after a retry got past one, the next is a new stall.
-    fn note_rebuild_stall(&mut self, shard: u32, stripe: StripeIndex) {
+    fn note_rebuild_stall(&mut self, shard: u32, stripe: StripeIndex, cause: StallCause) {
         if let Some(r) = &mut self.rebuild
             && let Some(at) = r.stalled_at.get_mut(shard as usize)
         {
-            *at = Some(stripe.0);
+            *at = Some((stripe.0, cause));
         }
     }
 
@@ -3110,7 +3169,8 @@ impl Controller {
         };
         let s = usize::try_from(shard).expect("fits");
         r.done_below[s] = r.done_below[s].max(done_below.min(stripes));
-        if let Some(stripe) = r.stalled_at[s].filter(|&stalled| r.done_below[s] > stalled) {
+        if let Some((stripe, _)) = r.stalled_at[s].filter(|&(stalled, _)| r.done_below[s] > stalled)
+        {
             r.stalled_at[s] = None;
             let role = r.role.get();
             self.events.record(
@@ -3268,6 +3328,8 @@ impl Controller {
                 eta_s: (rate > 0).then(|| (c.total_bytes - c.done_bytes) / rate),
                 rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
                 stalled_at_stripe: None,
+                stall_cause: None,
+                trust_parity: self.rebuild_trust_parity,
                 partial: false,
                 copying: true,
             });
@@ -3293,15 +3355,21 @@ impl Controller {
             0
         };
         let left = total.saturating_sub(done) * u64::from(geometry.chunk_bytes());
+        // The lowest stripe any shard stalled at, and why.
+        let stall = r.stalled_at.iter().flatten().min_by_key(|(stripe, _)| *stripe).copied();
         Some(RebuildProgress {
             role: r.role.get(),
             path: self.metadata.role_device(r.role.get()).map(|d| self.devices[d].name()),
             stripes_done: done,
             stripes_total: total,
             rate_bytes_per_s: rate,
-            eta_s: (rate > 0).then(|| left / rate),
+            // A stalled rebuild has no time left to tell (found by review: the ETA went on
+            // counting from the rate before the stall).
+            eta_s: (rate > 0 && stall.is_none()).then(|| left / rate),
             rate_limit_bytes_per_s: self.rebuild_rate_bytes_per_s,
-            stalled_at_stripe: r.stalled_at.iter().flatten().min().copied(),
+            stalled_at_stripe: stall.map(|(stripe, _)| stripe),
+            stall_cause: stall.map(|(_, cause)| cause),
+            trust_parity: self.rebuild_trust_parity,
             partial: self.metadata.rebuild_is_partial(),
             copying: false,
         })

@@ -31,8 +31,9 @@ mod session;
 pub use array::{
     Array, ArrayStatus, CreateSpec, CreatedArray, EVENTS_KEPT, EventRecord, FailGuard,
     MemberStatus, OpenOptions, QUEUE_DEPTH_MAX, QUEUE_DEPTH_MIN, ReAdd, RebuildProgress,
-    ScrubProgress, Stopped, Tunable, create, create_in_memory, create_in_memory_with_spares,
-    inspect, queue_depth_valid, rate_mib_per_s, stored_rate_bytes_per_s,
+    ScrubProgress, Stopped, Tunable, UNVERIFIABLE_STALL, create, create_in_memory,
+    create_in_memory_with_spares, inspect, queue_depth_valid, rate_mib_per_s,
+    stored_rate_bytes_per_s,
 };
 pub use device::MemberDevice;
 pub use faults::{FaultRule, Faults, Healing, PowerDomain, SECTOR_BYTES, TornReport, Trigger};

@@ -145,6 +145,8 @@ pub(crate) enum Control {
     CopyRecording(bool, Sender<()>),
     /// This shard's share of the rebuild rate, bytes per second (0: unlimited).
     SetRebuildRate(u64),
+    /// `Shard::set_rebuild_trust_parity`.
+    SetRebuildTrustParity(bool),
     /// This shard's share of the busy-time rebuild rate (0: no separate limit).
     SetRebuildBusyRate(u64),
     /// This shard's share of the resync rate (0: unlimited).
@@ -557,6 +559,9 @@ impl Reactor {
                             let _ = done.send(());
                         }
                         Control::SetRebuildRate(rate) => self.shard.set_rebuild_rate(rate),
+                        Control::SetRebuildTrustParity(on) => {
+                            self.shard.set_rebuild_trust_parity(on)
+                        }
                         Control::SetRebuildBusyRate(rate) => self.shard.set_rebuild_busy_rate(rate),
                         Control::SetResyncRate(rate) => self.shard.set_resync_rate(rate),
                         Control::SetMergeWindow(us) => self.shard.set_merge_window_us(us),

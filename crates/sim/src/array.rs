@@ -854,6 +854,13 @@ impl SimArray {
     }
 
     /// The operator fails a member (like `flashraid fail`).
+    /// `Shard::set_rebuild_trust_parity` on every shard (what the controller broadcasts).
+    pub fn set_rebuild_trust_parity(&mut self, on: bool) {
+        for shard in &mut self.shards {
+            shard.set_rebuild_trust_parity(on);
+        }
+    }
+
     pub fn fail_member(&mut self, role: usize) {
         let member = MemberIndex(u16::try_from(role).expect("fits"));
         self.record_failed(&[member]);

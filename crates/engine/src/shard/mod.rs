@@ -157,9 +157,9 @@ pub enum ShardEvent {
     RebuildProgress { member: MemberIndex, generation: u32, done_below: StripeIndex },
     /// Every stripe of this shard is rebuilt.
     RebuildDone { member: MemberIndex, generation: u32 },
-    /// Rebuild cannot go on: a stripe could not be reconstructed (too many members
-    /// unreadable). The stripes from `stripe` on stay unrebuilt.
-    RebuildStalled { member: MemberIndex, stripe: StripeIndex },
+    /// Rebuild cannot go on: a stripe could not be reconstructed (`cause` says why). The
+    /// stripes from `stripe` on stay unrebuilt.
+    RebuildStalled { member: MemberIndex, stripe: StripeIndex, cause: StallCause },
     /// This shard's scrub finished (or stopped early, saying why).
     ScrubDone { tally: ScrubTally, stopped: Option<&'static str> },
     /// The device holding `member`'s role has IO outstanding and completed none of it for
@@ -168,6 +168,20 @@ pub enum ShardEvent {
     /// the member through the metadata, or waits the stall out. Repeated at most once a
     /// timeout while the stall lasts.
     MemberStalled { member: MemberIndex, epoch: u8 },
+}
+
+/// Why a rebuild stalled at a stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StallCause {
+    /// More members unreadable there (failed, missing or with bad sectors) than the level
+    /// survives.
+    Unreadable,
+    /// The stripe lies in a region an unclean shutdown left dirty, and the array was
+    /// degraded before resync vouched for it: its parity may disagree with its data, and no
+    /// second parity row is left to check the reconstruction (RAID 5, or RAID 6 with two
+    /// roles out), or the check failed. `Shard::set_rebuild_trust_parity` lets the rebuild
+    /// write its reconstruction anyway.
+    Unverifiable,
 }
 
 /// Why a member was failed.
@@ -216,6 +230,10 @@ pub struct ShardCounters {
     /// Stripes rebuilt in regions an unclean shutdown left untrusted: verified against a
     /// second parity row, or parity recomputed from the data.
     pub rebuild_untrusted_stripes: u64,
+    /// Of those, stripes rebuilt from parity that could not be checked, because the
+    /// operator allowed it (`set_rebuild_trust_parity`): their rebuilt chunk is wrong where
+    /// a write was in flight at the unclean shutdown (the write hole).
+    pub rebuild_unverified_stripes: u64,
     pub rejected_busy: u64,
     /// Stripes whose partial writes waited for the merge window, and how many of them were
     /// filled by neighbours before it ended (the rest started when it did).
@@ -245,6 +263,7 @@ impl ShardCounters {
             resync_repairs,
             rebuild_stripes,
             rebuild_untrusted_stripes,
+            rebuild_unverified_stripes,
             rejected_busy,
             merge_waits,
             merge_filled,
@@ -268,6 +287,7 @@ impl ShardCounters {
         self.resync_repairs += resync_repairs;
         self.rebuild_stripes += rebuild_stripes;
         self.rebuild_untrusted_stripes += rebuild_untrusted_stripes;
+        self.rebuild_unverified_stripes += rebuild_unverified_stripes;
         self.rejected_busy += rejected_busy;
         self.merge_waits += merge_waits;
         self.merge_filled += merge_filled;
@@ -361,6 +381,9 @@ struct Op {
     /// Rebuild of a stripe resync has not vouched for: every chunk is read and the target
     /// written only if the stripe proves consistent.
     rebuild_verify: bool,
+    /// Rebuild: this stripe's reconstruction cannot be checked (or failed its check) and is
+    /// written because the operator allowed it; counted when it is.
+    rebuild_unverified: bool,
 }
 
 /// The slot indexes set in a `scratch_held` mask, lowest first.
@@ -408,6 +431,7 @@ impl Op {
             fua_flushed: false,
             rebuild_generation: 0,
             rebuild_verify: false,
+            rebuild_unverified: false,
         }
     }
 }
@@ -558,6 +582,9 @@ pub struct Shard {
     scrub_generation: u32,
     /// Rebuild rate for this shard (its share of the array's), bytes per second; 0: no limit.
     rebuild_rate_bytes_per_s: u64,
+    /// The rebuild writes its reconstruction of stripes it cannot verify after an unclean
+    /// shutdown (`set_rebuild_trust_parity`); off: it stalls there.
+    rebuild_trust_parity: bool,
     /// The same while foreground requests came in the last `REBUILD_BUSY_WINDOW_US`.
     rebuild_busy_rate_bytes_per_s: u64,
     /// When the last foreground request arrived (the shard's clock).
@@ -729,6 +756,7 @@ impl Shard {
             rebuild_generation: 0,
             scrub: None,
             scrub_generation: 0,
+            rebuild_trust_parity: false,
             rebuild_rate_bytes_per_s: setup
                 .config
                 .rebuild_rate_bytes_per_s
@@ -1275,6 +1303,7 @@ impl Shard {
             fua_flushed,
             rebuild_generation: op_generation,
             rebuild_verify,
+            rebuild_unverified,
         } = &mut *boxed;
         assert_eq!(*scratch_held, 0, "a spare op still holds scratch");
         let g = &self.geometry;
@@ -1325,6 +1354,7 @@ impl Shard {
         *fua_flushed = false;
         *op_generation = rebuild_generation;
         *rebuild_verify = false;
+        *rebuild_unverified = false;
         boxed
     }
 

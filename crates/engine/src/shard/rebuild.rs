@@ -36,7 +36,9 @@
 //! done): a read error that does not repeat, or bad sectors rewritten since, let it go on.
 
 use super::pace::Pace;
-use super::{OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StripeEntry};
+use super::{
+    OpKind, Phase, REPLANS_MAX, Shard, ShardEvent, ShutdownState, StallCause, StripeEntry,
+};
 use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkSet, bit, has};
 use crate::request::RequestError;
@@ -75,6 +77,8 @@ pub(super) struct RebuildState {
     /// The last stripe a `RebuildStalled` event named (a retry that stalls there again says
     /// nothing new).
     stall_reported: Option<StripeIndex>,
+    /// Why the operation that gave up last did (read by `rebuild_op_done`).
+    lost_cause: StallCause,
     done_announced: bool,
     last_report: u64,
     pace: Pace,
@@ -148,6 +152,7 @@ impl Shard {
             stalled: None,
             retry_at_us: 0,
             stall_reported: None,
+            lost_cause: StallCause::Unreadable,
             done_announced: false,
             last_report: first,
             pace: Pace::new(self.rebuild_rate_bytes_per_s, self.now_us),
@@ -198,6 +203,18 @@ impl Shard {
         self.rebuild_rate_bytes_per_s = bytes_per_s;
         if let Some(r) = self.rebuild.as_mut() {
             r.pace.set_rate(bytes_per_s);
+        }
+        self.schedule_rebuild();
+    }
+
+    /// Let the rebuild write its reconstruction of stripes it cannot verify after an unclean
+    /// shutdown (the operator's choice, like md's `start_dirty_degraded`: the rebuilt chunk
+    /// of a stripe that was being written at the crash is wrong), or not (it stalls there).
+    /// A rebuild stalled at such a stripe tries again at once.
+    pub fn set_rebuild_trust_parity(&mut self, on: bool) {
+        self.rebuild_trust_parity = on;
+        if on && let Some(r) = self.rebuild.as_mut() {
+            r.retry_at_us = self.now_us;
         }
         self.schedule_rebuild();
     }
@@ -470,8 +487,17 @@ impl Shard {
                 self.rebuild_lost(op_slot);
                 return true;
             }
-            if untrusted {
+            if untrusted && erased == bit(target) {
                 return self.begin_rebuild_verified(op_slot, target, erased);
+            }
+            if untrusted {
+                // Another chunk is missing too: nothing left to check the reconstruction
+                // with.
+                if !self.rebuild_trust_parity {
+                    self.rebuild_lost_unverifiable(op_slot);
+                    return true;
+                }
+                self.ops[op_slot].as_mut().expect("live").rebuild_unverified = true;
             }
             let plan = self.plan_for(erased, bit(target));
             source_count = plan.sources().len();
@@ -531,11 +557,7 @@ impl Shard {
     /// reconstructing from parity could invent data. Read every chunk still there; the
     /// target is written only if the stripe proves consistent (see `rebuild_verify`).
     fn begin_rebuild_verified(&mut self, op_slot: usize, target: usize, erased: ChunkSet) -> bool {
-        if erased != bit(target) {
-            // Another chunk is missing too: nothing left to check the reconstruction with.
-            self.rebuild_lost(op_slot);
-            return true;
-        }
+        assert_eq!(erased, bit(target), "only the target is missing");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.rebuild_erased = erased;
         op.rebuild_targets = bit(target);
@@ -555,10 +577,15 @@ impl Shard {
         let op = self.ops[op_slot].as_ref().expect("live");
         let target = op.rebuild_targets.trailing_zeros() as usize;
         if target < k {
-            if m < 2 {
+            if m < 2 && !self.rebuild_trust_parity {
                 return false;
             }
             self.reconstruct_in_scratch(op_slot, bit(target), bit(target), len);
+            if m < 2 {
+                // Nothing to check it with; written because the operator allowed it.
+                self.ops[op_slot].as_mut().expect("live").rebuild_unverified = true;
+                return true;
+            }
         }
         // Parity from the data (the reconstructed chunk included) into the extra slots.
         self.encode_parity_in_scratch(op_slot);
@@ -569,10 +596,18 @@ impl Shard {
             head[target].as_mut().expect("target").as_mut_slice().copy_from_slice(computed);
             return true;
         }
-        (0..m).all(|r| {
+        let agrees = (0..m).all(|r| {
             head[k + r].as_ref().expect("parity").as_slice()
                 == extra[r].as_ref().expect("computed").as_slice()
-        })
+        });
+        if !agrees && self.rebuild_trust_parity {
+            // The stripe disagrees with itself (a write in flight at the crash); the
+            // reconstruction from the first parity row is written because the operator
+            // allowed it.
+            op.rebuild_unverified = true;
+            return true;
+        }
+        agrees
     }
 
     /// Sources are in: reconstruct the target chunk and write it to the replacement.
@@ -600,11 +635,14 @@ impl Shard {
         };
         if self.ops[op_slot].as_ref().expect("live").rebuild_verify {
             if !self.rebuild_verify(op_slot) {
-                self.rebuild_lost(op_slot);
+                self.rebuild_lost_unverifiable(op_slot);
                 return;
             }
             self.counters.rebuild_untrusted_stripes += 1;
         } else if self.is_parity_level() {
+            if self.ops[op_slot].as_ref().expect("live").rebuild_unverified {
+                self.counters.rebuild_untrusted_stripes += 1;
+            }
             let erased = self.ops[op_slot].as_ref().expect("live").rebuild_erased;
             let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
             self.reconstruct_in_scratch(op_slot, erased, targets, len);
@@ -614,6 +652,9 @@ impl Shard {
         op.serial = op.serial.wrapping_add(1);
         let stripe = op.stripe;
         debug_assert_eq!(op.chunk_member[target], member);
+        if op.rebuild_unverified {
+            self.counters.rebuild_unverified_stripes += 1;
+        }
         let op = self.ops[op_slot].as_ref().expect("live");
         let kind = MemberIoKind::Write {
             offset_bytes: self.member_offset(stripe, 0),
@@ -622,6 +663,15 @@ impl Shard {
             durability: Durability::Cached,
         };
         self.issue(op_slot, target, 0, kind);
+    }
+
+    /// The stripe cannot be reconstructed reliably after an unclean shutdown: the rebuild
+    /// stalls here, saying so.
+    fn rebuild_lost_unverifiable(&mut self, op_slot: usize) {
+        if let Some(r) = self.rebuild.as_mut() {
+            r.lost_cause = StallCause::Unverifiable;
+        }
+        self.rebuild_lost(op_slot);
     }
 
     /// The stripe cannot be reconstructed: the rebuild stalls here.
@@ -640,6 +690,7 @@ impl Shard {
         self.counters.rebuild_stripes += u64::from(rebuilt);
         let Some(r) = self.rebuild.as_mut() else { return };
         r.in_flight -= 1;
+        let cause = std::mem::replace(&mut r.lost_cause, StallCause::Unreadable);
         if !rebuilt {
             if r.stalled.is_none_or(|s| stripe < s) {
                 r.stalled = Some(stripe);
@@ -647,7 +698,7 @@ impl Shard {
                 if r.stall_reported != Some(stripe) {
                     r.stall_reported = Some(stripe);
                     let member = MemberIndex(r.member);
-                    self.events.push_back(ShardEvent::RebuildStalled { member, stripe });
+                    self.events.push_back(ShardEvent::RebuildStalled { member, stripe, cause });
                 }
             }
             return;
