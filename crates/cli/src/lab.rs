@@ -52,8 +52,8 @@ use flashraid_lab::profile::{
     vms_on_host, workload_shape,
 };
 use flashraid_lab::report::{
-    ArrayState, RunReport, TargetRun, compare_html, compare_markdown, render_csv, render_html,
-    render_markdown,
+    ArrayState, RunReport, TargetRun, compare_html, compare_markdown, group_by_shape, render_csv,
+    render_html, render_markdown, shape_differences,
 };
 use flashraid_lab::steady::StopDecision;
 use flashraid_lab::vm::{
@@ -185,6 +185,11 @@ pub struct LabCompareArgs {
     /// phase, level by level).
     #[arg(required = true, num_args = 2..)]
     reports: Vec<PathBuf>,
+    /// Put SNIA runs of one profile side by side even when their shapes differ (mode, preset,
+    /// threads and queue depth, element run time, ...): same-named elements then ran other
+    /// loads, and the comparison says which. Without it such runs are refused.
+    #[arg(long)]
+    across_shapes: bool,
     /// Also write compare.md and compare.html here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -2179,22 +2184,49 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
     }
     let mut markdown = String::new();
     let mut html = vec![];
-    // SNIA runs group by profile: each profile compares on its own.
+    // SNIA runs group by profile: each profile compares on its own, and within it (as the
+    // workload profiles do) only runs of one shape, unless --across-shapes.
     let mut profiles: Vec<Profile> = vec![];
     for report in &snia {
         if !profiles.contains(&report.profile) {
             profiles.push(report.profile);
         }
     }
+    let mut refused = vec![];
     for profile in profiles {
-        let group: Vec<RunReport> = snia.iter().filter(|r| r.profile == profile).cloned().collect();
-        if group.len() < 2 {
+        let runs: Vec<RunReport> = snia.iter().filter(|r| r.profile == profile).cloned().collect();
+        if runs.len() < 2 {
             eprintln!("{profile}: only one report; nothing to compare");
             continue;
         }
-        markdown.push_str(&compare_markdown(&group)?);
-        markdown.push('\n');
-        html.push((profile.to_string(), compare_html(&group)?));
+        let groups = if args.across_shapes { vec![runs] } else { group_by_shape(runs) };
+        let several = groups.len() > 1;
+        for (g, group) in groups.iter().enumerate() {
+            if group.len() < 2 {
+                // Say what sets it apart from the first group's run; the first group's lone
+                // run from the second group's, unless that one is alone too (its own message
+                // names the same pair).
+                let other = match g {
+                    0 if groups[1].len() < 2 => continue,
+                    0 => &groups[1][0],
+                    _ => &groups[0][0],
+                };
+                let why = format!(
+                    "{profile}: run {} has another shape than run {} ({}); not compared \
+                     (--across-shapes puts them side by side anyway)",
+                    group[0].run_id,
+                    other.run_id,
+                    shape_differences(other, &group[0]).join("; ")
+                );
+                eprintln!("{why}");
+                refused.push(why);
+                continue;
+            }
+            markdown.push_str(&compare_markdown(group, args.across_shapes)?);
+            markdown.push('\n');
+            let page = if several { format!("{profile}-{}", g + 1) } else { profile.to_string() };
+            html.push((page, compare_html(group, args.across_shapes)?));
+        }
     }
     // Workload runs compare within a shape (mode, sizes, counts); each shape is one page.
     let lonely = |profile: Profile, group: usize| {
@@ -2234,6 +2266,12 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
         ));
     }
     if markdown.is_empty() {
+        if !refused.is_empty() {
+            bail!(
+                "no profile has two reports of one shape to compare (the runs differ as said \
+                 above)"
+            );
+        }
         bail!("no profile has two reports to compare");
     }
     print!("{markdown}");
