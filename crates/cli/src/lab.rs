@@ -9,7 +9,10 @@
 //! the target (member files recreated as zeroes; the array created afresh on them), write
 //! the workload-independent preconditioning (WIPC), then rounds of the test's elements, one
 //! fio process per round, until every tracking variable is in steady state or the round
-//! limit is reached. Raw fio JSON and the job files as run are kept next to the reports.
+//! limit is reached. Raw fio JSON and the job files as run are kept next to the reports
+//! (with load hosts, each host's own job). When a target cannot be set up or its work fails,
+//! the report of what completed is written first, labelled "run stopped early" with the
+//! reason, and the error says where it is.
 //!
 //! Safety: the lab writes over every byte of every target. It makes its member files in a
 //! directory it marks as its own: created mode 0700, owned by the running user, not a
@@ -52,8 +55,8 @@ use flashraid_lab::profile::{
     vms_on_host, workload_shape,
 };
 use flashraid_lab::report::{
-    ArrayState, RunReport, TargetRun, compare_html, compare_markdown, render_csv, render_html,
-    render_markdown,
+    ArrayState, RunReport, TargetRun, compare_html, compare_markdown, group_by_shape, render_csv,
+    render_html, render_markdown, shape_differences,
 };
 use flashraid_lab::steady::StopDecision;
 use flashraid_lab::vm::{
@@ -185,6 +188,11 @@ pub struct LabCompareArgs {
     /// phase, level by level).
     #[arg(required = true, num_args = 2..)]
     reports: Vec<PathBuf>,
+    /// Put SNIA runs of one profile side by side even when their shapes differ (mode, preset,
+    /// threads and queue depth, element run time, ...): same-named elements then ran other
+    /// loads, and the comparison says which. Without it such runs are refused.
+    #[arg(long)]
+    across_shapes: bool,
     /// Also write compare.md and compare.html here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -1061,14 +1069,42 @@ fn write_report(dir: &Path, report: &RunReport) -> Result<()> {
     )
 }
 
-/// The label of a lab workload that is not a SNIA test: derived (with `note`), or a quick
-/// smoke run that keeps the note.
+/// The label of a lab workload that is not a SNIA test: a workload profile (with `note`;
+/// no SNIA preset, which would claim a method it does not follow), or a quick smoke run that
+/// keeps the note.
 fn workload_label(mode: Mode, note: &str) -> flashraid_lab::profile::ConformanceLabel {
     use flashraid_lab::profile::ConformanceLabel;
     let deviations = vec![note.to_string()];
     match mode {
         Mode::Quick => ConformanceLabel::QuickSmoke { deviations },
-        Mode::Full => ConformanceLabel::SniaDerived { preset: Preset::Spec11, deviations },
+        Mode::Full => ConformanceLabel::Workload { deviations },
+    }
+}
+
+/// The deviation that labels a report written after a failure: the run is incomplete (a
+/// target, a test or a level missing or cut short), and why.
+fn stopped_early_note(e: &anyhow::Error) -> String {
+    // One line: fio's and serve's messages carry line breaks, which would break a list item.
+    let why = format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("run stopped early: {why}")
+}
+
+/// A run failed with `e`: write the report of what was measured (`write_partial` gets the
+/// "run stopped early" deviation to add to its label) and return `e` saying where it is, or
+/// that writing it failed too (the first error is the one that matters, so it is kept).
+fn stopped_early(
+    e: anyhow::Error,
+    dir: &Path,
+    write_partial: impl FnOnce(String) -> Result<()>,
+) -> anyhow::Error {
+    match write_partial(stopped_early_note(&e)) {
+        Ok(()) => e.context(format!(
+            "partial report of what completed (labelled \"run stopped early\") in {}",
+            dir.display()
+        )),
+        Err(w) => {
+            e.context(format!("no partial report: writing it in {} failed: {w:#}", dir.display()))
+        }
     }
 }
 
@@ -1153,9 +1189,19 @@ fn run_vm(
             ),
         );
     }
+    let write_partial = |report: &mut VmReport, note: String| {
+        report.conformance = report.conformance.clone().with_deviations(vec![note]);
+        write_vm_report(&dir, report)
+    };
     for target in specs.iter().enumerate() {
+        // A target that cannot be set up ends the run, but not the earlier targets' results.
         let (column, raw_dir, prepared) =
-            prepare_target(args, target, &dir, Profile::VmImages, &mut report.manifest)?;
+            match prepare_target(args, target, &dir, Profile::VmImages, &mut report.manifest) {
+                Ok(prepared) => prepared,
+                Err(e) => {
+                    return Err(stopped_early(e, &dir, |note| write_partial(&mut report, note)));
+                }
+            };
         // With load hosts the VMs run there, shared out, against the target as they reach
         // it; the preconditioning runs here, once.
         let (vm_target, hosts) = match &prepared.load_target {
@@ -1248,7 +1294,7 @@ fn run_vm(
             Ok(())
         })();
         report.targets.push(target);
-        close_target(result, prepared.server, &dir, || write_vm_report(&dir, &report))?;
+        close_target(result, prepared.server, &dir, |note| write_partial(&mut report, note))?;
     }
     write_vm_report(&dir, &report)?;
     Ok((dir, render_vm_markdown(&report)))
@@ -1361,7 +1407,8 @@ fn prepare_target(
     let raw_dir = dir.join(spec.folder(index));
     std::fs::create_dir_all(&raw_dir)?;
     eprintln!("[{}] {column}: purge and prepare", profile.name());
-    let prepared = prepare(args, spec, &raw_dir, profile.name())?;
+    let prepared = prepare(args, spec, &raw_dir, profile.name())
+        .with_context(|| format!("preparing target {column}"))?;
     for (key, value) in &prepared.facts {
         manifest.insert(format!("{column}: {key}"), value.clone());
     }
@@ -1369,19 +1416,18 @@ fn prepare_target(
 }
 
 /// A target's work is over: stop its server; on any error (the work's or the stop's), write
-/// the report of what was measured first and say where it is.
+/// the report of what was measured first, labelled as stopped early ([`stopped_early`]).
 fn close_target(
     result: Result<()>,
     server: Option<Server>,
     dir: &Path,
-    write_partial: impl FnOnce() -> Result<()>,
+    write_partial: impl FnOnce(String) -> Result<()>,
 ) -> Result<()> {
     let stopped = server.map_or(Ok(()), Server::stop);
-    if let Err(e) = result.and(stopped) {
-        write_partial()?;
-        return Err(e.context(format!("partial report in {}", dir.display())));
+    match result.and(stopped) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(stopped_early(e, dir, write_partial)),
     }
-    Ok(())
 }
 
 fn write_vm_report(dir: &Path, report: &VmReport) -> Result<()> {
@@ -1520,7 +1566,16 @@ fn run_degraded(
         eprintln!(
             "[degraded-rebuild] load {load_percent}%: a fresh array, data written with verify headers"
         );
-        let prepared = prepare(args, spec, &raw_dir, &name)?;
+        // A level that cannot be set up ends the run; the levels done are still reported.
+        let prepared = match prepare(args, spec, &raw_dir, &name)
+            .with_context(|| format!("preparing target {} for load {load_percent}%", spec.column()))
+        {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
         let rate_iops_per_thread = match (load_percent, healthy_max_iops) {
             (100, _) | (0, _) => None,
             (p, Some(max)) => Some(paced_iops_per_thread(max, p, threads, hosts.len())),
@@ -1667,13 +1722,20 @@ fn run_degraded(
             break;
         }
     }
-    let markdown = render_degraded_markdown(&report);
-    let json = serde_json::to_string_pretty(&report)? + "\n";
-    let html = render_degraded_html(&report);
-    write_outputs(&dir, "degraded-run.json", json, &markdown, html, &report.manifest)?;
+    let write = |report: &DegradedReport| -> Result<String> {
+        let markdown = render_degraded_markdown(report);
+        let json = serde_json::to_string_pretty(report)? + "\n";
+        let html = render_degraded_html(report);
+        write_outputs(&dir, "degraded-run.json", json, &markdown, html, &report.manifest)?;
+        Ok(markdown)
+    };
     if let Some(e) = failure {
-        return Err(e.context(format!("partial report in {}", dir.display())));
+        return Err(stopped_early(e, &dir, |note| {
+            report.conformance = report.conformance.clone().with_deviations(vec![note]);
+            write(&report).map(|_| ())
+        }));
     }
+    let markdown = write(&report)?;
     Ok((dir, markdown))
 }
 
@@ -1917,16 +1979,7 @@ fn run_profile(
     }
     // Targets the lab cannot purge or whose write cache it cannot know make a full run
     // derived, not conformant, and the report says which.
-    let unpurged: Vec<String> = specs
-        .iter()
-        .filter(|s| matches!(s, TargetSpec::Path(_) | TargetSpec::Nbd(_)))
-        .map(|s| {
-            format!(
-                "{}: not purged before preconditioning; write cache state not recorded",
-                s.column()
-            )
-        })
-        .collect();
+    let unpurged = target_deviations(specs);
     plan.conformance = plan.conformance.clone().with_deviations(unpurged);
     if specs.iter().any(|s| matches!(s, TargetSpec::InProcess)) {
         let note = "flashraid-inproc: load from flashraid's own generator, not fio; no ramp \
@@ -1969,8 +2022,22 @@ fn run_profile(
             let test_dir = raw_dir.join(&test.name);
             std::fs::create_dir_all(&test_dir)?;
             eprintln!("[{}] {}: purge and prepare", test.name, spec.column());
+            // A target or test that cannot be set up ends the run like a failed round: the
+            // report of what completed is written first.
+            let stop_early = |e: anyhow::Error, target_run: TargetRun, report: &mut RunReport| {
+                report.targets.push(target_run);
+                stopped_early(e, &dir, |note| {
+                    report.conformance = report.conformance.clone().with_deviations(vec![note]);
+                    write_report(&dir, report)
+                })
+            };
             let (result, stopped) = if matches!(spec, TargetSpec::InProcess) {
-                let (array, description) = inproc::open_array(args, test)?;
+                let (array, description) = match inproc::open_array(args, test)
+                    .with_context(|| format!("preparing target {}", spec.column()))
+                {
+                    Ok(opened) => opened,
+                    Err(e) => return Err(stop_early(e, target_run, &mut report)),
+                };
                 target_run.description = description;
                 let column = spec.column();
                 let result = inproc::run_test_inproc(
@@ -1987,7 +2054,12 @@ fn run_profile(
                     .map_err(|e| anyhow::anyhow!("stopping the in-process array: {e}"));
                 (result, stopped)
             } else {
-                let prepared = prepare(args, spec, &raw_dir, &test.name)?;
+                let prepared = match prepare(args, spec, &raw_dir, &test.name)
+                    .with_context(|| format!("preparing target {}", spec.column()))
+                {
+                    Ok(prepared) => prepared,
+                    Err(e) => return Err(stop_early(e, target_run, &mut report)),
+                };
                 target_run.description = match &prepared.load_target {
                     Some(Target::Nbd { uri, .. }) if !args.load_hosts.is_empty() => format!(
                         "{}; rounds driven from {} load host(s) over {uri}",
@@ -2007,17 +2079,35 @@ fn run_profile(
             };
             if let Err(e) = result.and(stopped) {
                 // Keep what was measured: the report of the rounds so far, then the error.
-                report.targets.push(target_run);
-                let note = format!("run stopped early: {e:#}");
-                report.conformance = report.conformance.clone().with_deviations(vec![note]);
-                write_report(&dir, &report)?;
-                return Err(e.context(format!("partial report in {}", dir.display())));
+                return Err(stop_early(e, target_run, &mut report));
             }
         }
         report.targets.push(target_run);
     }
     write_report(&dir, &report)?;
     Ok((dir, report))
+}
+
+/// Why each target keeps a full SNIA run from being conformant: none of them can be purged as
+/// the spec asks or has its write cache state recorded. The member files are "purged" by
+/// truncating them to zeroes, which purges no device (the storage under them keeps its
+/// state), and their write cache (the page cache, the drive's) is not recorded either: the
+/// same two reasons `path:` and `nbd:` targets are derived for.
+fn target_deviations(specs: &[TargetSpec]) -> Vec<String> {
+    specs
+        .iter()
+        .map(|s| match s {
+            TargetSpec::Path(_) | TargetSpec::Nbd(_) => format!(
+                "{}: not purged before preconditioning; write cache state not recorded",
+                s.column()
+            ),
+            TargetSpec::Members | TargetSpec::Flashraid | TargetSpec::InProcess => format!(
+                "{}: on member files, whose purge is a truncate to zeroes (no device purge of \
+                 the storage under them); write cache state not recorded",
+                s.column()
+            ),
+        })
+        .collect()
 }
 
 fn run_test(
@@ -2069,9 +2159,7 @@ fn run_test(
             })
             .collect::<Result<Vec<_>>>()?;
         if round == 1 {
-            report
-                .manifest
-                .insert(format!("{column} {}: round job (seed varies)", test.name), job.clone());
+            report.manifest.extend(round_job_entries(&column, &test.name, &job, &per_host));
         }
         let eta_s = (rounds_max - round + 1) as u64 * round_ms / 1000;
         eprintln!(
@@ -2100,6 +2188,34 @@ fn run_test(
         }
     }
     Ok(())
+}
+
+/// The manifest's record of a round's job as run: the job itself, or with load hosts each
+/// host's own (its slice of the target, its seed), which is what ran, and the whole-target
+/// job beside them for reference only.
+fn round_job_entries(
+    column: &str,
+    test: &str,
+    job: &str,
+    per_host: &[(String, String)],
+) -> Vec<(String, String)> {
+    if per_host.is_empty() {
+        return vec![(format!("{column} {test}: round job (seed varies)"), job.to_string())];
+    }
+    let mut entries = vec![(
+        format!(
+            "{column} {test}: round job over the whole target, for reference (not run: each \
+             load host ran its own below; seed varies)"
+        ),
+        job.to_string(),
+    )];
+    for (k, (host, host_job)) in per_host.iter().enumerate() {
+        entries.push((
+            format!("{column} {test}: round job on load host {k} ({host}, seed varies)"),
+            host_job.clone(),
+        ));
+    }
+    entries
 }
 
 /// What shapes every result on this machine (the manifest's common part).
@@ -2179,22 +2295,49 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
     }
     let mut markdown = String::new();
     let mut html = vec![];
-    // SNIA runs group by profile: each profile compares on its own.
+    // SNIA runs group by profile: each profile compares on its own, and within it (as the
+    // workload profiles do) only runs of one shape, unless --across-shapes.
     let mut profiles: Vec<Profile> = vec![];
     for report in &snia {
         if !profiles.contains(&report.profile) {
             profiles.push(report.profile);
         }
     }
+    let mut refused = vec![];
     for profile in profiles {
-        let group: Vec<RunReport> = snia.iter().filter(|r| r.profile == profile).cloned().collect();
-        if group.len() < 2 {
+        let runs: Vec<RunReport> = snia.iter().filter(|r| r.profile == profile).cloned().collect();
+        if runs.len() < 2 {
             eprintln!("{profile}: only one report; nothing to compare");
             continue;
         }
-        markdown.push_str(&compare_markdown(&group)?);
-        markdown.push('\n');
-        html.push((profile.to_string(), compare_html(&group)?));
+        let groups = if args.across_shapes { vec![runs] } else { group_by_shape(runs) };
+        let several = groups.len() > 1;
+        for (g, group) in groups.iter().enumerate() {
+            if group.len() < 2 {
+                // Say what sets it apart from the first group's run; the first group's lone
+                // run from the second group's, unless that one is alone too (its own message
+                // names the same pair).
+                let other = match g {
+                    0 if groups[1].len() < 2 => continue,
+                    0 => &groups[1][0],
+                    _ => &groups[0][0],
+                };
+                let why = format!(
+                    "{profile}: run {} has another shape than run {} ({}); not compared \
+                     (--across-shapes puts them side by side anyway)",
+                    group[0].run_id,
+                    other.run_id,
+                    shape_differences(other, &group[0]).join("; ")
+                );
+                eprintln!("{why}");
+                refused.push(why);
+                continue;
+            }
+            markdown.push_str(&compare_markdown(group, args.across_shapes)?);
+            markdown.push('\n');
+            let page = if several { format!("{profile}-{}", g + 1) } else { profile.to_string() };
+            html.push((page, compare_html(group, args.across_shapes)?));
+        }
     }
     // Workload runs compare within a shape (mode, sizes, counts); each shape is one page.
     let lonely = |profile: Profile, group: usize| {
@@ -2234,6 +2377,12 @@ pub fn run_compare(args: LabCompareArgs) -> Result<()> {
         ));
     }
     if markdown.is_empty() {
+        if !refused.is_empty() {
+            bail!(
+                "no profile has two reports of one shape to compare (the runs differ as said \
+                 above)"
+            );
+        }
         bail!("no profile has two reports to compare");
     }
     print!("{markdown}");
@@ -2320,9 +2469,113 @@ fn load_reports(path: &Path) -> Result<Vec<Loaded>> {
 #[cfg(test)]
 mod tests {
     use super::{
-        FIO_SERVER_PORT, FioServerAddress, fio_server_address, host_dropped_out,
-        paced_iops_per_thread, parse_fio_output_from, reach_fio_server, rebuild_rate_entries,
+        FIO_SERVER_PORT, FioServerAddress, TargetSpec, close_target, fio_server_address,
+        host_dropped_out, paced_iops_per_thread, parse_fio_output_from, reach_fio_server,
+        rebuild_rate_entries, round_job_entries, target_deviations, workload_label,
     };
+    use flashraid_lab::profile::{ConformanceLabel, Mode, Preset, Profile, plan_snia};
+
+    /// Full runs of the lab's own workloads claim no SNIA preset (they were titled
+    /// "SNIA-derived (preset spec-1.1)" though no SNIA test stands behind them; checked: this
+    /// test failed then); quick runs stay smoke runs; both keep the note.
+    #[test]
+    fn workload_profiles_are_labelled_as_workloads() {
+        let full = workload_label(Mode::Full, "vm-images is the lab's workload");
+        assert!(matches!(full, ConformanceLabel::Workload { .. }), "{full:?}");
+        let title = full.title();
+        assert!(!title.contains("SNIA-") && !title.contains("preset"), "{title}");
+        assert!(title.contains("not a SNIA PTS test"), "{title}");
+        assert_eq!(full.deviations(), ["vm-images is the lab's workload"]);
+        let quick = workload_label(Mode::Quick, "x");
+        assert_eq!(quick, ConformanceLabel::QuickSmoke { deviations: vec!["x".into()] });
+    }
+
+    /// A full SNIA run on the member files (the members and flashraid targets) is derived,
+    /// saying why, as `path:` and `nbd:` targets are: their purge is a truncate and their
+    /// write cache is not recorded. It was labelled conformant before (checked: this test
+    /// failed then).
+    #[test]
+    fn member_files_make_a_full_run_derived() {
+        let plan = plan_snia(Profile::SniaThroughput, Preset::Spec, Mode::Full).unwrap();
+        assert!(matches!(plan.conformance, ConformanceLabel::SniaConformant { .. }));
+        for specs in [
+            vec![TargetSpec::Members, TargetSpec::Flashraid],
+            vec![TargetSpec::Flashraid],
+            vec![TargetSpec::InProcess],
+            vec![TargetSpec::Path("/dev/md0".into())],
+        ] {
+            let deviations = target_deviations(&specs);
+            assert_eq!(deviations.len(), specs.len());
+            let label = plan.conformance.clone().with_deviations(deviations);
+            assert!(matches!(label, ConformanceLabel::SniaDerived { .. }), "{specs:?}: {label:?}");
+            assert!(
+                label.deviations().iter().all(|d| d.contains("write cache state not recorded"))
+            );
+        }
+        let members = &target_deviations(&[TargetSpec::Members])[0];
+        assert!(members.starts_with("members: on member files") && members.contains("truncate"));
+    }
+
+    /// With load hosts the manifest records each host's round job (its own slice and seed),
+    /// which is what ran, beside the whole-target job marked as not run; before, only the
+    /// whole-target job was recorded, as if it had run (checked against a real run's
+    /// manifest with two load hosts).
+    #[test]
+    fn each_load_hosts_round_job_is_recorded() {
+        let alone = round_job_entries("flashraid", "snia-iops", "[whole]", &[]);
+        assert_eq!(
+            alone,
+            [("flashraid snia-iops: round job (seed varies)".into(), "[whole]".into())]
+        );
+        let hosts = [
+            ("127.0.0.1,8771".to_string(), "[h0]".to_string()),
+            ("127.0.0.1,8772".to_string(), "[h1]".to_string()),
+        ];
+        let entries = round_job_entries("flashraid", "snia-iops", "[whole]", &hosts);
+        assert_eq!(entries.len(), 3);
+        assert!(entries[0].0.contains("for reference (not run") && entries[0].1 == "[whole]");
+        assert_eq!(
+            entries[1],
+            (
+                "flashraid snia-iops: round job on load host 0 (127.0.0.1,8771, seed varies)"
+                    .into(),
+                "[h0]".into()
+            )
+        );
+        assert_eq!(entries[2].1, "[h1]");
+    }
+
+    /// A target that fails (at setup or later) leaves the report of what completed, labelled
+    /// "run stopped early" (one line, with the reason), and an error that says where it is;
+    /// before, the workload profiles' partial reports carried no such label (checked with a fio
+    /// that fails on the second target's vm-images job: the report read as complete).
+    #[test]
+    fn a_failed_target_leaves_a_partial_report_labelled_stopped_early() {
+        let dir = std::path::Path::new("/tmp/report-folder");
+        let mut noted = None;
+        let failed = anyhow::anyhow!("fio failed on vm-1.fio:\nwrapper: failing");
+        let e = close_target(Err(failed), None, dir, |note| {
+            noted = Some(note);
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(
+            noted.as_deref(),
+            Some("run stopped early: fio failed on vm-1.fio: wrapper: failing")
+        );
+        let e = format!("{e:#}");
+        assert!(e.contains("partial report") && e.contains("/tmp/report-folder"), "{e}");
+        assert!(e.contains("wrapper: failing"), "{e}");
+        // Writing the partial report failing too keeps the first error, and says so.
+        let e = close_target(Err(anyhow::anyhow!("setup failed")), None, dir, |_| {
+            anyhow::bail!("disk full")
+        })
+        .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("setup failed") && e.contains("disk full"), "{e}");
+        // A target that completed writes nothing here.
+        close_target(Ok(()), None, dir, |_| panic!("no partial report for a success")).unwrap();
+    }
 
     #[test]
     fn load_hosts_are_read_in_fios_syntax() {

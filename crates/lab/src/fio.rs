@@ -206,7 +206,7 @@ pub fn parse_fio_client_output(text: &str) -> Result<(FioOutput, Vec<String>), F
     let mut hosts: Vec<String> = vec![];
     let mut groups: Vec<(String, Vec<RawJob>)> = vec![];
     for job in raw.client_stats.into_iter().filter(|j| j.jobname != ALL_CLIENTS) {
-        let host = job.hostname.clone().unwrap_or_default();
+        let host = job.host();
         if !hosts.contains(&host) {
             hosts.push(host);
         }
@@ -218,7 +218,8 @@ pub fn parse_fio_client_output(text: &str) -> Result<(FioOutput, Vec<String>), F
     if groups.is_empty() {
         return Err(FioError::NoJobs);
     }
-    // Hosts are told apart by the address fio reports (one fio server per address).
+    // Hosts are told apart by the address and port fio reports (two fio servers may share
+    // an address).
     if let Some((name, list)) = groups.iter().find(|(_, list)| list.len() != hosts.len()) {
         return Err(FioError::BadJob {
             job: name.clone(),
@@ -243,12 +244,25 @@ pub fn parse_fio_client_jobs(text: &str) -> Result<Vec<(String, JobResult)>, Fio
         .client_stats
         .into_iter()
         .filter(|j| j.jobname != ALL_CLIENTS)
-        .map(|mut job| Ok((job.hostname.take().unwrap_or_default(), convert_job(job)?)))
+        .map(|job| Ok((job.host(), convert_job(job)?)))
         .collect::<Result<Vec<_>, FioError>>()?;
     if jobs.is_empty() {
         return Err(FioError::NoJobs);
     }
     Ok(jobs)
+}
+
+impl RawJob {
+    /// The load host that ran the job, in fio's `--client` syntax: `HOST,PORT` (fio names
+    /// the port too: two fio servers on one address are two hosts), or `HOST` when fio
+    /// gives no port.
+    fn host(&self) -> String {
+        let name = self.hostname.clone().unwrap_or_default();
+        match self.port {
+            Some(port) => format!("{name},{port}"),
+            None => name,
+        }
+    }
 }
 
 /// One job name's results from every host, as one result.
@@ -515,8 +529,9 @@ struct RawOutput {
 #[derive(Deserialize)]
 struct RawJob {
     jobname: String,
-    /// fio's client mode: the load host that ran the job.
+    /// fio's client mode: the load host that ran the job, and the port of its fio server.
     hostname: Option<String>,
+    port: Option<u16>,
     #[serde(default)]
     groupid: u64,
     #[serde(default)]
@@ -581,7 +596,7 @@ mod tests {
     #[test]
     fn client_mode_merges_hosts_per_element() {
         let (out, hosts) = parse_fio_client_output(CLIENT_2HOSTS).unwrap();
-        assert_eq!(hosts, ["10.231.2.2", "10.231.1.2"]);
+        assert_eq!(hosts, ["10.231.2.2,8765", "10.231.1.2,8765"]);
         let names: Vec<&str> = out.jobs.iter().map(|j| j.name.as_str()).collect();
         // "All clients" lumps every element together: left out.
         assert_eq!(names, ["r100-4k", "r0-4k"]);
@@ -613,7 +628,7 @@ mod tests {
         let seen: Vec<(&str, &str)> =
             jobs.iter().map(|(h, j)| (h.as_str(), j.name.as_str())).collect();
         assert_eq!(seen.len(), 4, "{seen:?}");
-        for host in ["10.231.1.2", "10.231.2.2"] {
+        for host in ["10.231.1.2,8765", "10.231.2.2,8765"] {
             for name in ["r100-4k", "r0-4k"] {
                 assert_eq!(seen.iter().filter(|s| **s == (host, name)).count(), 1, "{seen:?}");
             }
@@ -624,6 +639,35 @@ mod tests {
         assert_eq!(reads.iter().sum::<u64>(), 73553 + 70820);
         assert!(reads.contains(&73553) && reads.contains(&70820), "{reads:?}");
         assert!(matches!(parse_fio_client_jobs(JSONPLUS), Err(FioError::NoJobs)));
+    }
+
+    /// Two fio servers on one address (ports 8771 and 8772, as fio 3.33 reports them) are
+    /// two hosts; told apart by hostname only they were one host that reported every job
+    /// twice, and the run was refused (checked: this test failed then).
+    #[test]
+    fn client_mode_tells_hosts_apart_by_port() {
+        let mut seen = 0;
+        let one_address = CLIENT_2HOSTS
+            .split("\"hostname\" : \"10.231.")
+            .enumerate()
+            .map(|(i, piece)| {
+                if i == 0 {
+                    return piece.to_string();
+                }
+                seen += 1;
+                // Every host's entries on 127.0.0.1; the port tells them apart.
+                let port = if piece.starts_with('1') { "8771" } else { "8772" };
+                let rest = &piece[piece.find('"').unwrap()..];
+                let rest = rest.replacen("\"port\" : 8765", &format!("\"port\" : {port}"), 1);
+                format!("\"hostname\" : \"127.0.0.1{rest}")
+            })
+            .collect::<String>();
+        assert!(seen >= 4, "{seen}");
+        let (out, hosts) = parse_fio_client_output(&one_address).unwrap();
+        assert_eq!(hosts, ["127.0.0.1,8772", "127.0.0.1,8771"]);
+        assert_eq!(out.jobs[0].read.ios, 73553 + 70820);
+        let jobs = parse_fio_client_jobs(&one_address).unwrap();
+        assert_eq!(jobs.iter().filter(|(h, _)| h == "127.0.0.1,8771").count(), 2);
     }
 
     fn close(a: f64, b: f64) -> bool {

@@ -5,7 +5,8 @@
 //!
 //! Invariants: only runs of the same workload shape compare (a quick run's 200 frames are not
 //! a full run's 3000); every target keeps its run's id in its name; the merged conformance is
-//! quick-smoke if any run was, and lists which runs were put together.
+//! quick-smoke if any run was, lists which runs were put together, and keeps every run's
+//! deviations (a run that stopped early says so in the comparison too).
 //!
 //! degraded-rebuild runs (one array per run, load levels rather than targets) compare in
 //! `degraded`, with the header built here ([`merged_header`]).
@@ -74,12 +75,24 @@ pub(crate) fn merged_header(
     let ids: Vec<&str> = runs.iter().map(|r| r.0).collect();
     let note = format!("a comparison of runs {}, each labelled as it was run", ids.join(", "));
     let first = runs.first().expect("at least one run").1;
-    let conformance =
-        match runs.iter().find(|r| matches!(r.1, ConformanceLabel::QuickSmoke { .. })) {
-            Some(quick) => quick.1.clone(),
-            None => first.clone(),
+    let chosen =
+        runs.iter().position(|r| matches!(r.1, ConformanceLabel::QuickSmoke { .. })).unwrap_or(0);
+    // The other runs' deviations too (a run that stopped early, a target not purged), each
+    // with its run: the comparison would otherwise read as if they were complete and clean.
+    let mut others = vec![];
+    for (i, (id, label, _)) in runs.iter().enumerate() {
+        for deviation in label.deviations() {
+            if i != chosen && !runs[chosen].1.deviations().contains(deviation) {
+                others.push(format!("{id}: {deviation}"));
+            }
         }
-        .with_deviations(vec![note]);
+    }
+    let conformance = match chosen {
+        0 => first.clone(),
+        _ => runs[chosen].1.clone(),
+    }
+    .with_deviations(others)
+    .with_deviations(vec![note]);
     let mut manifest = BTreeMap::new();
     for (id, _, entries) in runs {
         for (key, value) in *entries {
@@ -205,10 +218,7 @@ mod tests {
             mode,
             conformance: match mode {
                 Mode::Quick => ConformanceLabel::QuickSmoke { deviations: vec![] },
-                Mode::Full => ConformanceLabel::SniaDerived {
-                    preset: crate::profile::Preset::Spec11,
-                    deviations: vec![],
-                },
+                Mode::Full => ConformanceLabel::Workload { deviations: vec![] },
             },
             shape,
             manifest: BTreeMap::from([("fio".to_string(), "fio-3.33".to_string())]),
@@ -233,7 +243,7 @@ mod tests {
         assert_eq!(names, ["a: members", "a: flashraid", "b: /dev/md0"]);
         assert_eq!(merged.run_id, "compare of a, b");
         assert_eq!(merged.manifest.get("b: fio").map(String::as_str), Some("fio-3.33"));
-        assert!(matches!(merged.conformance, ConformanceLabel::SniaDerived { .. }));
+        assert!(matches!(merged.conformance, ConformanceLabel::Workload { .. }));
         assert!(merged.conformance.deviations().iter().any(|d| d.contains("runs a, b")));
     }
 
@@ -253,5 +263,25 @@ mod tests {
         // A quick run among them makes the comparison quick-smoke.
         let merged = compare_runs(&[quick.clone(), quick]).unwrap();
         assert!(matches!(merged.conformance, ConformanceLabel::QuickSmoke { .. }));
+    }
+
+    /// A later run's deviations (here: it stopped early) reach the comparison's label, with
+    /// the run named; its label was dropped before (checked: this test failed then).
+    #[test]
+    fn other_runs_deviations_are_kept() {
+        let a = vm("a", Mode::Full, &["members"]);
+        let mut b = vm("b", Mode::Full, &["members"]);
+        b.conformance =
+            b.conformance.with_deviations(vec!["run stopped early: fio failed".to_string()]);
+        let merged = compare_runs(&[a.clone(), b.clone()]).unwrap();
+        let deviations = merged.conformance.deviations();
+        assert!(
+            deviations.iter().any(|d| d == "b: run stopped early: fio failed"),
+            "{deviations:?}"
+        );
+        // The chosen run's own deviations are not repeated under its name.
+        let merged = compare_runs(&[b, a]).unwrap();
+        let deviations = merged.conformance.deviations();
+        assert_eq!(deviations.iter().filter(|d| d.contains("stopped early")).count(), 1);
     }
 }

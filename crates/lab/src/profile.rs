@@ -196,6 +196,13 @@ pub enum ConformanceLabel {
     SniaConformant {
         preset: Preset,
     },
+    /// A full run of one of the lab's own workloads (vm-images, video-frames, small-files,
+    /// degraded-rebuild): no SNIA PTS test stands behind it, so it names no preset and claims
+    /// nothing of the spec; the deviations say how it was run.
+    Workload {
+        #[serde(default)]
+        deviations: Vec<String>,
+    },
 }
 
 impl ConformanceLabel {
@@ -211,13 +218,18 @@ impl ConformanceLabel {
             ConformanceLabel::SniaConformant { preset } => {
                 format!("SNIA-conformant (preset {preset})")
             }
+            ConformanceLabel::Workload { .. } => {
+                "workload profile, full mode (the lab's own workload, not a SNIA PTS test)"
+                    .to_string()
+            }
         }
     }
 
     pub fn deviations(&self) -> &[String] {
         match self {
             ConformanceLabel::SniaDerived { deviations, .. }
-            | ConformanceLabel::QuickSmoke { deviations } => deviations,
+            | ConformanceLabel::QuickSmoke { deviations }
+            | ConformanceLabel::Workload { deviations } => deviations,
             ConformanceLabel::SniaConformant { .. } => &[],
         }
     }
@@ -237,6 +249,10 @@ impl ConformanceLabel {
             ConformanceLabel::SniaDerived { preset, mut deviations } => {
                 deviations.extend(more);
                 ConformanceLabel::SniaDerived { preset, deviations }
+            }
+            ConformanceLabel::Workload { mut deviations } => {
+                deviations.extend(more);
+                ConformanceLabel::Workload { deviations }
             }
         }
     }

@@ -13,7 +13,9 @@
 //! * Every rendering starts with the conformance label; `quick-smoke` output says it is not a
 //!   performance statement, and SNIA labels list their deviations.
 //! * Comparisons show each value's ratio to the first column (by convention the "hardware"
-//!   baseline: raw members, measured the same way).
+//!   baseline: raw members, measured the same way), and only between runs of one shape (mode,
+//!   preset, each element's load and length: [`shape_differences`]) unless the caller asks
+//!   for more, and then they say what differs.
 //!
 //! Limits: renderers cover the SNIA profiles' tables (IOPS matrix, MB/s, latency percentiles,
 //! steady-state determination) and charts (convergence, IOPS by block size, latency and
@@ -22,7 +24,7 @@
 use crate::chart::{self, BarChart, Guide, LineChart, Series};
 use crate::fio::{DirectionResult, JobResult, LatencySource};
 use crate::profile::{
-    ConformanceLabel, Element, Mode, Pattern, Preset, Profile, ProfilePlan, TestPlan,
+    ConformanceLabel, Element, Mode, Pattern, Precondition, Preset, Profile, ProfilePlan, TestPlan,
     TrackingMetric, TrackingVariable, size_label,
 };
 use crate::steady::{SteadyError, SteadyState, StopDecision, decide_after_round, steady_state};
@@ -161,6 +163,12 @@ pub enum ReportError {
     NoReports,
     #[error("cannot compare profile {first} with profile {other}")]
     ProfileMismatch { first: Profile, other: Profile },
+    #[error(
+        "run {other} has another shape than run {first} ({}): their elements measured \
+         different things",
+        differences.join("; ")
+    )]
+    ShapeMismatch { first: String, other: String, differences: Vec<String> },
     #[error("report JSON: {0}")]
     Json(String),
 }
@@ -1146,10 +1154,28 @@ fn element_bar_chart(
 // ---------------------------------------------------------------------------------------------
 // Comparison of earlier reports
 
-fn compare_columns(reports: &[RunReport]) -> Result<Vec<Column<'_>>, ReportError> {
+fn compare_columns(
+    reports: &[RunReport],
+    across_shapes: bool,
+) -> Result<Vec<Column<'_>>, ReportError> {
     let first = reports.first().ok_or(ReportError::NoReports)?;
     if let Some(other) = reports.iter().find(|r| r.profile != first.profile) {
         return Err(ReportError::ProfileMismatch { first: first.profile, other: other.profile });
+    }
+    if !across_shapes {
+        // Elements match by name, and the same name runs another load in another mode or
+        // preset (r100-4k at TC 2 / QD 8 for 1 s, or TC 4 / QD 32 for 60 s): a ratio
+        // between them would read as a speed difference.
+        for other in &reports[1..] {
+            let differences = shape_differences(first, other);
+            if !differences.is_empty() {
+                return Err(ReportError::ShapeMismatch {
+                    first: first.run_id.clone(),
+                    other: other.run_id.clone(),
+                    differences,
+                });
+            }
+        }
     }
     Ok(reports
         .iter()
@@ -1159,6 +1185,140 @@ fn compare_columns(reports: &[RunReport]) -> Result<Vec<Column<'_>>, ReportError
                 .map(move |t| Column { label: format!("{}/{}", r.run_id, t.name), target: t })
         })
         .collect())
+}
+
+/// What makes two SNIA runs' results measure different things, in words (empty when they
+/// measured the same): mode, preset, and over the tests both ran the element run time, stop
+/// rule, preconditioning, latency kind and the load of each element both ran (threads, queue
+/// depth, block size, mix, pattern), each difference once with the tests or elements it
+/// touches. Elements one run has and the other lacks (the 512 B elements a run with an NBD
+/// target leaves out) are no difference: they compare as missing.
+pub fn shape_differences(a: &RunReport, b: &RunReport) -> Vec<String> {
+    let mut differences = vec![];
+    if a.profile != b.profile {
+        differences.push(format!("profile {} vs {}", a.profile, b.profile));
+    }
+    if a.mode != b.mode {
+        differences.push(format!("mode {} vs {}", a.mode.name(), b.mode.name()));
+    }
+    if a.preset != b.preset {
+        differences.push(format!("preset {} vs {}", a.preset.name(), b.preset.name()));
+    }
+    // Every target of a run ran the same plan; a run stopped before its first target has none.
+    let plans = |r: &RunReport| -> Vec<TestPlan> {
+        r.targets
+            .first()
+            .map(|t| t.tests.iter().map(|t| t.plan.clone()).collect())
+            .unwrap_or_default()
+    };
+    let (plans_a, plans_b) = (plans(a), plans(b));
+    // Each difference, with where it was seen (tests or elements), in first-seen order.
+    let mut seen: Vec<(String, Vec<String>)> = vec![];
+    let mut note = |what: String, whom: &str| match seen.iter_mut().find(|(w, _)| *w == what) {
+        Some((_, whom_all)) => whom_all.push(whom.to_string()),
+        None => seen.push((what, vec![whom.to_string()])),
+    };
+    for pa in &plans_a {
+        let Some(pb) = plans_b.iter().find(|p| p.name == pa.name) else { continue };
+        let test = pa.name.as_str();
+        if pa.element_runtime_s != pb.element_runtime_s {
+            note(
+                format!("elements of {} s vs {} s", pa.element_runtime_s, pb.element_runtime_s),
+                test,
+            );
+        }
+        if pa.stop != pb.stop {
+            note(
+                format!(
+                    "at most {} rounds (window {}) vs {} (window {})",
+                    pa.stop.rounds_max,
+                    pa.stop.window_rounds,
+                    pb.stop.rounds_max,
+                    pb.stop.window_rounds
+                ),
+                test,
+            );
+        }
+        if pa.wipc != pb.wipc {
+            let wipc = |p: &Precondition| {
+                format!("{} x {} at QD {}", p.loops, size_label(p.block_size_bytes), p.queue_depth)
+            };
+            note(format!("preconditioning {} vs {}", wipc(&pa.wipc), wipc(&pb.wipc)), test);
+        }
+        if pa.latency_percentiles_total != pb.latency_percentiles_total {
+            let kind = |total: bool| if total { "total" } else { "completion" };
+            note(
+                format!(
+                    "percentiles of {} vs {} latency",
+                    kind(pa.latency_percentiles_total),
+                    kind(pb.latency_percentiles_total)
+                ),
+                test,
+            );
+        }
+        for ea in &pa.elements {
+            let Some(eb) = pb.element(&ea.name) else { continue };
+            if (ea.threads, ea.queue_depth) != (eb.threads, eb.queue_depth) {
+                note(
+                    format!(
+                        "TC {} / QD {} vs TC {} / QD {}",
+                        ea.threads, ea.queue_depth, eb.threads, eb.queue_depth
+                    ),
+                    &ea.name,
+                );
+            }
+            if (ea.pattern, ea.block_size_bytes, ea.read_percent)
+                != (eb.pattern, eb.block_size_bytes, eb.read_percent)
+            {
+                note("another block size, mix or pattern under the same name".into(), &ea.name);
+            }
+        }
+    }
+    let names = |plans: &[TestPlan]| plans.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    if !plans_a.is_empty() && !plans_b.is_empty() && names(&plans_a) != names(&plans_b) {
+        seen.push((
+            format!("tests {} vs {}", names(&plans_a).join(", "), names(&plans_b).join(", ")),
+            vec![],
+        ));
+    }
+    differences.extend(seen.into_iter().map(|(what, mut whom)| {
+        whom.dedup();
+        if whom.is_empty() { what } else { format!("{what} ({})", whom.join(", ")) }
+    }));
+    differences
+}
+
+/// Runs of one profile grouped by shape ([`shape_differences`] empty against each group's
+/// first run), in first-seen order, so each group compares on its own.
+pub fn group_by_shape(reports: Vec<RunReport>) -> Vec<Vec<RunReport>> {
+    let mut groups: Vec<Vec<RunReport>> = vec![];
+    for report in reports {
+        match groups.iter_mut().find(|g| shape_differences(&g[0], &report).is_empty()) {
+            Some(group) => group.push(report),
+            None => groups.push(vec![report]),
+        }
+    }
+    groups
+}
+
+/// The note a comparison across shapes carries: what differs from the first run.
+fn shapes_note(reports: &[RunReport]) -> Option<String> {
+    let notes: Vec<String> = reports[1..]
+        .iter()
+        .filter_map(|r| {
+            let differences = shape_differences(&reports[0], r);
+            (!differences.is_empty()).then(|| {
+                format!("{} against {}: {}", r.run_id, reports[0].run_id, differences.join("; "))
+            })
+        })
+        .collect();
+    (!notes.is_empty()).then(|| {
+        format!(
+            "Runs of different shapes, put side by side on request: their elements measured \
+             different loads, so a ratio is not a speed difference. {}",
+            notes.join(". ")
+        )
+    })
 }
 
 /// Manifest keys whose values differ between reports (settings diffed side by side).
@@ -1211,12 +1371,17 @@ fn runs_table(reports: &[RunReport]) -> Table {
 }
 
 /// Earlier reports side by side (Markdown): every target of every report is a column, ratios
-/// to the first. Reports must share a profile.
-pub fn compare_markdown(reports: &[RunReport]) -> Result<String, ReportError> {
-    let columns = compare_columns(reports)?;
+/// to the first. Reports must share a profile, and a shape unless `across_shapes` (then the
+/// comparison says what differs).
+pub fn compare_markdown(reports: &[RunReport], across_shapes: bool) -> Result<String, ReportError> {
+    let columns = compare_columns(reports, across_shapes)?;
     let mut out = format!("# flashraid lab comparison: {}\n\n", reports[0].profile);
     if reports.iter().any(|r| matches!(r.conformance, ConformanceLabel::QuickSmoke { .. })) {
         out.push_str(&comparison_note(&ConformanceLabel::QuickSmoke { deviations: vec![] }));
+    }
+    if let Some(note) = shapes_note(reports) {
+        out.push_str(&note);
+        out.push_str("\n\n");
     }
     out.push_str(&md_table(&runs_table(reports)));
     out.push_str(&md_table(&manifest_diff(reports)));
@@ -1226,9 +1391,10 @@ pub fn compare_markdown(reports: &[RunReport]) -> Result<String, ReportError> {
     Ok(out)
 }
 
-/// Earlier reports side by side (self-contained HTML with charts).
-pub fn compare_html(reports: &[RunReport]) -> Result<String, ReportError> {
-    let columns = compare_columns(reports)?;
+/// Earlier reports side by side (self-contained HTML with charts); `across_shapes` as for
+/// [`compare_markdown`].
+pub fn compare_html(reports: &[RunReport], across_shapes: bool) -> Result<String, ReportError> {
+    let columns = compare_columns(reports, across_shapes)?;
     let mut out = html_open(&format!("flashraid lab comparison: {}", reports[0].profile));
     if reports.iter().any(|r| matches!(r.conformance, ConformanceLabel::QuickSmoke { .. })) {
         let _ = write!(
@@ -1238,6 +1404,9 @@ pub fn compare_html(reports: &[RunReport]) -> Result<String, ReportError> {
                 comparison_note(&ConformanceLabel::QuickSmoke { deviations: vec![] }).trim()
             )
         );
+    }
+    if let Some(note) = shapes_note(reports) {
+        let _ = write!(out, "<p>{}</p>", html_escape(&note));
     }
     out.push_str(&html_table(&runs_table(reports)));
     out.push_str(&html_table(&manifest_diff(reports)));

@@ -22,7 +22,7 @@
 
 use super::{
     LabRunArgs, ROUND_OVERRUN, TargetSpec, close_target, prepare_target, run_fio, run_header,
-    workload_label, write_outputs,
+    stopped_early, workload_label, write_outputs,
 };
 use anyhow::{Context, Result, bail};
 use flashraid_lab::files::{
@@ -364,9 +364,19 @@ pub(super) fn run_files(
         manifest,
         targets: vec![],
     };
+    let write_partial = |report: &mut FilesReport, note: String| {
+        report.conformance = report.conformance.clone().with_deviations(vec![note]);
+        write_files_report(&dir, report)
+    };
     for target in specs.iter().enumerate() {
+        // A target that cannot be set up ends the run, but not the earlier targets' results.
         let (column, raw_dir, prepared) =
-            prepare_target(args, target, &dir, profile, &mut report.manifest)?;
+            match prepare_target(args, target, &dir, profile, &mut report.manifest) {
+                Ok(prepared) => prepared,
+                Err(e) => {
+                    return Err(stopped_early(e, &dir, |note| write_partial(&mut report, note)));
+                }
+            };
         let mut target = FilesTarget {
             name: column.clone(),
             description: prepared.description.clone(),
@@ -393,7 +403,7 @@ pub(super) fn run_files(
             ran.and(mounted.unmount())
         })();
         report.targets.push(target);
-        close_target(result, prepared.server, &dir, || write_files_report(&dir, &report))?;
+        close_target(result, prepared.server, &dir, |note| write_partial(&mut report, note))?;
     }
     write_files_report(&dir, &report)?;
     Ok((dir, render_files_markdown(&report)))

@@ -285,7 +285,7 @@ fn compare_puts_reports_side_by_side() {
     new.run_id = "run-2".to_string();
     new.manifest.insert("fio".to_string(), "fio-3.35".to_string());
     new.targets.remove(0);
-    let md = compare_markdown(&[old.clone(), new.clone()]).unwrap();
+    let md = compare_markdown(&[old.clone(), new.clone()], false).unwrap();
     assert!(
         md.contains(
             "| Manifest key | run-1 | run-2 |\n|---|---|---|\n| fio | fio-3.33 | fio-3.35 |\n\n"
@@ -297,13 +297,64 @@ fn compare_puts_reports_side_by_side() {
         "{md}"
     );
     assert!(md.contains("| r0-4k | 5020.0 | 2510.0 (0.50x) | 2510.0 (0.50x) |"), "{md}");
-    let html = compare_html(&[old.clone(), new]).unwrap();
+    let html = compare_html(&[old.clone(), new], false).unwrap();
     assert_eq!(html.matches("<svg").count(), html.matches("</svg>").count());
     assert_balanced(&html);
-    assert_eq!(compare_markdown(&[]), Err(ReportError::NoReports));
+    assert_eq!(compare_markdown(&[], false), Err(ReportError::NoReports));
     let mut other = old.clone();
     other.profile = Profile::SniaLatency;
-    assert!(matches!(compare_html(&[old, other]), Err(ReportError::ProfileMismatch { .. })));
+    assert!(matches!(compare_html(&[old, other], false), Err(ReportError::ProfileMismatch { .. })));
+}
+
+/// Runs of one profile but another mode or preset are refused side by side (their elements
+/// share names, not loads), unless asked for, and then the comparison says what differs.
+/// Checked to fail before the shape check (the two were compared, element by name).
+#[test]
+fn compare_refuses_runs_of_another_shape() {
+    let quick = small_report();
+    let full_plan = {
+        let mut plan = plan_snia(Profile::SniaIops, Preset::Spec11, Mode::Full).unwrap();
+        let keep = ["r100-64k", "r100-4k", "r0-64k", "r0-4k"];
+        plan.tests[0].elements.retain(|e| keep.contains(&e.name.as_str()));
+        plan
+    };
+    let mut full = RunReport::new("run-full".to_string(), &full_plan, BTreeMap::new());
+    full.targets.push(run_target("flashraid", &full_plan, 0.5, 5));
+    let differences = shape_differences(&quick, &full);
+    assert!(differences.iter().any(|d| d == "mode quick vs full"), "{differences:?}");
+    assert!(
+        differences.iter().any(|d| d == "elements of 1 s vs 60 s (snia-iops)"),
+        "{differences:?}"
+    );
+    assert!(
+        differences.iter().any(|d| d.starts_with("TC 2 / QD 8 vs") && d.contains("r100-4k")),
+        "{differences:?}"
+    );
+    let refused = compare_markdown(&[quick.clone(), full.clone()], false).unwrap_err();
+    assert!(matches!(refused, ReportError::ShapeMismatch { .. }), "{refused}");
+    assert!(refused.to_string().contains("mode quick vs full"), "{refused}");
+    assert!(compare_html(&[quick.clone(), full.clone()], false).is_err());
+    let md = compare_markdown(&[quick.clone(), full.clone()], true).unwrap();
+    assert!(md.contains("Runs of different shapes, put side by side on request"), "{md}");
+    // Another preset alone differs too (raidix-2018's TC 64 against spec-1.1's TC 4).
+    let raidix = plan_snia(Profile::SniaIops, Preset::Raidix2018, Mode::Full).unwrap();
+    let spec = plan_snia(Profile::SniaIops, Preset::Spec11, Mode::Full).unwrap();
+    let report = |id: &str, plan: &ProfilePlan| {
+        let mut r = RunReport::new(id.to_string(), plan, BTreeMap::new());
+        r.targets.push(TargetRun::new("t".into(), String::new(), ArrayState::Healthy, plan));
+        r
+    };
+    let (a, b) = (report("a", &spec), report("b", &raidix));
+    let differences = shape_differences(&a, &b);
+    assert!(differences.iter().any(|d| d.starts_with("preset spec-1.1 vs raidix-2018")));
+    assert!(differences.iter().any(|d| d.contains("TC")), "{differences:?}");
+    // The same shape, one target fewer, one element fewer (a 512 B element an NBD target
+    // leaves out): one group.
+    let mut fewer = small_report();
+    fewer.targets[0].tests[0].plan.elements.pop();
+    assert!(shape_differences(&quick, &fewer).is_empty());
+    let groups = group_by_shape(vec![quick.clone(), full, fewer]);
+    assert_eq!(groups.iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
 }
 
 #[test]
