@@ -1479,6 +1479,13 @@ impl Controller {
                     // About a device the role has left: another shard reported the same
                     // failure first and a spare took over. The spare did nothing wrong.
                 }
+                Some(ToController::Event(_shard, ShardEvent::MemberFailed { member, .. }))
+                    if self.metadata.role_device(member.get()).is_none() =>
+                {
+                    // Another shard reported this failure first, it is recorded, and no
+                    // spare took the role over (found by review: each shard's report made
+                    // its own member-failed event and hook run).
+                }
                 Some(ToController::Event(
                     _shard,
                     ShardEvent::MemberFailed { member, reason, .. },

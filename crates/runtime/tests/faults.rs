@@ -187,6 +187,12 @@ fn vanish_under_load(level: Level) {
     assert!(status.degraded && !status.failed, "{level}: {status:#?}");
     let degraded_ios = status.counters.degraded_reads + status.counters.degraded_writes;
     assert!(degraded_ios > 0, "{level}: IO went on degraded: {status:#?}");
+    // Every shard with IO on it reports the failure; one event (and one hook run) says so
+    // (found by review: each report made its own). Late reports have had time to come.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let status = array.status().unwrap();
+    let failures = status.events.iter().filter(|e| e.kind == "member-failed").count();
+    assert_eq!(failures, 1, "{level}: {:#?}", status.events);
     drop(array);
 }
 
