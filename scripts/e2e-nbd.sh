@@ -339,6 +339,9 @@ h.pwrite(data[:16384], 8192)
 assert h.pread(16384, 8192) == data[:16384]
 "
         "$F" status --control "$WORK/$name.control" | contains "^$name " || fail "status of $name"
+        # The commands find it by name in $FLASHRAID_CONTROL_DIR too.
+        FLASHRAID_CONTROL_DIR="$WORK" "$F" status --name "$name" | contains "^$name " \
+            || fail "status --name $name with FLASHRAID_CONTROL_DIR"
     done
     kill -TERM "$MULTI_PID"
     wait "$MULTI_PID" || { cat "$WORK/multi.log"; fail "multi-array server ($how)"; }
@@ -519,7 +522,11 @@ contains "superblocks are erased" <"$WORK/remove.txt" \
 "$F" status --control "$WORK/control" | tee "$WORK/status.txt" | contains "5  active .*/m5$" \
     || { cat "$WORK/status.txt"; fail "m5 is not member 5 after the cancelled replace"; }
 if contains "^  spare .*/spare4$" <"$WORK/status.txt"; then fail "the removed spare is still listed"; fi
-"$F" inspect "$WORK/spare4" | contains "copy 0: not valid: no flashraid magic" \
+# `inspect` fails (exit 1) for a device with no superblock, after showing both copies.
+if "$F" inspect "$WORK/spare4" >"$WORK/inspect.txt"; then
+    fail "inspect of the erased spare succeeded"
+fi
+contains "copy 0: not valid: no flashraid magic" <"$WORK/inspect.txt" \
     || fail "the removed spare still holds a superblock"
 echo "   replace cancelled; spare removed and erased"
 # A block device spare is claimed (O_EXCL) while the server holds it, and let go when it is
@@ -706,7 +713,10 @@ for _ in $(seq 100); do
 done
 "$F" status --control "$WORK/control" | contains "slow/nbd removed; its superblocks are erased" \
     || fail "no event for the erase that ended late"
-"$F" inspect "$WORK/slow/nbd" | contains "copy 0: not valid: no flashraid magic" \
+if "$F" inspect "$WORK/slow/nbd" >"$WORK/inspect.txt"; then
+    fail "inspect of the erased stalled spare succeeded"
+fi
+contains "copy 0: not valid: no flashraid magic" <"$WORK/inspect.txt" \
     || fail "the stalled spare's superblocks were not erased"
 echo "   spare remove answered in $ELAPSED_MS ms with the spare paused; erased once it answered"
 "$F" fail --control "$WORK/control" 0 >/dev/null

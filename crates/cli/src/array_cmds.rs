@@ -247,9 +247,15 @@ pub struct InspectArgs {
 
 pub fn run_inspect(args: InspectArgs) -> Result<()> {
     let mut reports = vec![];
+    // Devices with no valid superblock copy: the command fails once all are shown, as
+    // `mdadm --examine` does, so scripts can tell (found by review: it exited 0).
+    let mut without = vec![];
     for path in &args.devices {
         let (name, copies) =
             inspect(path).with_context(|| format!("cannot inspect {}", path.display()))?;
+        if copies.iter().all(|c| c.is_err()) {
+            without.push(path.display().to_string());
+        }
         if args.json {
             reports.push(inspect_json(&name, &copies));
         } else {
@@ -264,6 +270,9 @@ pub fn run_inspect(args: InspectArgs) -> Result<()> {
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    if !without.is_empty() {
+        bail!("no valid flashraid superblock on {}", without.join(", "));
     }
     Ok(())
 }
@@ -534,6 +543,19 @@ fn parse_queue_depth(text: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by review: `inspect` of a device with no superblock exited 0, so a script could
+    /// not tell; it now fails, after showing every device, in text and JSON alike.
+    #[test]
+    fn inspect_fails_for_a_device_without_a_superblock() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk");
+        std::fs::write(&junk, vec![0x5au8; 1 << 20]).unwrap();
+        for json in [false, true] {
+            let e = run_inspect(InspectArgs { json, devices: vec![junk.clone()] }).unwrap_err();
+            assert!(e.to_string().contains("no valid flashraid superblock"), "{e}");
+        }
+    }
 
     /// Found by a misuse test: 32768 (the old documented maximum) and 1000 were accepted and
     /// stored, and every later start failed.

@@ -47,8 +47,20 @@ const STOP_POLL_MS: u64 = 50;
 /// Where control sockets go unless `--control` says otherwise.
 pub const CONTROL_DIR: &str = "/run/flashraid";
 
+/// Sets the directory of control sockets for `serve` and for every command that reaches a
+/// server, instead of `CONTROL_DIR` (found by review: after `serve --control-dir X`, every
+/// command needed `--control X/NAME.control`).
+pub const CONTROL_DIR_ENV: &str = "FLASHRAID_CONTROL_DIR";
+
+/// Where the commands look for control sockets: `$FLASHRAID_CONTROL_DIR`, else `CONTROL_DIR`.
+fn control_dir() -> PathBuf {
+    std::env::var_os(CONTROL_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(CONTROL_DIR), PathBuf::from)
+}
+
 pub fn default_control_path(array_name: &str) -> Result<PathBuf> {
-    control_path_in(Path::new(CONTROL_DIR), array_name)
+    control_path_in(&control_dir(), array_name)
 }
 
 /// The control socket of array `array_name` in `dir`: `dir/NAME.control`, never a path
@@ -524,7 +536,8 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
     if let Some(name) = name {
         return default_control_path(name);
     }
-    let found: Vec<PathBuf> = std::fs::read_dir(CONTROL_DIR)
+    let dir = control_dir();
+    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|dir| {
             dir.flatten()
                 .map(|e| e.path())
@@ -535,7 +548,9 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => bail!(
-            "no flashraid server is running here (no socket in {CONTROL_DIR}); give --control"
+            "no flashraid server is running here (no socket in {}); give --control, or set \
+             {CONTROL_DIR_ENV} to the directory `serve --control-dir` was given",
+            dir.display()
         ),
         _ => bail!("several arrays are served here; say which with --name or --control"),
     }
@@ -741,11 +756,18 @@ pub fn run_scrub(args: ScrubArgs) -> Result<()> {
         (false, true) => "scrub repair",
         (false, false) => "scrub check",
     };
-    ask(&path, command)?;
     if args.stop {
+        // Found by review: "scrub stopped" was printed with no scrub running.
+        let running = ask(&path, "status")?["scrub"]["running"].as_bool().unwrap_or(false);
+        if !running {
+            println!("no scrub is running");
+            return Ok(());
+        }
+        ask(&path, command)?;
         println!("scrub stopped");
         return Ok(());
     }
+    ask(&path, command)?;
     loop {
         let v = ask(&path, "status")?;
         let line = scrub_line(&v["scrub"]).unwrap_or_else(|| "scrub: not started".into());
@@ -1200,8 +1222,9 @@ pub fn run_stop(args: StopArgs) -> Result<()> {
     let how = if v["read_only"].as_bool().unwrap_or(false) {
         "it served read-only, so nothing was written to the members"
     } else {
-        "it drains, flushes and marks every array clean as on SIGTERM; its log says how each \
-         array stopped"
+        // Not "marks every array clean": one with a stalled member, or failed, stops dirty
+        // (found by review); the server's log says which.
+        "it drained and flushed as on SIGTERM; its log says whether each array stopped clean"
     };
     println!("the server (pid {pid}) has exited{served}: {how}");
     Ok(())

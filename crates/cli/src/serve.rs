@@ -36,11 +36,12 @@ pub struct ServeArgs {
     #[arg(long, requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
     /// Control socket for `flashraid status` and `flashraid fail` (one array only; default:
-    /// CONTROL_DIR/NAME.control).
-    #[arg(long, conflicts_with = "control_dir")]
+    /// CONTROL_DIR/NAME.control). Takes the place of --control-dir.
+    #[arg(long)]
     control: Option<PathBuf>,
-    /// Directory for the arrays' control sockets, NAME.control each.
-    #[arg(long, default_value = CONTROL_DIR)]
+    /// Directory for the arrays' control sockets, NAME.control each. The commands that
+    /// reach a server look there when FLASHRAID_CONTROL_DIR names it too.
+    #[arg(long, env = crate::control::CONTROL_DIR_ENV, default_value = CONTROL_DIR)]
     control_dir: PathBuf,
     /// Serve read-only, like `mdadm --assemble --readonly`: nothing is written to any member
     /// (members opened read-only; no superblock or bitmap update at start or stop; no resync,

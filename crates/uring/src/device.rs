@@ -107,8 +107,10 @@ pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Why a device operation failed. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("{}: cannot open: {source}", path.display())]
-    Open { path: PathBuf, source: io::Error },
+    // `error`, not `source`: the message carries it, and as a source it printed twice in
+    // error chains (found by review: "cannot open: No such file ...: No such file ...").
+    #[error("{}: cannot open: {error}", path.display())]
+    Open { path: PathBuf, error: io::Error },
     #[error(
         "{}: in use: another open of this file held it for {} s (a running flashraid serve \
          or create, or this same file named twice, under another name or through a link); stop \
@@ -119,8 +121,8 @@ pub enum DeviceError {
     InUse { path: PathBuf },
     #[error("{}: already exists; refusing to create a member file over it", path.display())]
     AlreadyExists { path: PathBuf },
-    #[error("{}: cannot create ({step}): {source}", path.display())]
-    Create { path: PathBuf, step: &'static str, source: io::Error },
+    #[error("{}: cannot create ({step}): {error}", path.display())]
+    Create { path: PathBuf, step: &'static str, error: io::Error },
     #[error(
         "{}: size {size_bytes} bytes is not a positive multiple of {FILE_LOGICAL_BLOCK_BYTES}",
         path.display()
@@ -128,8 +130,8 @@ pub enum DeviceError {
     InvalidSize { path: PathBuf, size_bytes: u64 },
     #[error("{}: is a {found}, not a regular file or a block device", path.display())]
     UnsupportedKind { path: PathBuf, found: &'static str },
-    #[error("{}: cannot query {what}: {source}", path.display())]
-    Query { path: PathBuf, what: &'static str, source: io::Error },
+    #[error("{}: cannot query {what}: {error}", path.display())]
+    Query { path: PathBuf, what: &'static str, error: io::Error },
     #[error(
         "{}: {op} of {len_bytes} bytes at offset {offset_bytes} refused: {reason} \
          (logical block {logical_block_bytes} bytes, buffer alignment {IO_ALIGN_BYTES} bytes)",
@@ -172,10 +174,10 @@ pub enum DeviceError {
         done_bytes: u64,
     },
     #[error(
-        "{}: {op} of {len_bytes} bytes at offset {offset_bytes} failed: {source}",
+        "{}: {op} of {len_bytes} bytes at offset {offset_bytes} failed: {error}",
         path.display()
     )]
-    Io { path: PathBuf, op: &'static str, offset_bytes: u64, len_bytes: u64, source: io::Error },
+    Io { path: PathBuf, op: &'static str, offset_bytes: u64, len_bytes: u64, error: io::Error },
 }
 
 /// An open member device. Dropping it closes the descriptor (a ring that registered it keeps
@@ -222,7 +224,7 @@ impl Device {
     }
 
     fn open_locking(path: &Path, access: Access, lock: bool) -> Result<Device, DeviceError> {
-        let open_error = |source| DeviceError::Open { path: path.to_owned(), source };
+        let open_error = |source| DeviceError::Open { path: path.to_owned(), error: source };
         // Stat first: O_EXCL is only wanted (and only meaningful) on block devices.
         let metadata = std::fs::metadata(path).map_err(open_error)?;
         let kind = kind_of(path, &metadata)?;
@@ -263,7 +265,7 @@ impl Device {
                 io::ErrorKind::AlreadyExists => {
                     DeviceError::AlreadyExists { path: path.to_owned() }
                 }
-                _ => DeviceError::Create { path: path.to_owned(), step: "open", source },
+                _ => DeviceError::Create { path: path.to_owned(), step: "open", error: source },
             })?;
         let result = reserve_and_persist(path, &file, size_bytes)
             .and_then(|()| Device::from_file(path, file, Access::ReadWrite, true));
@@ -280,7 +282,8 @@ impl Device {
         access: Access,
         lock: bool,
     ) -> Result<Device, DeviceError> {
-        let query = |what| move |source| DeviceError::Query { path: path.to_owned(), what, source };
+        let query =
+            |what| move |source| DeviceError::Query { path: path.to_owned(), what, error: source };
         let metadata = file.metadata().map_err(query("file status (fstat)"))?;
         let kind = kind_of(path, &metadata)?;
         let mut owns_lock = false;
@@ -382,7 +385,7 @@ impl Device {
         let file = self
             .file
             .try_clone()
-            .map_err(|source| DeviceError::Open { path: self.path.clone(), source })?;
+            .map_err(|source| DeviceError::Open { path: self.path.clone(), error: source })?;
         Ok(Device {
             file,
             path: self.path.clone(),
@@ -558,7 +561,7 @@ impl Device {
         len_bytes: u64,
         source: io::Error,
     ) -> DeviceError {
-        DeviceError::Io { path: self.path.clone(), op, offset_bytes, len_bytes, source }
+        DeviceError::Io { path: self.path.clone(), op, offset_bytes, len_bytes, error: source }
     }
 
     fn range_error(
@@ -606,7 +609,7 @@ fn kind_of(path: &Path, metadata: &std::fs::Metadata) -> Result<DeviceKind, Devi
 /// Reserve the file's space and make the new file and its directory entry durable.
 fn reserve_and_persist(path: &Path, file: &File, size_bytes: u64) -> Result<(), DeviceError> {
     let create_error =
-        |step| move |source| DeviceError::Create { path: path.to_owned(), step, source };
+        |step| move |source| DeviceError::Create { path: path.to_owned(), step, error: source };
     sys::fallocate(file.as_fd(), 0, 0, size_bytes)
         .map_err(create_error("reserve space (fallocate)"))?;
     file.sync_all().map_err(create_error("sync the file"))?;
