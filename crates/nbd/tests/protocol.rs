@@ -3,6 +3,8 @@
 //! that vanishes mid-write. Real clients (nbdsh, qemu-io, fio, nbdfuse) are in
 //! scripts/e2e-nbd.sh.
 
+mod common;
+
 use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Decoded, Request};
 use flashraid_nbd::{ExportConfig, Listener, Server};
@@ -63,14 +65,7 @@ impl Fixture {
     }
 
     fn with_members(read_only: bool, count: usize, member_bytes: u64) -> Fixture {
-        let members: Vec<_> =
-            (0..count).map(|i| MemMember::new(&format!("m{i}"), member_bytes)).collect();
-        let spec = CreateSpec::in_memory("t", Level::Raid6, 16384, 2);
-        create_in_memory(&spec, &members).unwrap();
-        let mut options = OpenOptions::recommended();
-        options.shards = Some(2);
-        options.session_buffer_bytes = 16 << 20;
-        let array = Arc::new(Array::open_in_memory(&members, &options).unwrap());
+        let array = common::memory_array(Level::Raid6, count, member_bytes, 2);
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("s");
         let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());

@@ -4,11 +4,12 @@
 //! reads. Its own test binary (its own process), so that the resident size it measures is
 //! this server's alone.
 
+mod common;
+
 use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Request};
 use flashraid_nbd::server::{READ_BUFFERS_BYTES_MAX, REQUEST_BYTES_MAX};
 use flashraid_nbd::{ExportConfig, Listener, Server};
-use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create_in_memory};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
@@ -42,13 +43,7 @@ fn open(socket: &std::path::Path) -> (UnixStream, u64) {
 }
 
 fn pipelined_reads_without_reading_replies(threads: bool) {
-    let members: Vec<_> = (0..6).map(|i| MemMember::new(&format!("m{i}"), 64 << 20)).collect();
-    let spec = CreateSpec::in_memory("t", Level::Raid6, 16384, 2);
-    create_in_memory(&spec, &members).unwrap();
-    let mut options = OpenOptions::recommended();
-    options.shards = Some(2);
-    options.session_buffer_bytes = 16 << 20;
-    let array = Arc::new(Array::open_in_memory(&members, &options).unwrap());
+    let array = common::memory_array(Level::Raid6, 6, 64 << 20, 2);
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s");
     let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());

@@ -3,10 +3,12 @@
 //! serves reads and writes through TLS. Real clients (nbdinfo, nbdsh, qemu-io) are in
 //! scripts/e2e-nbd.sh.
 
+mod common;
+
 use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Request};
 use flashraid_nbd::{ExportConfig, Listener, Server};
-use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create_in_memory};
+use flashraid_runtime::Array;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -47,13 +49,7 @@ impl Pki {
 }
 
 fn server(pki: &Pki, socket: &std::path::Path) -> (Server, Arc<Array>) {
-    let members: Vec<_> = (0..4).map(|i| MemMember::new(&format!("m{i}"), 16 << 20)).collect();
-    let spec = CreateSpec::in_memory("t", Level::Raid5, 16384, 1);
-    create_in_memory(&spec, &members).unwrap();
-    let mut options = OpenOptions::recommended();
-    options.shards = Some(1);
-    options.session_buffer_bytes = 16 << 20;
-    let array = Arc::new(Array::open_in_memory(&members, &options).unwrap());
+    let array = common::memory_array(Level::Raid5, 4, 16 << 20, 1);
     pki.issue("localhost", "server");
     let d = pki.dir.path();
     let tls = flashraid_nbd::tls::load(
