@@ -467,16 +467,23 @@ pub fn run_assemble(args: AssembleArgs) -> Result<()> {
              region is resynced at start)"
         );
     }
-    if a.dirty {
+    // Not marked clean with no region dirty: a stop while failed (or a cut with no write
+    // in flight) leaves nothing to resync (found by review: "0 bitmap regions to resync").
+    let resync = a.dirty && !prepared.dirty_regions.is_empty();
+    if resync {
         println!(
             "  not shut down cleanly: {} bitmap regions to resync at start",
             prepared.dirty_regions.len()
+        );
+    } else if a.dirty {
+        println!(
+            "  not marked clean when it stopped, but no bitmap region is dirty: nothing to resync"
         );
     }
     println!(
         "  {} and can start{}",
         if a.is_degraded() { "degraded" } else { "complete" },
-        if a.dirty { " (after resync of the dirty regions)" } else { "" }
+        if resync { " (after resync of the dirty regions)" } else { "" }
     );
     Ok(())
 }
