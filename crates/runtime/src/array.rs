@@ -570,6 +570,32 @@ pub fn create_in_memory_with_spares(
     })
 }
 
+/// Refuse a device named twice (the same path, a link to it, another node of the same block
+/// device) at once, before anything is opened. Found by review: the second open waited out
+/// the lock held by the first (`LOCK_WAIT`, 5 s) and then said the device was in use.
+/// Paths that cannot be looked at are left for the open to report.
+fn refuse_named_twice(paths: &[PathBuf]) -> Result<(), ArrayError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let key = |p: &PathBuf| {
+        std::fs::metadata(p).ok().map(|m| {
+            if m.file_type().is_block_device() { (0, m.rdev()) } else { (m.dev(), m.ino()) }
+        })
+    };
+    let keys: Vec<_> = paths.iter().map(key).collect();
+    for (i, k) in keys.iter().enumerate() {
+        if let Some(k) = k
+            && let Some(j) = keys[..i].iter().position(|other| other.as_ref() == Some(k))
+        {
+            return Err(ArrayError::Other(format!(
+                "the same device is named twice: {} and {}",
+                paths[j].display(),
+                paths[i].display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Array {
     /// Assemble the array on `paths` and start it.
     pub fn open(paths: &[PathBuf], options: &OpenOptions) -> Result<Array, ArrayError> {
@@ -580,6 +606,7 @@ impl Array {
             ArrayAccess::ReadWrite => Device::open(p, Access::ReadWrite),
             ArrayAccess::ReadOnly => Device::open_read_only_held(p),
         };
+        refuse_named_twice(paths)?;
         let devices: Vec<MemberDevice> = paths
             .iter()
             .map(|p| open(p).map(MemberDevice::Device))

@@ -40,6 +40,31 @@ fn scratch_dir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("flashraid-test").tempdir_in(base).unwrap()
 }
 
+/// A member named twice (the same path, or a link to it) is refused at once, naming both,
+/// and the array then starts from the right list (found by review: the second open waited
+/// out the first one's lock, 5 s, and then said the device was in use).
+#[test]
+fn a_member_named_twice_is_refused_at_once() {
+    let dir = scratch_dir();
+    let spec = spec(dir.path(), Level::Raid5, 3);
+    create(&spec).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&spec.members[1], &link).unwrap();
+    for twice in [spec.members[1].clone(), link] {
+        let mut paths = spec.members.clone();
+        paths.push(twice.clone());
+        let started = std::time::Instant::now();
+        let e = Array::open(&paths, &options()).unwrap_err().to_string();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(e.contains("named twice") && e.contains(&twice.display().to_string()), "{e}");
+    }
+    Array::open(&spec.members, &options()).unwrap().shutdown().unwrap();
+}
+
 #[test]
 fn create_open_write_read_shutdown_reopen() {
     let dir = scratch_dir();
