@@ -52,8 +52,9 @@ pub const CONTROL_DIR: &str = "/run/flashraid";
 /// command needed `--control X/NAME.control`).
 pub const CONTROL_DIR_ENV: &str = "FLASHRAID_CONTROL_DIR";
 
-/// Where the commands look for control sockets: `$FLASHRAID_CONTROL_DIR`, else `CONTROL_DIR`.
-fn control_dir() -> PathBuf {
+/// Where the commands look for control sockets, and `serve` makes them unless told:
+/// `$FLASHRAID_CONTROL_DIR` (an empty value counts as unset), else `CONTROL_DIR`.
+pub fn control_dir() -> PathBuf {
     std::env::var_os(CONTROL_DIR_ENV)
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from(CONTROL_DIR), PathBuf::from)
@@ -109,22 +110,35 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
-    // Bound under a private name, made 0600, then renamed into place: the socket is never
-    // reachable at `path` with the umask's mode (with a umask of 0, anyone could have
-    // connected in between and failed a member).
+    // Bound in a private directory (0700: nobody else can reach into it), made 0600, then
+    // linked into place: the socket is never reachable with the umask's mode (with a umask of
+    // 0, anyone could have connected in between and failed a member), and the link, unlike a
+    // rename, fails rather than replace a socket another server bound meanwhile (found by
+    // review of an earlier bind-then-rename).
     let name = path.file_name().context("a control socket path names a file")?;
-    let private =
+    let private_dir =
         path.with_file_name(format!(".{}.{}.binding", name.to_string_lossy(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&private_dir);
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private_dir)
+        .with_context(|| format!("creating {}", private_dir.display()))?;
+    let private = private_dir.join("socket");
+    let placed = UnixListener::bind(&private).and_then(|listener| {
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::hard_link(&private, path)?;
+        Ok(listener)
+    });
     let _ = std::fs::remove_file(&private);
-    let listener = UnixListener::bind(&private)
-        .with_context(|| format!("cannot listen on {}", path.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    let placed = std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| std::fs::rename(&private, path));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&private);
-        return Err(e).with_context(|| format!("cannot listen on {}", path.display()));
-    }
+    let _ = std::fs::remove_dir(&private_dir);
+    let listener = match placed {
+        Ok(listener) => listener,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            bail!("{}: another server took it while this one started", path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot listen on {}", path.display())),
+    };
     listener.set_nonblocking(true)?;
     Ok(listener)
 }

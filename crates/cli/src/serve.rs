@@ -2,7 +2,6 @@
 //! by the array UUID in their superblocks, or listed in a config file) and export each over
 //! NBD by its name until SIGTERM or SIGINT; then drain, flush, mark them clean and exit.
 
-use crate::control::CONTROL_DIR;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_nbd::{Export, ExportConfig, Listener, Server};
@@ -39,10 +38,11 @@ pub struct ServeArgs {
     /// CONTROL_DIR/NAME.control). Takes the place of --control-dir.
     #[arg(long)]
     control: Option<PathBuf>,
-    /// Directory for the arrays' control sockets, NAME.control each. The commands that
+    /// Directory for the arrays' control sockets, NAME.control each (default:
+    /// $FLASHRAID_CONTROL_DIR if set and not empty, else /run/flashraid). The commands that
     /// reach a server look there when FLASHRAID_CONTROL_DIR names it too.
-    #[arg(long, env = crate::control::CONTROL_DIR_ENV, default_value = CONTROL_DIR)]
-    control_dir: PathBuf,
+    #[arg(long)]
+    control_dir: Option<PathBuf>,
     /// Serve read-only, like `mdadm --assemble --readonly`: nothing is written to any member
     /// (members opened read-only; no superblock or bitmap update at start or stop; no resync,
     /// rebuild, spare takeover or scrub; NBD writes and commands that change the array are
@@ -300,7 +300,10 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     for (name, _) in &plan {
         let path = match &args.control {
             Some(path) => path.clone(),
-            None => crate::control::control_path_in(&args.control_dir, name)?,
+            None => {
+                let dir = args.control_dir.clone().unwrap_or_else(crate::control::control_dir);
+                crate::control::control_path_in(&dir, name)?
+            }
         };
         control_listeners.push((crate::control::bind(&path)?, path.clone()));
         sockets.0.push(path);

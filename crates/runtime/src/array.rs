@@ -1598,6 +1598,17 @@ impl Controller {
                 }
                 Some(ToController::TrustParity(on, reply)) => {
                     self.rebuild_trust_parity = on;
+                    if on && let Some(r) = &mut self.rebuild {
+                        // Those stalls are over: the shards retry at once. One that stalls
+                        // again says so anew (found by review: status showed the old stall,
+                        // and `rebuild --trust-parity --wait` gave up on it, for seconds
+                        // until the next progress report).
+                        for at in &mut r.stalled_at {
+                            if at.is_some_and(|(_, cause)| cause == StallCause::Unverifiable) {
+                                *at = None;
+                            }
+                        }
+                    }
                     self.broadcast(|| Control::SetRebuildTrustParity(on));
                     let message = if on {
                         "the rebuild may now write reconstructions it cannot verify in regions \
@@ -3514,6 +3525,12 @@ pub const EVENTS_KEPT: usize = 64;
 /// skipped, a slow alerting hook missed member failures.)
 const HOOK_QUEUE_MAX: usize = 256;
 
+/// How long one run of the operator's hook may take before it is killed (its shell; what the
+/// shell started in the background is its own).
+const HOOK_RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often the hook thread looks whether a run ended.
+const HOOK_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// One run of the operator's hook.
 struct HookRun {
     kind: &'static str,
@@ -3534,24 +3551,48 @@ struct EventLog {
 
 impl EventLog {
     fn new(hook: Option<String>) -> Self {
+        Self::with_run_timeout(hook, HOOK_RUN_TIMEOUT)
+    }
+
+    fn with_run_timeout(hook: Option<String>, timeout: std::time::Duration) -> Self {
         let hooks = hook.and_then(|hook| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<HookRun>(HOOK_QUEUE_MAX);
             let runner = move || {
                 for run in rx {
-                    let status = std::process::Command::new("sh")
+                    let array = &run.array;
+                    let child = std::process::Command::new("sh")
                         .arg("-c")
                         .arg(&hook)
                         .env("FLASHRAID_EVENT", run.kind)
-                        .env("FLASHRAID_ARRAY", &run.array)
+                        .env("FLASHRAID_ARRAY", array)
                         .env("FLASHRAID_MESSAGE", &run.message)
                         .stdin(std::process::Stdio::null())
-                        .status();
-                    if let Err(e) = status {
-                        let array = &run.array;
-                        eprintln!(
-                            "flashraid: array {array}: event hook {hook:?} could not run: {e}"
-                        );
+                        .spawn();
+                    let mut child = match child {
+                        Ok(child) => child,
+                        Err(e) => {
+                            eprintln!(
+                                "flashraid: array {array}: event hook {hook:?} could not run: {e}"
+                            );
+                            continue;
+                        }
+                    };
+                    // A hook that hangs must not hold every later event back (found by
+                    // review): it is killed after `timeout`.
+                    let deadline = std::time::Instant::now() + timeout;
+                    while matches!(child.try_wait(), Ok(None)) {
+                        if std::time::Instant::now() >= deadline {
+                            let _ = child.kill();
+                            eprintln!(
+                                "flashraid: array {array}: event hook for {} killed after {} s",
+                                run.kind,
+                                timeout.as_secs_f64()
+                            );
+                            break;
+                        }
+                        std::thread::sleep(HOOK_POLL);
                     }
+                    let _ = child.wait();
                 }
             };
             match std::thread::Builder::new().name("flashraid-hook".into()).spawn(runner) {
@@ -3620,6 +3661,25 @@ mod tests {
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "hooks ran for {lines:?} only");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// A hook that hangs is killed after its timeout, and the events after it still run.
+    #[test]
+    fn a_hanging_hook_is_killed_and_later_events_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("events");
+        let hook = format!(
+            "if [ \"$FLASHRAID_EVENT\" = hang ]; then exec sleep 3600; fi; echo \"$FLASHRAID_EVENT\" >> {}",
+            out.display()
+        );
+        let mut log = EventLog::with_run_timeout(Some(hook), std::time::Duration::from_millis(300));
+        log.record_named("t".into(), "hang", "an event");
+        log.record_named("t".into(), "after", "an event");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::fs::read_to_string(&out).unwrap_or_default() != "after\n" {
+            assert!(std::time::Instant::now() < deadline, "the event after a hung hook never ran");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }

@@ -213,27 +213,51 @@ fn rebuild_over_untrusted_stripes(level: Level, members: usize, seed: u64) -> (u
     (again.counters().rebuild_untrusted_stripes, stalled)
 }
 
-/// Found by review: after an unclean shutdown of a degraded RAID 5 (or a member lost before
+/// How a trusted rebuild over regions an unclean shutdown left dirty is set up.
+#[derive(Clone, Copy)]
+struct TrustCase {
+    level: Level,
+    members: usize,
+    /// Roles lost after the restart (a spare for each).
+    lost: usize,
+    /// Steps of resync before the first loss (found by review: a loss after resync began
+    /// left it blocked for good, so the array never stopped clean).
+    resync_steps: u64,
+    /// Bad sectors on another member in the stripes being written at the cut, read by the
+    /// rebuild (found by review: a re-plan after such a read error kept the verified path's
+    /// state and the engine panicked).
+    bad_sectors: bool,
+    /// Trust given before the losses, not after a stall.
+    trust_first: bool,
+}
+
+/// Found by review: after an unclean shutdown of a degraded RAID 5 (or members lost before
 /// resync vouched for the dirty regions), the rebuild stalled for good at the first stripe
 /// it could not verify, the event said "too many members unreadable", and the array could
 /// never get its redundancy back. It now says why (`StallCause::Unverifiable`); with the
 /// operator's `--trust-parity` it writes its reconstruction and finishes, resync then makes
-/// the dirty regions consistent, and every block outside the stripes that had writes in
-/// flight at the cut reads as written (inside them the write hole may have spoilt the
-/// rebuilt chunk, which is what the operator accepted).
-fn trusting_parity_lets_an_unverifiable_rebuild_finish(level: Level, members: usize, seed: u64) {
+/// the dirty regions consistent so the array stops clean, and every block outside the
+/// stripes that had writes in flight at the cut reads as written (inside them the write hole
+/// may have spoilt the rebuilt chunk, which is what the operator accepted).
+/// An array written, then cut with writes in flight, and assembled again (dirty): the
+/// array, what was written before the cut, and the stripes written at it (whose parity may
+/// disagree with their data).
+fn cut_with_writes_in_flight(
+    level: Level,
+    members: usize,
+    spares: usize,
+    seed: u64,
+) -> (SimArray, Vec<u8>, std::collections::BTreeSet<u64>, StdRng) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut opts = options(seed, level, members, &mut rng);
     opts.config.rebuild_rate_bytes_per_s = 0;
-    // A spare for every role lost below.
-    opts.spares = if level == Level::Raid6 { 2 } else { 1 };
+    opts.spares = spares;
     let mut array = SimArray::create(opts.clone()).unwrap();
     let g = array.geometry();
     let size = array.array_bytes();
     let mut model = vec![0u8; size as usize];
     write_random(&mut array, &mut model, &mut rng, 150);
     array.run_until_idle();
-    // Writes in flight at the cut; the stripes they touch may disagree with their parity.
     let mut hole_stripes = std::collections::BTreeSet::new();
     for _ in 0..12 {
         let blocks = rng.random_range(1..=8u64);
@@ -253,44 +277,69 @@ fn trusting_parity_lets_an_unverifiable_rebuild_finish(level: Level, members: us
     }
     array.run_steps(rng.random_range(0..6));
     let devices = array.crash();
-    let mut again = SimArray::assemble(devices, opts, DirtyDegraded::Refuse).unwrap();
-    // Members lost before resync vouched for the dirty regions: one on RAID 5, two on
-    // RAID 6 (nothing left to check with), so every dirty stripe is unverifiable.
-    let first = rng.random_range(0..members);
-    again.fail_member(first);
-    if level == Level::Raid6 {
-        again.fail_member((first + 1) % members);
-    }
+    let again = SimArray::assemble(devices, opts, DirtyDegraded::Refuse).unwrap();
+    (again, model, hole_stripes, rng)
+}
+
+/// The first `RebuildStalled` event from `from` on, stepping until one comes or the rebuild
+/// ends: its stripe and cause.
+fn next_stall(
+    array: &mut SimArray,
+    from: usize,
+    what: &str,
+) -> Option<(flashraid_layout::StripeIndex, flashraid_engine::StallCause)> {
     let mut steps = 0u64;
-    let cause = loop {
-        again.step();
-        steps += 1;
-        let cause = again.events.iter().find_map(|e| match e {
-            flashraid_engine::ShardEvent::RebuildStalled { cause, .. } => Some(*cause),
+    loop {
+        let stall = array.events[from..].iter().find_map(|e| match e {
+            ShardEvent::RebuildStalled { stripe, cause, .. } => Some((*stripe, *cause)),
             _ => None,
         });
-        if cause.is_some() || !again.is_rebuilding() {
-            break cause;
+        if stall.is_some() || (steps > 10 && !array.is_rebuilding()) {
+            return stall;
         }
-        assert!(steps < 2_000_000, "seed {seed}: rebuild neither finished nor stalled");
-    };
-    assert_eq!(
-        cause,
-        Some(flashraid_engine::StallCause::Unverifiable),
-        "{level} seed {seed}: the rebuild over dirty regions did not stall as unverifiable"
-    );
-    again.set_rebuild_trust_parity(true);
-    // One rebuild at a time: the second role's follows the first's.
+        array.step();
+        steps += 1;
+        assert!(steps < 2_000_000, "{what}: rebuild neither finished nor stalled");
+    }
+}
+
+fn trusted_rebuild(case: TrustCase, seed: u64) {
+    let TrustCase { level, members, lost, resync_steps, bad_sectors, trust_first } = case;
+    let what = format!("{level} lost {lost} resync {resync_steps} bad {bad_sectors} seed {seed}");
+    let (mut again, model, hole_stripes, mut rng) =
+        cut_with_writes_in_flight(level, members, lost, seed);
+    let g = again.geometry();
+    let size = again.array_bytes();
+    again.run_steps(resync_steps);
+    let first = rng.random_range(0..members);
+    if bad_sectors {
+        let other = again.role_device((first + lost) % members).unwrap();
+        let data_offset = again.metadata().superblock().data_offset_bytes;
+        for &s in &hole_stripes {
+            let at = data_offset + g.member_offset(flashraid_layout::StripeIndex(s), 0).0;
+            other.state().bad_ranges.push((at, u64::from(g.chunk_bytes())));
+        }
+    }
+    if trust_first {
+        again.set_rebuild_trust_parity(true);
+    }
+    for i in 0..lost {
+        again.fail_member((first + i) % members);
+    }
+    if !trust_first {
+        // Lost before resync vouched for the dirty regions, with no parity row left to check
+        // with: the rebuild stalls, saying why.
+        let cause = next_stall(&mut again, 0, &what).map(|(_, cause)| cause);
+        assert_eq!(cause, Some(flashraid_engine::StallCause::Unverifiable), "{what}");
+        again.set_rebuild_trust_parity(true);
+    }
+    // The spares take over on the next steps; one rebuild at a time, each role's after the
+    // one before.
+    again.run_steps(10);
     while again.is_rebuilding() {
         again.run_until_rebuilt();
         again.run_until_idle();
     }
-    assert!(!again.is_rebuilding(), "{level} seed {seed}: the rebuild did not finish");
-    assert!(!again.is_resyncing(), "{level} seed {seed}: resync did not finish after it");
-    assert!(
-        again.counters().rebuild_unverified_stripes > 0,
-        "{level} seed {seed}: no stripe counted as rebuilt unverified"
-    );
     let stripe_bytes = g.stripe_data_bytes();
     for b in 0..size / BLOCK {
         if hole_stripes.contains(&(b * BLOCK / stripe_bytes)) {
@@ -298,20 +347,77 @@ fn trusting_parity_lets_an_unverifiable_rebuild_finish(level: Level, members: us
         }
         let at = (b * BLOCK) as usize;
         let got = again.read(b * BLOCK, BLOCK).unwrap_or_else(|e| {
-            panic!("{level} seed {seed}: block {b} outside the write hole unreadable: {e:?}")
+            panic!("{what}: block {b} outside the write hole unreadable: {e:?}")
         });
-        assert!(
-            got == model[at..at + BLOCK as usize],
-            "{level} seed {seed}: block {b}, outside the write hole, reads wrong"
-        );
+        assert!(got == model[at..at + BLOCK as usize], "{what}: block {b} reads wrong");
     }
+    if !trust_first {
+        assert!(again.counters().rebuild_unverified_stripes > 0, "{what}: none counted");
+    }
+    assert!(!again.is_rebuilding(), "{what}: the rebuild did not finish");
+    let (_, clean) = again.shutdown_with_state().unwrap();
+    // (With bad sectors in the dirty regions' data, resync stops at the first: it cannot
+    // check parity against data it cannot read, and that region stays dirty; a known limit.)
+    assert!(
+        clean || bad_sectors,
+        "{what}: resync did not finish after the rebuild: the array stopped dirty"
+    );
 }
 
 #[test]
 fn trusting_parity_lets_a_rebuild_over_dirty_degraded_regions_finish() {
+    let base = TrustCase {
+        level: Level::Raid5,
+        members: 5,
+        lost: 1,
+        resync_steps: 0,
+        bad_sectors: false,
+        trust_first: false,
+    };
+    let cases = [
+        base,
+        TrustCase { resync_steps: 3, ..base },
+        TrustCase { level: Level::Raid6, members: 6, lost: 2, ..base },
+        TrustCase { level: Level::Raid7_3, members: 7, lost: 3, resync_steps: 2, ..base },
+        // One role out of RAID 6 / 7.3 leaves a row to check with; the stripes that fail the
+        // check are written trusted; bad sectors on another member make rounds re-plan.
+        TrustCase { level: Level::Raid6, members: 6, bad_sectors: true, trust_first: true, ..base },
+        TrustCase {
+            level: Level::Raid7_3,
+            members: 7,
+            bad_sectors: true,
+            trust_first: true,
+            ..base
+        },
+    ];
     for seed in seeds() {
-        trusting_parity_lets_an_unverifiable_rebuild_finish(Level::Raid5, 5, seed * 100 + 53);
-        trusting_parity_lets_an_unverifiable_rebuild_finish(Level::Raid6, 6, seed * 100 + 63);
+        for (i, &case) in cases.iter().enumerate() {
+            trusted_rebuild(case, seed * 100 + 50 + i as u64);
+        }
+    }
+}
+
+/// Trust given, the retry stalls at the same stripe for another reason (a bad sector on a
+/// second member of RAID 5): that is said anew, with its cause (found by review: no event
+/// came, as the stripe had been reported, and status kept advising `--trust-parity`).
+#[test]
+fn a_stall_at_the_same_stripe_for_another_cause_is_said_anew() {
+    for seed in seeds() {
+        let what = format!("seed {seed}");
+        let (mut array, _, _, mut rng) = cut_with_writes_in_flight(Level::Raid5, 5, 1, seed);
+        let first = rng.random_range(0..5);
+        array.fail_member(first);
+        let (stripe, cause) = next_stall(&mut array, 0, &what).expect("a stall");
+        assert_eq!(cause, flashraid_engine::StallCause::Unverifiable, "{what}");
+        let g = array.geometry();
+        let data_offset = array.metadata().superblock().data_offset_bytes;
+        let at = data_offset + g.member_offset(stripe, 0).0;
+        let other = array.role_device((first + 1) % 5).unwrap();
+        other.state().bad_ranges.push((at, u64::from(g.chunk_bytes())));
+        let before = array.events.len();
+        array.set_rebuild_trust_parity(true);
+        let again = next_stall(&mut array, before, &what);
+        assert_eq!(again, Some((stripe, flashraid_engine::StallCause::Unreadable)), "{what}");
     }
 }
 

@@ -473,6 +473,21 @@ impl Shard {
         self.resync_pace.set_rate(bytes_per_s);
     }
 
+    /// Every member is in service again (a rebuild finished): resync stopped at a stripe whose
+    /// data it could not read goes on from there (found by review: it never did, so the
+    /// regions stayed untrusted and the array never stopped clean).
+    pub(super) fn resume_blocked_resync(&mut self) {
+        if !self.members.iter().all(|m| m.health == Health::Active) {
+            return;
+        }
+        let Some((index, stripe)) = self.resync_blocked.take() else { return };
+        if (index, stripe) < (self.resync_region_index, self.resync_next_stripe) {
+            self.resync_region_index = index;
+            self.resync_next_stripe = stripe;
+        }
+        self.schedule_resync();
+    }
+
     /// Resync cannot go on: a stripe's data could not be read, or the array is degraded (so
     /// parity can no longer be checked against all the data).
     pub(super) fn resync_stalled(&self) -> bool {

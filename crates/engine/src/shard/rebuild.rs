@@ -195,6 +195,7 @@ impl Shard {
         );
         self.members[m].health = super::Health::Active;
         self.rebuild = None;
+        self.resume_blocked_resync();
         self.health_changed();
     }
 
@@ -213,8 +214,13 @@ impl Shard {
     /// A rebuild stalled at such a stripe tries again at once.
     pub fn set_rebuild_trust_parity(&mut self, on: bool) {
         self.rebuild_trust_parity = on;
-        if on && let Some(r) = self.rebuild.as_mut() {
-            r.retry_at_us = self.now_us;
+        if let Some(r) = self.rebuild.as_mut() {
+            if on {
+                r.retry_at_us = self.now_us;
+            }
+            // A stall at the same stripe after this is news (its cause may differ; found by
+            // review: status kept advising --trust-parity with it already on).
+            r.stall_reported = None;
         }
         self.schedule_rebuild();
     }
@@ -473,6 +479,12 @@ impl Shard {
         };
         let chunk = self.geometry.chunk_bytes();
         let target = self.rebuild_target(op_slot, member);
+        // A re-plan (a source failed) starts over: what an earlier round decided about
+        // checking the stripe no longer holds (found by review: a verified round re-planned
+        // without a check kept `rebuild_verify` and read scratch it never took, a panic).
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.rebuild_verify = false;
+        op.rebuild_unverified = false;
         let op = self.ops[op_slot].as_ref().expect("live");
         let stripe = op.stripe;
         let untrusted = self.stripe_needs_resync(stripe);
