@@ -465,8 +465,9 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
                 Some(flashraid_engine::StallCause::Unverifiable) => {
                     flashraid_runtime::UNVERIFIABLE_STALL
                 }
+                // (The retry interval is in the `rebuild-stalled` event: it is a setting.)
                 _ => "more members unreadable there than the level survives; it tries again \
-                    every 10 s (a member that reads again, or the stripe written anew, lets \
+                    on its own (a member that reads again, or the stripe written anew, lets \
                     it go on)",
             }),
             "stall_cause": r.stall_cause.map(|c| match c {
@@ -1407,7 +1408,7 @@ mod tests {
     }
 
     /// The control socket fails members and stops the server: only its owner may connect
-    /// (it is renamed into place once 0600, so it is never reachable with the umask's mode).
+    /// (it is linked into place once 0600, so it is never reachable with the umask's mode).
     #[test]
     fn the_control_socket_is_its_owners_alone_from_the_start() {
         use std::os::unix::fs::PermissionsExt;

@@ -70,8 +70,6 @@ pub const INFO_BLOCK_SIZE: u16 = 3;
 /// Command flags.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
-/// Command flags this server understands (others are refused with EINVAL).
-pub const CMD_FLAGS_KNOWN: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
 
 /// Command types.
 pub const CMD_READ: u16 = 0;

@@ -575,13 +575,8 @@ pub fn create_in_memory_with_spares(
 /// the lock held by the first (`LOCK_WAIT`, 5 s) and then said the device was in use.
 /// Paths that cannot be looked at are left for the open to report.
 fn refuse_named_twice(paths: &[PathBuf]) -> Result<(), ArrayError> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let key = |p: &PathBuf| {
-        std::fs::metadata(p).ok().map(|m| {
-            if m.file_type().is_block_device() { (0, m.rdev()) } else { (m.dev(), m.ino()) }
-        })
-    };
-    let keys: Vec<_> = paths.iter().map(key).collect();
+    let keys: Vec<_> =
+        paths.iter().map(|p| std::fs::metadata(p).ok().map(|m| file_identity(&m))).collect();
     for (i, k) in keys.iter().enumerate() {
         if let Some(k) = k
             && let Some(j) = keys[..i].iter().position(|other| other.as_ref() == Some(k))
@@ -1391,8 +1386,6 @@ struct Copier {
     thread: std::thread::JoinHandle<()>,
 }
 
-/// How long `spare remove` waits for the erase of the spare's superblocks before it answers
-/// (a device that does not answer holds its own thread, not the controller).
 /// Why a rebuild stalls at a stripe it cannot verify, and the way on (events and status).
 pub const UNVERIFIABLE_STALL: &str = "it lies in a region an unclean shutdown left dirty \
      while the array was degraded, so its parity may disagree with its data and the \
@@ -1402,6 +1395,8 @@ pub const UNVERIFIABLE_STALL: &str = "it lies in a region an unclean shutdown le
      md does after a forced start: a stripe that was being written at that shutdown then \
      gets a wrong chunk on the replacement, and every other stripe its redundancy back";
 
+/// How long `spare remove` waits for the erase of the spare's superblocks before it answers
+/// (a device that does not answer holds its own thread, not the controller).
 const ERASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often rebuild progress is recorded in the superblocks, at most.

@@ -156,36 +156,16 @@ fn a_rebuild_that_was_cut_resumes_past_zero() {
 /// read ever returns data that was not written: every 4 KiB block reads as its last flushed
 /// value, as one of the unflushed writes to it, or fails.
 fn rebuild_over_untrusted_stripes(level: Level, members: usize, seed: u64) -> (u64, bool) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut opts = options(seed, level, members, &mut rng);
-    opts.config.rebuild_rate_bytes_per_s = 0;
-    let mut array = SimArray::create(opts.clone()).unwrap();
-    let size = array.array_bytes();
-    let mut model = vec![0u8; size as usize];
-    write_random(&mut array, &mut model, &mut rng, 150);
-    array.run_until_idle();
+    let Cut { array: mut again, model, in_flight, mut rng } =
+        cut_with_writes_in_flight(level, members, 1, seed);
     // Unflushed writes in flight at the cut: each 4 KiB block may end up old or new.
     let mut allowed: Vec<Vec<Vec<u8>>> =
         model.chunks(BLOCK as usize).map(|b| vec![b.to_vec()]).collect();
-    let mut tickets = vec![];
-    for _ in 0..12 {
-        let blocks = rng.random_range(1..=8u64);
-        let start = rng.random_range(0..size / BLOCK - blocks) * BLOCK;
-        let mut data = vec![0u8; (blocks * BLOCK) as usize];
-        rng.fill(data.as_mut_slice());
+    for (start, data) in &in_flight {
         for (i, b) in data.chunks(BLOCK as usize).enumerate() {
             allowed[(start / BLOCK) as usize + i].push(b.to_vec());
         }
-        let op = flashraid_engine::ArrayOp::Write {
-            offset: flashraid_layout::ArrayOffset(start),
-            len_bytes: blocks * BLOCK,
-            durability: flashraid_engine::Durability::Cached,
-        };
-        tickets.push(array.submit(op, Some(&data)).unwrap());
     }
-    array.run_steps(rng.random_range(0..6));
-    let devices = array.crash();
-    let mut again = SimArray::assemble(devices, opts, DirtyDegraded::Refuse).unwrap();
     // A member fails before resync can vouch for the dirty regions (resync stops: degraded).
     again.fail_member(rng.random_range(0..members));
     let mut steps = 0;
@@ -239,46 +219,45 @@ struct TrustCase {
 /// the dirty regions consistent so the array stops clean, and every block outside the
 /// stripes that had writes in flight at the cut reads as written (inside them the write hole
 /// may have spoilt the rebuilt chunk, which is what the operator accepted).
-/// An array written, then cut with writes in flight, and assembled again (dirty): the
-/// array, what was written before the cut, and the stripes written at it (whose parity may
-/// disagree with their data).
-fn cut_with_writes_in_flight(
-    level: Level,
-    members: usize,
-    spares: usize,
-    seed: u64,
-) -> (SimArray, Vec<u8>, std::collections::BTreeSet<u64>, StdRng) {
+/// An array written, then cut with writes in flight, and assembled again (dirty).
+struct Cut {
+    array: SimArray,
+    /// What was written before the cut.
+    model: Vec<u8>,
+    /// The writes in flight at it (offset, data): their stripes' parity may disagree with
+    /// their data.
+    in_flight: Vec<(u64, Vec<u8>)>,
+    rng: StdRng,
+}
+
+fn cut_with_writes_in_flight(level: Level, members: usize, spares: usize, seed: u64) -> Cut {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut opts = options(seed, level, members, &mut rng);
     opts.config.rebuild_rate_bytes_per_s = 0;
     opts.spares = spares;
     let mut array = SimArray::create(opts.clone()).unwrap();
-    let g = array.geometry();
     let size = array.array_bytes();
     let mut model = vec![0u8; size as usize];
     write_random(&mut array, &mut model, &mut rng, 150);
     array.run_until_idle();
-    let mut hole_stripes = std::collections::BTreeSet::new();
+    let mut in_flight = vec![];
     for _ in 0..12 {
         let blocks = rng.random_range(1..=8u64);
         let start = rng.random_range(0..size / BLOCK - blocks) * BLOCK;
         let mut data = vec![0u8; (blocks * BLOCK) as usize];
         rng.fill(data.as_mut_slice());
-        let stripe_bytes = g.stripe_data_bytes();
-        for s in start / stripe_bytes..=(start + blocks * BLOCK - 1) / stripe_bytes {
-            hole_stripes.insert(s);
-        }
         let op = flashraid_engine::ArrayOp::Write {
             offset: flashraid_layout::ArrayOffset(start),
             len_bytes: blocks * BLOCK,
             durability: flashraid_engine::Durability::Cached,
         };
         array.submit(op, Some(&data)).unwrap();
+        in_flight.push((start, data));
     }
     array.run_steps(rng.random_range(0..6));
     let devices = array.crash();
     let again = SimArray::assemble(devices, opts, DirtyDegraded::Refuse).unwrap();
-    (again, model, hole_stripes, rng)
+    Cut { array: again, model, in_flight, rng }
 }
 
 /// The first `RebuildStalled` event from `from` on, stepping until one comes or the rebuild
@@ -306,10 +285,18 @@ fn next_stall(
 fn trusted_rebuild(case: TrustCase, seed: u64) {
     let TrustCase { level, members, lost, resync_steps, bad_sectors, trust_first } = case;
     let what = format!("{level} lost {lost} resync {resync_steps} bad {bad_sectors} seed {seed}");
-    let (mut again, model, hole_stripes, mut rng) =
+    let Cut { array: mut again, model, in_flight, mut rng } =
         cut_with_writes_in_flight(level, members, lost, seed);
     let g = again.geometry();
     let size = again.array_bytes();
+    // The stripes the writes in flight touch: the write hole may spoil them.
+    let stripe_bytes = g.stripe_data_bytes();
+    let hole_stripes: std::collections::BTreeSet<u64> = in_flight
+        .iter()
+        .flat_map(|(start, data)| {
+            start / stripe_bytes..=(start + data.len() as u64 - 1) / stripe_bytes
+        })
+        .collect();
     again.run_steps(resync_steps);
     let first = rng.random_range(0..members);
     if bad_sectors {
@@ -340,7 +327,6 @@ fn trusted_rebuild(case: TrustCase, seed: u64) {
         again.run_until_rebuilt();
         again.run_until_idle();
     }
-    let stripe_bytes = g.stripe_data_bytes();
     for b in 0..size / BLOCK {
         if hole_stripes.contains(&(b * BLOCK / stripe_bytes)) {
             continue;
@@ -404,7 +390,7 @@ fn trusting_parity_lets_a_rebuild_over_dirty_degraded_regions_finish() {
 fn a_stall_at_the_same_stripe_for_another_cause_is_said_anew() {
     for seed in seeds() {
         let what = format!("seed {seed}");
-        let (mut array, _, _, mut rng) = cut_with_writes_in_flight(Level::Raid5, 5, 1, seed);
+        let Cut { mut array, mut rng, .. } = cut_with_writes_in_flight(Level::Raid5, 5, 1, seed);
         let first = rng.random_range(0..5);
         array.fail_member(first);
         let (stripe, cause) = next_stall(&mut array, 0, &what).expect("a stall");
