@@ -74,7 +74,7 @@ pub(crate) fn merged_header(
 ) -> (String, ConformanceLabel, BTreeMap<String, String>) {
     let ids: Vec<&str> = runs.iter().map(|r| r.0).collect();
     let note = format!("a comparison of runs {}, each labelled as it was run", ids.join(", "));
-    let first = runs.first().expect("at least one run").1;
+    assert!(!runs.is_empty(), "at least one run");
     let chosen =
         runs.iter().position(|r| matches!(r.1, ConformanceLabel::QuickSmoke { .. })).unwrap_or(0);
     // The other runs' deviations too (a run that stopped early, a target not purged), each
@@ -87,12 +87,7 @@ pub(crate) fn merged_header(
             }
         }
     }
-    let conformance = match chosen {
-        0 => first.clone(),
-        _ => runs[chosen].1.clone(),
-    }
-    .with_deviations(others)
-    .with_deviations(vec![note]);
+    let conformance = runs[chosen].1.clone().with_deviations(others).with_deviations(vec![note]);
     let mut manifest = BTreeMap::new();
     for (id, _, entries) in runs {
         for (key, value) in *entries {
