@@ -45,12 +45,17 @@ mkdir -m 777 "$work/open"
 expect_refusal "writable by others" "$bin" bench run --dir "$work/open" --out "$work/x"
 expect_refusal "destroy-data" "$bin" bench run --profile small-files --target "path:$work/victim" --out "$work/x"
 expect_refusal "needs the flashraid target" "$bin" bench run --profile degraded-rebuild --target members --out "$work/x"
+expect_refusal "xfs needs at least 300.0 MiB" "$bin" bench run --profile small-files --fs xfs \
+    --members 4 --member-size 32M --dir "$members/m" --target members --out "$work/x"
 expect_refusal "unknown target" "$bin" bench run --target floppy --out "$work/x"
 
 echo "-- quick run of every SNIA profile: raw members and flashraid RAID 6 over NBD"
 "$bin" bench run --profile snia-iops,snia-latency,snia-throughput --members 6 \
     --member-size 32M --dir "$members/m" --out "$work/run1" >"$work/run1.out" 2>"$work/run1.err" \
     || { tail -30 "$work/run1.err"; fail "bench run"; }
+# The run's member files (RAM on tmpfs) go when it ends; the marked directory stays.
+if ls "$members"/m/member* 2>/dev/null; then fail "the run left its member files"; fi
+[ -e "$members/m/.flashraid-lab" ] || fail "the lab's directory marker is gone"
 for profile in snia-iops snia-latency snia-throughput; do
     d="$work/run1/$profile"
     for f in run.json results.csv report.md report.html manifest.json; do
@@ -282,9 +287,10 @@ grep -q "interrupted by a signal" "$work/run8.out" || { cat "$work/run8.out"; fa
 if pgrep -f "serve --socket $members/m/nbd.sock" >/dev/null; then fail "the server outlived the run"; fi
 # Everything the lab set up is taken down: no mounts, loop devices or nbdfuse left.
 if grep -q flashraid-lab-mnt /proc/mounts; then fail "a lab filesystem is still mounted"; fi
-for m in "$members"/m/member*; do
-    [ -z "$(losetup -j "$m")" ] || fail "a loop device still holds $m"
-done
+# The member files are removed when a run ends, so look for their paths (a loop device on a
+# removed file still names it, with "(deleted)").
+if losetup -a | grep -qF "$members/m/"; then fail "a loop device still holds a member file"; fi
+if ls "$members"/m/member* 2>/dev/null; then fail "the interrupted run left its member files"; fi
 fi
 
 echo "-- load from two hosts (fio servers in network namespaces) over TCP, merged per element"

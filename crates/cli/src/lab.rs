@@ -128,7 +128,8 @@ pub struct LabRunArgs {
     shards: Option<u32>,
     /// Where the member files go (tmpfs: O_DIRECT works there on Linux 6.6+). Made by the
     /// lab (mode 0700) and marked as its own; a directory holding other files, or not owned
-    /// by you, is refused. Default: /dev/shm/flashraid-lab-UID.
+    /// by you, is refused. The member files are removed when the run ends. Default:
+    /// /dev/shm/flashraid-lab-UID.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// fio's engine for file and device targets.
@@ -417,7 +418,7 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         let postmark = plans.iter().any(|p| {
             matches!(p, Job::Files(flashraid_lab::files::FilesShape::SmallFiles(s)) if s.postmark.is_some())
         });
-        files::check_tools(args.fs, &specs, postmark)?;
+        files::check_tools(args.fs, &specs, postmark, args.member_size)?;
     }
     let out =
         args.out.clone().unwrap_or_else(|| PathBuf::from("lab-reports").join(chrono_like_stamp()));
@@ -429,6 +430,8 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         .any(|s| matches!(s, TargetSpec::Members | TargetSpec::Flashraid | TargetSpec::InProcess));
     // Held until the run ends: another run on the same directory waits its turn.
     let _claim = if needs_members { Some(claim_member_dir(member_dir(&args))?) } else { None };
+    // Dropped before the claim (declared after it): the files go while the lock is held.
+    let _release = needs_members.then(|| MemberFiles::of(&args));
     let machine = machine_facts(&args.fio);
     let mut written = vec![];
     for plan in plans {
@@ -537,6 +540,38 @@ fn claim_member_dir(dir: &Path) -> Result<std::fs::File> {
 fn member_paths(args: &LabRunArgs) -> Vec<PathBuf> {
     (0..args.members).map(|i| member_dir(args).join(format!("member{i}"))).collect()
 }
+
+/// The files the lab makes in its member directory (members, spares), removed when the run
+/// ends however it ends: every run purges them first, so nothing in them is worth keeping,
+/// and on the default tmpfs they would hold the machine's memory (8 x 256 MiB by default).
+struct MemberFiles {
+    paths: Vec<PathBuf>,
+}
+
+impl MemberFiles {
+    fn of(args: &LabRunArgs) -> MemberFiles {
+        let mut paths = member_paths(args);
+        paths.extend(LAB_SPARE_FILES.iter().map(|name| member_dir(args).join(name)));
+        MemberFiles { paths }
+    }
+}
+
+impl Drop for MemberFiles {
+    fn drop(&mut self) {
+        for path in &self.paths {
+            // Only regular files: the directory is the lab's, but a path in it that is
+            // something else was not made by the lab (`purge_members` refuses those too).
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+                && let Err(e) = std::fs::remove_file(path)
+            {
+                eprintln!("lab: removing {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// The spare files degraded-rebuild makes beside the members.
+const LAB_SPARE_FILES: [&str; 2] = ["spare", "spare2"];
 
 /// Purge the member files: recreate each as zeroes (on tmpfs this frees every page, the
 /// closest a file gets to a purged device).
@@ -1556,7 +1591,7 @@ fn run_degraded(
         levels: vec![],
     };
     let control = member_dir(args).join("serve.control");
-    let spare = member_dir(args).join("spare");
+    let spare = member_dir(args).join(LAB_SPARE_FILES[0]);
     let mut healthy_max_iops: Option<f64> = None;
     let mut failure = None;
     for &load_percent in &levels {
@@ -1693,7 +1728,7 @@ fn run_degraded(
                      0's failure and a rebuild)"
                 );
                 let seed = seed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let spare2 = member_dir(args).join("spare2");
+                let spare2 = member_dir(args).join(LAB_SPARE_FILES[1]);
                 let drill = Drill {
                     fio: &args.fio,
                     dir: &test_dir,

@@ -74,6 +74,37 @@ impl FsKind {
             FsKind::Xfs => vec!["mkfs.xfs", "-f", "-q"],
         }
     }
+
+    /// The smallest device the mkfs accepts. xfsprogs 5.19 and later (Debian 12's 6.1)
+    /// refuse a data section under 300 MiB; ext4 makes a filesystem in 1 MiB.
+    fn size_bytes_min(self) -> u64 {
+        match self {
+            FsKind::Ext4 => 1 << 20,
+            FsKind::Xfs => 300 << 20,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            FsKind::Ext4 => "ext4",
+            FsKind::Xfs => "xfs",
+        }
+    }
+}
+
+/// Refuse a device too small for the filesystem before anything is written to it, with the
+/// way out, rather than passing on mkfs's usage text.
+fn check_fs_room(kind: FsKind, what: &str, size_bytes: u64) -> Result<()> {
+    if size_bytes < kind.size_bytes_min() {
+        bail!(
+            "{what} is {}, and {} needs at least {}: give it more room (for the \
+             lab's own targets, a larger --member-size) or take --fs ext4",
+            crate::array_cmds::human(size_bytes),
+            kind.name(),
+            crate::array_cmds::human(kind.size_bytes_min())
+        );
+    }
+    Ok(())
 }
 
 const MOUNT_OPTIONS: &str = "noatime";
@@ -137,7 +168,7 @@ impl Drop for Mounted {
     }
 }
 
-/// Run a tool; its stderr in the error when it fails.
+/// Run a tool; the head of its stderr in the error when it fails.
 fn run_tool(command: &mut Command) -> Result<String> {
     let out =
         command.stdin(Stdio::null()).output().with_context(|| format!("running {command:?}"))?;
@@ -145,10 +176,24 @@ fn run_tool(command: &mut Command) -> Result<String> {
         bail!(
             "{command:?} failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr_head(&String::from_utf8_lossy(&out.stderr))
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Lines of a failed tool's stderr kept in the error (and the report's deviation note).
+const STDERR_LINES_MAX: usize = 3;
+
+/// The first lines of a tool's stderr, which say what went wrong; a usage text after them
+/// (mkfs.xfs prints forty lines of it) is counted, not copied into the report.
+fn stderr_head(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let mut head = lines[..lines.len().min(STDERR_LINES_MAX)].join(" ");
+    if lines.len() > STDERR_LINES_MAX {
+        head += &format!(" (and {} more lines)", lines.len() - STDERR_LINES_MAX);
+    }
+    head
 }
 
 /// (size, used) in bytes of the filesystem mounted at `dir`, as df counts them.
@@ -169,7 +214,16 @@ fn free_bytes(dir: &Path) -> Result<u64> {
 }
 
 /// Refuse early, with what is missing, rather than half-way through a run.
-pub(super) fn check_tools(fs: FsKind, specs: &[TargetSpec], postmark: bool) -> Result<()> {
+pub(super) fn check_tools(
+    fs: FsKind,
+    specs: &[TargetSpec],
+    postmark: bool,
+    member_size_bytes: u64,
+) -> Result<()> {
+    // The member files are the smallest of the lab's own targets: refuse before any purge.
+    if specs.iter().any(|s| matches!(s, TargetSpec::Members)) {
+        check_fs_room(fs, "each member file (the `members` target)", member_size_bytes)?;
+    }
     if super::current_uid()? != 0 {
         bail!(
             "video-frames and small-files make and mount a filesystem on each target \
@@ -269,6 +323,11 @@ fn mount(
             vec![file]
         }
     };
+    let size_bytes = match target {
+        Target::File { size_bytes, .. } | Target::Nbd { size_bytes, .. } => *size_bytes,
+    };
+    let what = if files.len() > 1 { "each member file" } else { "the target" };
+    check_fs_room(kind, what, size_bytes)?;
     let mut layers = vec![];
     for (index, file) in files.iter().enumerate() {
         use std::os::unix::fs::FileTypeExt;
@@ -843,4 +902,31 @@ fn run_postmark(
     );
     target.postmark = Some(run);
     clear(fs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usage_text_after_the_error_is_counted_not_copied() {
+        let stderr = "Filesystem must be larger than 300MB.\nUsage: mkfs.xfs\n\n/* blocksize */ [-b size=num]\n/* config */ [-c x]\n";
+        assert_eq!(
+            stderr_head(stderr),
+            "Filesystem must be larger than 300MB. Usage: mkfs.xfs /* blocksize */ [-b size=num] \
+             (and 1 more lines)"
+        );
+        assert_eq!(stderr_head("one line\n"), "one line");
+        assert_eq!(stderr_head(""), "");
+    }
+
+    #[test]
+    fn a_device_too_small_for_the_filesystem_is_refused_with_the_way_out() {
+        let e = check_fs_room(FsKind::Xfs, "each member file", 16 << 20).unwrap_err().to_string();
+        assert!(e.contains("16.0 MiB") && e.contains("300") && e.contains("--fs ext4"), "{e}");
+        check_fs_room(FsKind::Xfs, "the target", 300 << 20).unwrap();
+        check_fs_room(FsKind::Ext4, "each member file", 16 << 20).unwrap();
+        let e = check_tools(FsKind::Xfs, &[TargetSpec::Members], false, 64 << 20).unwrap_err();
+        assert!(e.to_string().contains("`members` target"), "{e}");
+    }
 }
