@@ -626,11 +626,9 @@ struct Slot {
 #[derive(Clone, Copy, Debug)]
 struct RangeRest {
     zeroes: bool,
+    /// FUA goes to the engine with every step, trims included: each step is durable where it
+    /// wrote when it completes, so the reply after the last step needs no flush of its own.
     durability: Durability,
-    /// A trim with FUA: once every step is done, a flush makes what the discards wrote
-    /// (zeroed stripes, parity) durable before the reply (the engine's discard has no FUA of
-    /// its own; found by review: the flag was ignored).
-    flush_after: bool,
     offset: u64,
     end: u64,
 }
@@ -638,20 +636,17 @@ struct RangeRest {
 impl RangeRest {
     /// The next step's request, and what remains after it.
     fn step(self) -> (ArrayOp, Option<RangeRest>) {
-        if self.offset == self.end {
-            assert!(self.flush_after, "a range step past the end");
-            return (ArrayOp::Flush, None);
-        }
+        assert!(self.offset < self.end, "a range step past the end");
         let len_bytes = (self.end - self.offset).min(RANGE_STEP_BYTES);
         let offset = ArrayOffset(self.offset);
+        let durability = self.durability;
         let op = if self.zeroes {
-            ArrayOp::WriteZeroes { offset, len_bytes, durability: self.durability }
+            ArrayOp::WriteZeroes { offset, len_bytes, durability }
         } else {
-            ArrayOp::Discard { offset, len_bytes }
+            ArrayOp::Discard { offset, len_bytes, durability }
         };
         let next = self.offset + len_bytes;
-        let more = next < self.end || self.flush_after;
-        (op, more.then_some(RangeRest { offset: next, ..self }))
+        (op, (next < self.end).then_some(RangeRest { offset: next, ..self }))
     }
 }
 
@@ -1139,7 +1134,7 @@ impl Transmission {
             proto::CMD_READ => (ArrayOp::Read { offset, len_bytes }, false),
             proto::CMD_WRITE => (ArrayOp::Write { offset, len_bytes, durability }, true),
             proto::CMD_FLUSH => (ArrayOp::Flush, false),
-            proto::CMD_TRIM => (ArrayOp::Discard { offset, len_bytes }, true),
+            proto::CMD_TRIM => (ArrayOp::Discard { offset, len_bytes, durability }, true),
             proto::CMD_WRITE_ZEROES => {
                 (ArrayOp::WriteZeroes { offset, len_bytes, durability }, true)
             }
@@ -1162,7 +1157,9 @@ impl Transmission {
         };
         let (offset, len_bytes) = (ArrayOffset(r.offset), u64::from(r.len));
         let op = match op {
-            ArrayOp::Discard { .. } => ArrayOp::Discard { offset, len_bytes },
+            ArrayOp::Discard { durability, .. } => {
+                ArrayOp::Discard { offset, len_bytes, durability }
+            }
             other => other,
         };
         if r.kind != proto::CMD_FLUSH {
@@ -1177,7 +1174,6 @@ impl Transmission {
             proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => RangeRest {
                 zeroes: r.kind == proto::CMD_WRITE_ZEROES,
                 durability,
-                flush_after: r.kind == proto::CMD_TRIM && durability == Durability::Fua,
                 offset: r.offset,
                 end: r.offset + u64::from(r.len),
             }
