@@ -283,6 +283,49 @@ fn negotiation_answers_every_option_and_refuses_what_it_must() {
     assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), f.open().size);
 }
 
+/// A client still negotiating when the server stops is told so: its next option gets
+/// NBD_REP_ERR_SHUTDOWN (the spec's SHOULD; it used to be cut off with no word),
+/// GO included, so nothing enters transmission; the ABORT the spec then asks of the client
+/// is acknowledged and the server closes. EXPORT_NAME, which has no error reply, is closed
+/// on, and a client that sends nothing is closed once the grace is over.
+#[test]
+fn a_client_negotiating_at_the_stop_is_told_the_server_is_shutting_down() {
+    let mut f = Fixture::new(false);
+    let mut listing = f.connect();
+    greet(&mut listing);
+    send_option(&mut listing, proto::OPT_LIST, &[]);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_LIST).0, proto::REP_SERVER);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_LIST).0, proto::REP_ACK);
+    let [mut going, mut named, mut silent] = [f.connect(), f.connect(), f.connect()];
+    for s in [&mut going, &mut named, &mut silent] {
+        greet(s);
+    }
+    let server = f.server.take().unwrap();
+    server.stop();
+    let stopping = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        server.join();
+        started.elapsed()
+    });
+    send_option(&mut listing, proto::OPT_LIST, &[]);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_LIST), (proto::REP_ERR_SHUTDOWN, vec![]));
+    send_option(&mut listing, proto::OPT_GO, &go_payload("t", &[]));
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_GO).0, proto::REP_ERR_SHUTDOWN);
+    send_option(&mut listing, proto::OPT_ABORT, &[]);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_ABORT).0, proto::REP_ACK);
+    assert!(closed(&mut listing));
+    // A client that asks to enter transmission first, and hangs up when refused.
+    send_option(&mut going, proto::OPT_GO, &go_payload("t", &[]));
+    assert_eq!(read_option_reply(&mut going, proto::OPT_GO).0, proto::REP_ERR_SHUTDOWN);
+    drop(going);
+    send_option(&mut named, proto::OPT_EXPORT_NAME, b"t");
+    assert!(closed(&mut named));
+    assert!(closed(&mut silent));
+    let waited = stopping.join().unwrap();
+    let grace = flashraid_nbd::server::STOP_NEGOTIATION_GRACE;
+    assert!(waited < grace + Duration::from_secs(3), "the stop waited {waited:?}");
+}
+
 fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
     let f = Fixture::new(false);
     let mut c = f.open();
