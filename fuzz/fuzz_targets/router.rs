@@ -103,7 +103,7 @@ fn build_op(u: &mut Unstructured, geometry: &Geometry) -> Result<ArrayOp> {
         0 => ArrayOp::Read { offset, len_bytes },
         1 => ArrayOp::Write { offset, len_bytes, durability },
         2 => ArrayOp::Flush,
-        3 => ArrayOp::Discard { offset, len_bytes },
+        3 => ArrayOp::Discard { offset, len_bytes, durability },
         _ => ArrayOp::WriteZeroes { offset, len_bytes, durability },
     })
 }
@@ -112,7 +112,7 @@ fn split_and_check(router: &Router, geometry: &Geometry, piece_bytes_max: u64, o
     let range = match op {
         ArrayOp::Read { offset, len_bytes }
         | ArrayOp::Write { offset, len_bytes, .. }
-        | ArrayOp::Discard { offset, len_bytes }
+        | ArrayOp::Discard { offset, len_bytes, .. }
         | ArrayOp::WriteZeroes { offset, len_bytes, .. } => Some((offset, len_bytes)),
         ArrayOp::Flush => None,
     };
@@ -166,8 +166,8 @@ fn split_and_check(router: &Router, geometry: &Geometry, piece_bytes_max: u64, o
                 assert_eq!(d, durability);
                 (offset.0, u64::from(len_bytes), None)
             }
-            (ArrayOp::Discard { .. }, PieceOp::Zero { stripe, how, durability }) => {
-                assert_eq!((how, durability), (ZeroHow::Discard, Durability::Cached));
+            (ArrayOp::Discard { durability, .. }, PieceOp::Zero { stripe, how, durability: d }) => {
+                assert_eq!((how, d), (ZeroHow::Discard, durability));
                 (stripe.0 * stripe_bytes, stripe_bytes, None)
             }
             (

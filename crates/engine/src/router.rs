@@ -24,9 +24,12 @@ pub enum ArrayOp {
     },
     Flush,
     /// Advisory: whole stripes are deallocated; partial stripes at the ends are left alone.
+    /// With `Durability::Fua`, what it changed is durable when it completes (each stripe's
+    /// members are flushed once their discards are done), as for write-zeroes.
     Discard {
         offset: ArrayOffset,
         len_bytes: u64,
+        durability: Durability,
     },
     /// Whole stripes are zeroed on the members; partial stripes are written with zeroes.
     WriteZeroes {
@@ -157,16 +160,9 @@ impl Router {
                     sink(Piece { shard, op })
                 });
             }
-            ArrayOp::Discard { offset, len_bytes } => {
+            ArrayOp::Discard { offset, len_bytes, durability } => {
                 self.check(offset, len_bytes)?;
-                self.zero_stripes(
-                    offset,
-                    len_bytes,
-                    ZeroHow::Discard,
-                    Durability::Cached,
-                    sink,
-                    false,
-                );
+                self.zero_stripes(offset, len_bytes, ZeroHow::Discard, durability, sink, false);
             }
             ArrayOp::WriteZeroes { offset, len_bytes, durability } => {
                 self.check(offset, len_bytes)?;
@@ -314,13 +310,25 @@ mod tests {
             })
             .sum();
         assert_eq!(written, stripe - 4096 + 4096);
-        // Discard leaves the partial ends alone.
-        let mut pieces = vec![];
-        r.split(ArrayOp::Discard { offset: ArrayOffset(4096), len_bytes: 3 * stripe }, &mut |p| {
-            pieces.push(p)
-        })
-        .unwrap();
-        assert!(pieces.iter().all(|p| matches!(p.op, PieceOp::Zero { .. })));
+        // Discard leaves the partial ends alone, and carries its durability to every stripe
+        // it zeroes (a FUA discard is made durable where it wrote, by the shards).
+        for durability in [Durability::Cached, Durability::Fua] {
+            let mut pieces = vec![];
+            let op =
+                ArrayOp::Discard { offset: ArrayOffset(4096), len_bytes: 3 * stripe, durability };
+            r.split(op, &mut |p| pieces.push(p)).unwrap();
+            let zeroed: Vec<u64> = pieces
+                .iter()
+                .map(|p| match p.op {
+                    PieceOp::Zero { stripe, how: ZeroHow::Discard, durability: d } => {
+                        assert_eq!(d, durability);
+                        stripe.0
+                    }
+                    other => panic!("a discard cut into {other:?}"),
+                })
+                .collect();
+            assert_eq!(zeroed, vec![1, 2]);
+        }
     }
 
     #[test]

@@ -16,11 +16,13 @@
 //! flight per connection; `REQUEST_BYTES_MAX` per request; replies not yet written at most
 //! `REPLY_BACKLOG_BYTES_MAX` (beyond it, no new request is read); read buffers (in flight
 //! and not yet written) at most `READ_BUFFERS_BYTES_MAX` beyond one request (beyond it, a
-//! read waits for earlier replies to be written); negotiation within
-//! `HANDSHAKE_TIMEOUT`. A read's reply is assembled in its slot, whose buffer is kept for the
-//! next request up to 1 MiB (`KEEP_BUFFER_BYTES`): reads larger than that allocate their
-//! buffer per request, the price of not pinning 8 MiB per slot. Simple replies only (structured replies are refused; every client
-//! falls back). TLS (`crate::tls`), when configured, is required before anything else.
+//! read waits for earlier replies to be written); negotiation within `HANDSHAKE_TIMEOUT`, and
+//! once the server stops, within `STOP_NEGOTIATION_GRACE` (options then get
+//! `NBD_REP_ERR_SHUTDOWN`). A read's reply is assembled in its slot, whose buffer is kept for
+//! the next request up to 1 MiB (`KEEP_BUFFER_BYTES`): reads larger than that allocate their
+//! buffer per request, the price of not pinning 8 MiB per slot. Simple replies only
+//! (structured replies are refused; every client falls back). TLS (`crate::tls`), when
+//! configured, is required before anything else.
 
 use crate::proto::{self, Decoded};
 use flashraid_engine::{ArrayOp, Durability, RequestError};
@@ -44,6 +46,11 @@ pub const CONNECTION_REQUESTS_MAX: usize = 128;
 pub const REQUEST_BYTES_MAX: u32 = 8 << 20;
 /// A client has this long to finish negotiating.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Once the server stops, a client still negotiating has this long to send its next option,
+/// which is answered `NBD_REP_ERR_SHUTDOWN` (an `NBD_OPT_ABORT`, the client's answer to that,
+/// is acknowledged), before it is closed: the spec's SHOULD, bounded so that a silent client
+/// does not hold the stop for longer.
+pub const STOP_NEGOTIATION_GRACE: Duration = Duration::from_secs(1);
 /// After the server is told to stop, how long a connection may take to finish its requests
 /// and write their replies before its socket is treated as dead.
 pub const STOP_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -447,17 +454,19 @@ fn preferred_block(array: &Array) -> u32 {
 
 /// Fixed newstyle negotiation over a non-blocking socket. Returns the stream to transmit on
 /// (TLS after STARTTLS), or `None` when the client ended the negotiation cleanly (ABORT).
+/// Once the server stops, options are refused with `NBD_REP_ERR_SHUTDOWN` for at most
+/// `STOP_NEGOTIATION_GRACE`, until the client aborts or hangs up.
 #[allow(clippy::type_complexity)]
 fn handshake<'a>(
     mut stream: Box<dyn Stream>,
     exports: &'a ExportConfig,
     stop: &AtomicBool,
 ) -> Result<Option<(Box<dyn Stream>, &'a Export)>, ConnectionError> {
-    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let limit = Limit::new(stop, Instant::now() + HANDSHAKE_TIMEOUT, Some(STOP_NEGOTIATION_GRACE));
     let mut tls_active = false;
-    write_full(&mut *stream, &proto::greeting(), stop, deadline)?;
+    write_full(&mut *stream, &proto::greeting(), &limit)?;
     let mut flags = [0u8; 4];
-    read_full(&mut *stream, &mut flags, stop, deadline)?;
+    read_full(&mut *stream, &mut flags, &limit)?;
     let client_flags = u32::from_be_bytes(flags);
     if client_flags & proto::CLIENT_FIXED_NEWSTYLE == 0 {
         return Err(ConnectionError::NotFixedNewstyle);
@@ -471,7 +480,7 @@ fn handshake<'a>(
     let mut out = Vec::with_capacity(256);
     loop {
         let mut header = [0u8; proto::OPTION_HEADER_BYTES];
-        read_full(&mut *stream, &mut header, stop, deadline)?;
+        read_full(&mut *stream, &mut header, &limit)?;
         out.clear();
         let h = match proto::decode_option_header(&header) {
             Ok(Decoded::Item(h, _)) => h,
@@ -483,15 +492,31 @@ fn handshake<'a>(
                 if option == proto::OPT_EXPORT_NAME {
                     return Err(proto::ProtocolError::OptionTooLarge(len).into());
                 }
-                skip(&mut *stream, u64::from(len), stop, deadline)?;
-                proto::option_reply(option, proto::REP_ERR_TOO_BIG, &[], &mut out);
-                write_full(&mut *stream, &out, stop, deadline)?;
+                skip(&mut *stream, u64::from(len), &limit)?;
+                let why = if limit.stopping()? {
+                    proto::REP_ERR_SHUTDOWN
+                } else {
+                    proto::REP_ERR_TOO_BIG
+                };
+                proto::option_reply(option, why, &[], &mut out);
+                write_full(&mut *stream, &out, &limit)?;
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
         let mut payload = vec![0u8; h.len as usize];
-        read_full(&mut *stream, &mut payload, stop, deadline)?;
+        read_full(&mut *stream, &mut payload, &limit)?;
+        // The server stops: every option but ABORT is refused, the one in flight included,
+        // and the client is expected to answer with ABORT (the spec's soft disconnect).
+        if limit.stopping()? && h.option != proto::OPT_ABORT {
+            if h.option == proto::OPT_EXPORT_NAME {
+                // No error reply exists for this option: close.
+                return Err(ConnectionError::Stopping);
+            }
+            proto::option_reply(h.option, proto::REP_ERR_SHUTDOWN, &[], &mut out);
+            write_full(&mut *stream, &out, &limit)?;
+            continue;
+        }
         if exports.tls.is_some()
             && !tls_active
             && h.option != proto::OPT_STARTTLS
@@ -502,7 +527,7 @@ fn handshake<'a>(
                 return Err(ConnectionError::TlsRequired);
             }
             proto::option_reply(h.option, proto::REP_ERR_TLS_REQD, &[], &mut out);
-            write_full(&mut *stream, &out, stop, deadline)?;
+            write_full(&mut *stream, &out, &limit)?;
             continue;
         }
         match h.option {
@@ -515,12 +540,12 @@ fn handshake<'a>(
                 let size = export.array.size_bytes();
                 let tflags = transmission_flags(export.read_only);
                 proto::export_name_reply(size, tflags, no_zeroes, &mut out);
-                write_full(&mut *stream, &out, stop, deadline)?;
+                write_full(&mut *stream, &out, &limit)?;
                 return Ok(Some((stream, export)));
             }
             proto::OPT_ABORT => {
                 proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
-                let _ = write_full(&mut *stream, &out, stop, deadline);
+                let _ = write_full(&mut *stream, &out, &limit);
                 return Ok(None);
             }
             proto::OPT_LIST => {
@@ -556,7 +581,7 @@ fn handshake<'a>(
                         }
                         proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
                         if h.option == proto::OPT_GO {
-                            write_full(&mut *stream, &out, stop, deadline)?;
+                            write_full(&mut *stream, &out, &limit)?;
                             return Ok(Some((stream, export)));
                         }
                     }
@@ -572,15 +597,15 @@ fn handshake<'a>(
                 }
                 Some(setup) => {
                     proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
-                    write_full(&mut *stream, &out, stop, deadline)?;
-                    stream = start_tls(stream, setup, stop, deadline)?;
+                    write_full(&mut *stream, &out, &limit)?;
+                    stream = start_tls(stream, setup, &limit)?;
                     tls_active = true;
                     continue;
                 }
             },
             _ => proto::option_reply(h.option, proto::REP_ERR_UNSUP, &[], &mut out),
         }
-        write_full(&mut *stream, &out, stop, deadline)?;
+        write_full(&mut *stream, &out, &limit)?;
     }
 }
 
@@ -588,8 +613,7 @@ fn handshake<'a>(
 fn start_tls(
     plain: Box<dyn Stream>,
     setup: &crate::tls::TlsSetup,
-    stop: &AtomicBool,
-    deadline: Instant,
+    limit: &Limit,
 ) -> Result<Box<dyn Stream>, ConnectionError> {
     let mut tls = crate::tls::TlsStream::new(plain, setup)?;
     loop {
@@ -597,7 +621,7 @@ fn start_tls(
             Ok(()) => return Ok(Box::new(tls)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let events = if tls.output_waiting() { libc::POLLOUT } else { libc::POLLIN };
-                wait_until(&tls, events, stop, deadline)?;
+                wait_until(&tls, events, limit)?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -626,11 +650,9 @@ struct Slot {
 #[derive(Clone, Copy, Debug)]
 struct RangeRest {
     zeroes: bool,
+    /// FUA goes to the engine with every step, trims included: each step is durable where it
+    /// wrote when it completes, so the reply after the last step needs no flush of its own.
     durability: Durability,
-    /// A trim with FUA: once every step is done, a flush makes what the discards wrote
-    /// (zeroed stripes, parity) durable before the reply (the engine's discard has no FUA of
-    /// its own; found by review: the flag was ignored).
-    flush_after: bool,
     offset: u64,
     end: u64,
 }
@@ -638,20 +660,17 @@ struct RangeRest {
 impl RangeRest {
     /// The next step's request, and what remains after it.
     fn step(self) -> (ArrayOp, Option<RangeRest>) {
-        if self.offset == self.end {
-            assert!(self.flush_after, "a range step past the end");
-            return (ArrayOp::Flush, None);
-        }
+        assert!(self.offset < self.end, "a range step past the end");
         let len_bytes = (self.end - self.offset).min(RANGE_STEP_BYTES);
         let offset = ArrayOffset(self.offset);
+        let durability = self.durability;
         let op = if self.zeroes {
-            ArrayOp::WriteZeroes { offset, len_bytes, durability: self.durability }
+            ArrayOp::WriteZeroes { offset, len_bytes, durability }
         } else {
-            ArrayOp::Discard { offset, len_bytes }
+            ArrayOp::Discard { offset, len_bytes, durability }
         };
         let next = self.offset + len_bytes;
-        let more = next < self.end || self.flush_after;
-        (op, more.then_some(RangeRest { offset: next, ..self }))
+        (op, (next < self.end).then_some(RangeRest { offset: next, ..self }))
     }
 }
 
@@ -1139,7 +1158,7 @@ impl Transmission {
             proto::CMD_READ => (ArrayOp::Read { offset, len_bytes }, false),
             proto::CMD_WRITE => (ArrayOp::Write { offset, len_bytes, durability }, true),
             proto::CMD_FLUSH => (ArrayOp::Flush, false),
-            proto::CMD_TRIM => (ArrayOp::Discard { offset, len_bytes }, true),
+            proto::CMD_TRIM => (ArrayOp::Discard { offset, len_bytes, durability }, true),
             proto::CMD_WRITE_ZEROES => {
                 (ArrayOp::WriteZeroes { offset, len_bytes, durability }, true)
             }
@@ -1162,7 +1181,9 @@ impl Transmission {
         };
         let (offset, len_bytes) = (ArrayOffset(r.offset), u64::from(r.len));
         let op = match op {
-            ArrayOp::Discard { .. } => ArrayOp::Discard { offset, len_bytes },
+            ArrayOp::Discard { durability, .. } => {
+                ArrayOp::Discard { offset, len_bytes, durability }
+            }
             other => other,
         };
         if r.kind != proto::CMD_FLUSH {
@@ -1177,7 +1198,6 @@ impl Transmission {
             proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => RangeRest {
                 zeroes: r.kind == proto::CMD_WRITE_ZEROES,
                 durability,
-                flush_after: r.kind == proto::CMD_TRIM && durability == Durability::Fua,
                 offset: r.offset,
                 end: r.offset + u64::from(r.len),
             }
@@ -1214,7 +1234,8 @@ impl Transmission {
         } else if let Some(stop) = direct {
             let received = &self.rbuf[start..self.rend];
             let stream = &mut self.stream;
-            let deadline = Instant::now() + PAYLOAD_TIMEOUT;
+            // A stopping server gives the payload up at once.
+            let limit = Limit::new(stop, Instant::now() + PAYLOAD_TIMEOUT, None);
             let error = &mut fill_error;
             let mut consumed = 0usize;
             let mut fill = |at: u64, piece: &mut [u8]| -> io::Result<()> {
@@ -1226,7 +1247,7 @@ impl Transmission {
                 if from_buf > 0 {
                     piece[..from_buf].copy_from_slice(&received[at..at + from_buf]);
                 }
-                read_full(&mut **stream, &mut piece[from_buf..], stop, deadline).map_err(|e| {
+                read_full(&mut **stream, &mut piece[from_buf..], &limit).map_err(|e| {
                     let e = match e {
                         ConnectionError::HandshakeTimeout(_) => {
                             ConnectionError::PayloadTimeout(PAYLOAD_TIMEOUT)
@@ -1606,19 +1627,48 @@ fn wait_fd(fd: RawFd, events: i16, timeout: Duration) -> bool {
     n > 0
 }
 
-/// Wait until `stream`'s socket has `events`, giving up at `deadline` or when the server
-/// stops (a client that connects and says nothing must not hold a slot or the shutdown).
-fn wait_until(
-    stream: &dyn Stream,
-    events: i16,
-    stop: &AtomicBool,
-    deadline: Instant,
-) -> Result<(), ConnectionError> {
+/// When a blocking read or write of the negotiation (or of a write's payload on a connection
+/// thread) gives up: at its deadline, or when the server stops (a client that connects and
+/// says nothing must not hold a slot or the shutdown), at once or after a grace.
+struct Limit<'a> {
+    stop: &'a AtomicBool,
+    deadline: std::cell::Cell<Instant>,
+    /// How long the step may go on once the server stops (`None`: not at all).
+    grace: Option<Duration>,
+    /// The stop was seen, and the deadline brought within the grace.
+    stopping: std::cell::Cell<bool>,
+}
+
+impl<'a> Limit<'a> {
+    fn new(stop: &'a AtomicBool, deadline: Instant, grace: Option<Duration>) -> Self {
+        Limit {
+            stop,
+            deadline: std::cell::Cell::new(deadline),
+            grace,
+            stopping: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Whether the server is stopping (the first time it is seen, the deadline comes within
+    /// the grace); an error if there is no grace.
+    fn stopping(&self) -> Result<bool, ConnectionError> {
+        if !self.stopping.get() && self.stop.load(Ordering::Relaxed) {
+            let Some(grace) = self.grace else { return Err(ConnectionError::Stopping) };
+            self.stopping.set(true);
+            self.deadline.set(self.deadline.get().min(Instant::now() + grace));
+        }
+        Ok(self.stopping.get())
+    }
+}
+
+/// Wait until `stream`'s socket has `events`, within `limit`.
+fn wait_until(stream: &dyn Stream, events: i16, limit: &Limit) -> Result<(), ConnectionError> {
     loop {
-        if stop.load(Ordering::Relaxed) {
+        let stopping = limit.stopping()?;
+        let (now, deadline) = (Instant::now(), limit.deadline.get());
+        if now >= deadline && stopping {
             return Err(ConnectionError::Stopping);
         }
-        let now = Instant::now();
         if now >= deadline {
             return Err(ConnectionError::HandshakeTimeout(HANDSHAKE_TIMEOUT));
         }
@@ -1632,16 +1682,17 @@ fn wait_until(
 fn read_full(
     stream: &mut dyn Stream,
     buf: &mut [u8],
-    stop: &AtomicBool,
-    deadline: Instant,
+    limit: &Limit,
 ) -> Result<(), ConnectionError> {
     let mut at = 0;
     while at < buf.len() {
         match stream.read(&mut buf[at..]) {
+            // A client told the server is stopping may just hang up.
+            Ok(0) if limit.stopping.get() => return Err(ConnectionError::Stopping),
             Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             Ok(n) => at += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_until(stream, libc::POLLIN, stop, deadline)?
+                wait_until(stream, libc::POLLIN, limit)?
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
@@ -1654,15 +1705,14 @@ fn read_full(
 fn write_full(
     stream: &mut dyn Stream,
     mut bytes: &[u8],
-    stop: &AtomicBool,
-    deadline: Instant,
+    limit: &Limit,
 ) -> Result<(), ConnectionError> {
     while !bytes.is_empty() {
         match stream.write(bytes) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
             Ok(n) => bytes = &bytes[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_until(stream, libc::POLLOUT, stop, deadline)?
+                wait_until(stream, libc::POLLOUT, limit)?
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
@@ -1672,7 +1722,7 @@ fn write_full(
         match stream.send_waiting() {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_until(stream, libc::POLLOUT, stop, deadline)?
+                wait_until(stream, libc::POLLOUT, limit)?
             }
             Err(e) => return Err(e.into()),
         }
@@ -1681,16 +1731,11 @@ fn write_full(
 }
 
 /// Read and drop `len` bytes during negotiation.
-fn skip(
-    stream: &mut dyn Stream,
-    mut len: u64,
-    stop: &AtomicBool,
-    deadline: Instant,
-) -> Result<(), ConnectionError> {
+fn skip(stream: &mut dyn Stream, mut len: u64, limit: &Limit) -> Result<(), ConnectionError> {
     let mut sink = [0u8; 4096];
     while len > 0 {
         let n = len.min(sink.len() as u64) as usize;
-        read_full(stream, &mut sink[..n], stop, deadline)?;
+        read_full(stream, &mut sink[..n], limit)?;
         len -= n as u64;
     }
     Ok(())

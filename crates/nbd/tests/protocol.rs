@@ -49,7 +49,7 @@ in_both_modes!(
     trims_and_zeroes_larger_than_the_payload_limit_work_in_steps,
     stopping_does_not_wait_for_a_silent_client,
     a_read_only_export_refuses_changes,
-    a_trim_with_fua_is_flushed_before_its_reply,
+    a_trim_with_fua_is_durable_when_answered_with_no_array_flush,
 );
 
 struct Fixture {
@@ -57,6 +57,7 @@ struct Fixture {
     socket: std::path::PathBuf,
     server: Option<Server>,
     array: Option<Arc<Array>>,
+    members: Vec<Arc<MemMember>>,
 }
 
 impl Fixture {
@@ -65,14 +66,15 @@ impl Fixture {
     }
 
     fn with_members(read_only: bool, count: usize, member_bytes: u64) -> Fixture {
-        let array = common::memory_array(Level::Raid6, count, member_bytes, 2);
+        let (array, members) =
+            common::memory_array_and_members(Level::Raid6, count, member_bytes, 2);
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("s");
         let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
         let mut export = ExportConfig::single("t", array.clone(), read_only);
         export.connection_threads = CONNECTION_THREADS.get();
         let server = Server::start(export, vec![listener]).unwrap();
-        Fixture { _dir: dir, socket, server: Some(server), array: Some(array) }
+        Fixture { _dir: dir, socket, server: Some(server), array: Some(array), members }
     }
 
     fn connect(&self) -> UnixStream {
@@ -279,6 +281,49 @@ fn negotiation_answers_every_option_and_refuses_what_it_must() {
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
     assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), f.open().size);
+}
+
+/// A client still negotiating when the server stops is told so: its next option gets
+/// NBD_REP_ERR_SHUTDOWN (the spec's SHOULD; it used to be cut off with no word),
+/// GO included, so nothing enters transmission; the ABORT the spec then asks of the client
+/// is acknowledged and the server closes. EXPORT_NAME, which has no error reply, is closed
+/// on, and a client that sends nothing is closed once the grace is over.
+#[test]
+fn a_client_negotiating_at_the_stop_is_told_the_server_is_shutting_down() {
+    let mut f = Fixture::new(false);
+    let mut listing = f.connect();
+    greet(&mut listing);
+    send_option(&mut listing, proto::OPT_LIST, &[]);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_LIST).0, proto::REP_SERVER);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_LIST).0, proto::REP_ACK);
+    let [mut going, mut named, mut silent] = [f.connect(), f.connect(), f.connect()];
+    for s in [&mut going, &mut named, &mut silent] {
+        greet(s);
+    }
+    let server = f.server.take().unwrap();
+    server.stop();
+    let stopping = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        server.join();
+        started.elapsed()
+    });
+    send_option(&mut listing, proto::OPT_LIST, &[]);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_LIST), (proto::REP_ERR_SHUTDOWN, vec![]));
+    send_option(&mut listing, proto::OPT_GO, &go_payload("t", &[]));
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_GO).0, proto::REP_ERR_SHUTDOWN);
+    send_option(&mut listing, proto::OPT_ABORT, &[]);
+    assert_eq!(read_option_reply(&mut listing, proto::OPT_ABORT).0, proto::REP_ACK);
+    assert!(closed(&mut listing));
+    // A client that asks to enter transmission first, and hangs up when refused.
+    send_option(&mut going, proto::OPT_GO, &go_payload("t", &[]));
+    assert_eq!(read_option_reply(&mut going, proto::OPT_GO).0, proto::REP_ERR_SHUTDOWN);
+    drop(going);
+    send_option(&mut named, proto::OPT_EXPORT_NAME, b"t");
+    assert!(closed(&mut named));
+    assert!(closed(&mut silent));
+    let waited = stopping.join().unwrap();
+    let grace = flashraid_nbd::server::STOP_NEGOTIATION_GRACE;
+    assert!(waited < grace + Duration::from_secs(3), "the stop waited {waited:?}");
 }
 
 fn requests_get_the_errors_the_protocol_names_and_the_connection_survives() {
@@ -611,28 +656,51 @@ fn a_client_stalled_on_a_connection_thread_is_cut_off_at_the_deadlines() {
 }
 
 /// A trim may write (stripes zeroed, parity); with FUA that must be durable when answered
-/// (found by review: the flag was dropped, the engine's discard has none of its own).
-fn a_trim_with_fua_is_flushed_before_its_reply() {
+/// (found by review: the flag was dropped). The engine's discard carries FUA as write-zeroes
+/// does: each stripe's members are flushed once its discards are done, before the reply, and
+/// no array flush follows (which had flushed every member of every shard after each FUA trim,
+/// those of untouched stripes included).
+fn a_trim_with_fua_is_durable_when_answered_with_no_array_flush() {
     // 4 data members of 100 MiB: the export is larger than one step (RANGE_STEP_BYTES).
     let f = Fixture::with_members(false, 6, 100 << 20);
     let mut c = f.open();
     let array = f.array.as_ref().unwrap();
-    let flushes = || array.status().unwrap().counters.flushes;
+    let array_flushes = || array.status().unwrap().counters.flushes;
+    let member_flushes = || f.members.iter().map(|m| m.flushes()).collect::<Vec<_>>();
+    // Each stripe's zeroing flushes its members once done, so a FUA trim of n whole stripes
+    // flushes every member at least n times: this also says that every step carried FUA.
+    let stripe_bytes = 4 * 16384;
+    let flushed_every_member = |before: &[u64], stripes: u64| {
+        member_flushes().iter().zip(before).all(|(now, then)| now - then >= stripes)
+    };
+    // A trim with no whole stripe inside (a stripe is 64 KiB) changes nothing: no flush.
+    let (arrays, members) = (array_flushes(), member_flushes());
+    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 1, 4096, 8192, &[]);
+    assert_eq!(c.reply(0).0, 0);
+    assert_eq!(array_flushes(), arrays, "a FUA trim of no whole stripe flushed the array");
+    assert_eq!(member_flushes(), members, "a FUA trim of no whole stripe flushed a member");
     assert_eq!(c.write(0, &pattern(5, 1 << 20)), 0);
-    let before = flushes();
-    c.send(proto::CMD_TRIM, 0, 1, 0, 1 << 20, &[]);
+    let arrays = array_flushes();
+    c.send(proto::CMD_TRIM, 0, 2, 0, 1 << 20, &[]);
     assert_eq!(c.reply(0).0, 0);
-    assert_eq!(flushes(), before, "a trim without FUA flushed");
-    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 2, 0, 1 << 20, &[]);
+    assert_eq!(array_flushes(), arrays, "a trim without FUA flushed the array");
+    // Every stripe of a trim spans all six members.
+    let members = member_flushes();
+    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 3, 0, 1 << 20, &[]);
     assert_eq!(c.reply(0).0, 0);
-    assert!(flushes() > before, "a trim with FUA was answered with no flush");
-    // Larger than one step: the flush follows the last step.
+    let stripes = (1 << 20) / stripe_bytes;
+    assert!(flushed_every_member(&members, stripes), "a FUA trim answered before its flushes");
+    assert_eq!(array_flushes(), arrays, "a FUA trim was followed by an array flush");
+    // Larger than one step: every step carries FUA.
     let size = c.size;
     assert!(size > flashraid_nbd::server::RANGE_STEP_BYTES);
-    let before = flushes();
-    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 3, 0, size as u32, &[]);
+    let members = member_flushes();
+    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 4, 0, size as u32, &[]);
     assert_eq!(c.reply(0).0, 0);
-    assert!(flushes() > before, "a stepped trim with FUA was answered with no flush");
+    let stripes = size / stripe_bytes;
+    assert!(flushed_every_member(&members, stripes), "a step of a FUA trim had no FUA");
+    assert_eq!(array_flushes(), arrays, "a stepped FUA trim was followed by an array flush");
+    assert_eq!(c.read(0, 1 << 20), (0, vec![0u8; 1 << 20]));
 }
 
 fn a_read_only_export_refuses_changes() {

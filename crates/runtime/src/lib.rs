@@ -119,7 +119,12 @@ impl Session {
 
     /// Deallocate whole stripes in the range (advisory).
     pub fn discard(&mut self, offset: u64, len_bytes: u64) -> Result<(), ArrayError> {
-        self.run_one(ArrayOp::Discard { offset: ArrayOffset(offset), len_bytes }, None, None)
+        let op = ArrayOp::Discard {
+            offset: ArrayOffset(offset),
+            len_bytes,
+            durability: Durability::Cached,
+        };
+        self.run_one(op, None, None)
     }
 
     /// Make the range read as zeroes.

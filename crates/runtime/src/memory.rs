@@ -21,6 +21,7 @@ use crate::faults::{Faults, PowerDomain, TornReport, WriteFate};
 use flashraid_engine::{Driver, IoError, MemberCompletion, MemberIo, MemberIoKind};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Memory posing as a device.
@@ -33,11 +34,14 @@ pub struct MemMember {
     _storage: Vec<u8>,
     faults: Faults,
     power: PowerDomain,
+    /// Flushes asked of the member (see `flushes`).
+    flushes: AtomicU64,
 }
 
 // SAFETY: the memory is only accessed through `ptr` by `copy_out`/`copy_in`/`fill_zero`,
 // which copy bytes; concurrent callers touch disjoint ranges by the engine's ownership rules
-// (module doc), so sharing across threads races on no byte. `faults` and `power` are atomics.
+// (module doc), so sharing across threads races on no byte. `faults`, `power` and `flushes` are
+// atomics.
 unsafe impl Send for MemMember {}
 // SAFETY: as above.
 unsafe impl Sync for MemMember {}
@@ -60,6 +64,7 @@ impl MemMember {
             _storage: storage,
             faults: Faults::default(),
             power: power.clone(),
+            flushes: AtomicU64::new(0),
         })
     }
 
@@ -129,7 +134,15 @@ impl MemMember {
 
     /// Flush as the device would (faults included; persisted data is durable already).
     pub fn flush(&self) -> Result<(), String> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
         self.faults.flush_fate(&self.power).map_err(|e| self.describe(e))
+    }
+
+    /// Flushes asked of this member so far, from the data path and the controller alike,
+    /// whatever their outcome. A member here has no cache to flush, so this is how a test
+    /// sees where the engine made something durable.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Relaxed)
     }
 
     fn write_checked(&self, data: &[u8], start: usize, offset: u64) -> Result<(), IoError> {
@@ -198,7 +211,10 @@ impl MemMember {
                 let buf = unsafe { std::slice::from_raw_parts(ptr, len) };
                 self.write_checked(buf, start, offset_bytes)
             }
-            MemberIoKind::Flush => self.faults.flush_fate(&self.power),
+            MemberIoKind::Flush => {
+                self.flushes.fetch_add(1, Ordering::Relaxed);
+                self.faults.flush_fate(&self.power)
+            }
             MemberIoKind::Discard { offset_bytes, len_bytes }
             | MemberIoKind::WriteZeroes { offset_bytes, len_bytes } => {
                 let len = usize::try_from(len_bytes).map_err(|_| IoError::Media)?;

@@ -267,7 +267,12 @@ fn submit_random(
             if first < last {
                 model[first as usize..last as usize].fill(0);
             }
-            (ArrayOp::Discard { offset: ArrayOffset(start), len_bytes: len }, None, Expect::Other)
+            let op = ArrayOp::Discard {
+                offset: ArrayOffset(start),
+                len_bytes: len,
+                durability: Durability::Cached,
+            };
+            (op, None, Expect::Other)
         }
         _ => {
             model[start as usize..end as usize].fill(0);
