@@ -371,7 +371,7 @@ pub fn serve_connection(
         return serve_in_reactor(stream, export, stop);
     }
     let session = export.array.session_with_bell()?;
-    Transmission::new(stream, session, export.array.size_bytes(), export.read_only).run(stop)
+    Transmission::new(stream, session, &export.array, export.read_only).run(stop)
 }
 
 /// Transmission inside a reactor thread, as one of its jobs: no thread of this connection
@@ -385,8 +385,7 @@ fn serve_in_reactor(
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let index = NEXT.fetch_add(1, Ordering::Relaxed);
     let session = export.array.job_session(index)?;
-    let mut transmission =
-        Transmission::new(stream, session, export.array.size_bytes(), export.read_only);
+    let mut transmission = Transmission::new(stream, session, &export.array, export.read_only);
     transmission.in_reactor = true;
     let job_stop = Arc::new(AtomicBool::new(false));
     let (result_tx, result_rx) = std::sync::mpsc::channel();
@@ -650,9 +649,13 @@ struct Slot {
 #[derive(Clone, Copy, Debug)]
 struct RangeRest {
     zeroes: bool,
-    /// FUA goes to the engine with every step, trims included: each step is durable where it
-    /// wrote when it completes, so the reply after the last step needs no flush of its own.
+    /// Within one stripe, FUA goes to the engine with the request: the stripe flushes the
+    /// members it zeroed once done (one flush each). Across stripes the engine would flush
+    /// every member once per stripe, unmerged (a 1 GiB FUA trim of RAID 6 on files: 1.1 s
+    /// against 0.3 s), so the steps go without FUA and `flush_after` ends the range with one
+    /// array flush before the reply.
     durability: Durability,
+    flush_after: bool,
     offset: u64,
     end: u64,
 }
@@ -660,7 +663,10 @@ struct RangeRest {
 impl RangeRest {
     /// The next step's request, and what remains after it.
     fn step(self) -> (ArrayOp, Option<RangeRest>) {
-        assert!(self.offset < self.end, "a range step past the end");
+        if self.offset == self.end {
+            assert!(self.flush_after, "a range step past the end");
+            return (ArrayOp::Flush, None);
+        }
         let len_bytes = (self.end - self.offset).min(RANGE_STEP_BYTES);
         let offset = ArrayOffset(self.offset);
         let durability = self.durability;
@@ -670,7 +676,8 @@ impl RangeRest {
             ArrayOp::Discard { offset, len_bytes, durability }
         };
         let next = self.offset + len_bytes;
-        (op, (next < self.end).then_some(RangeRest { offset: next, ..self }))
+        let more = next < self.end || self.flush_after;
+        (op, more.then_some(RangeRest { offset: next, ..self }))
     }
 }
 
@@ -678,6 +685,9 @@ struct Transmission {
     stream: Box<dyn Stream>,
     session: Session,
     size_bytes: u64,
+    /// Data bytes of one stripe: a FUA trim or write-zeroes within one stripe carries its FUA
+    /// into the engine, a larger one ends with one array flush (see `RangeRest`).
+    stripe_data_bytes: u64,
     read_only: bool,
     slots: Vec<Slot>,
     free: Vec<usize>,
@@ -723,11 +733,12 @@ struct Transmission {
 }
 
 impl Transmission {
-    fn new(stream: Box<dyn Stream>, session: Session, size_bytes: u64, read_only: bool) -> Self {
+    fn new(stream: Box<dyn Stream>, session: Session, array: &Array, read_only: bool) -> Self {
         Self {
             stream,
             session,
-            size_bytes,
+            size_bytes: array.size_bytes(),
+            stripe_data_bytes: array.geometry().stripe_data_bytes(),
             read_only,
             slots: (0..CONNECTION_REQUESTS_MAX)
                 .map(|_| Slot {
@@ -1195,13 +1206,20 @@ impl Transmission {
             }
         }
         let (op, rest) = match r.kind {
-            proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => RangeRest {
-                zeroes: r.kind == proto::CMD_WRITE_ZEROES,
-                durability,
-                offset: r.offset,
-                end: r.offset + u64::from(r.len),
+            proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
+                let end = r.offset + u64::from(r.len);
+                let one_stripe =
+                    r.offset / self.stripe_data_bytes == (end - 1) / self.stripe_data_bytes;
+                let fua = durability == Durability::Fua;
+                RangeRest {
+                    zeroes: r.kind == proto::CMD_WRITE_ZEROES,
+                    durability: if one_stripe { durability } else { Durability::Cached },
+                    flush_after: fua && !one_stripe,
+                    offset: r.offset,
+                    end,
+                }
+                .step()
             }
-            .step(),
             _ => (op, None),
         };
         if r.kind == proto::CMD_READ && !self.room_for_read(slot, r.len as usize) {
