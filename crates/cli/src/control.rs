@@ -441,6 +441,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "located": x.tally.located,
             "repaired": x.tally.repaired,
             "read_errors_repaired": x.tally.read_errors_repaired,
+            "read_errors_left": x.tally.read_errors_left,
             "unreadable": x.tally.unreadable,
             "untrusted": x.tally.untrusted,
             "stopped": x.stopped,
@@ -733,8 +734,13 @@ fn scrub_line(x: &Value) -> Option<String> {
         Some(n) if n > 0 => format!(", {n} passed over (awaiting resync)"),
         _ => String::new(),
     };
+    // Read-only: read errors are reported, never rewritten.
+    let left = match x["read_errors_left"].as_u64() {
+        Some(n) if n > 0 => format!(", {n} read errors left as they are (read-only)"),
+        _ => String::new(),
+    };
     Some(format!(
-        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten, {} unreadable{untrusted}, {} s",
+        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten{left}, {} unreadable{untrusted}, {} s",
         x["mode"].as_str().unwrap_or("?"),
         x["mismatches"],
         x["located"],
@@ -751,8 +757,9 @@ pub struct ScrubArgs {
     control: Option<PathBuf>,
     #[arg(long)]
     name: Option<String>,
-    /// Rewrite what disagrees (default: check and report only; read errors are always
-    /// rewritten from redundancy).
+    /// Rewrite what disagrees (default: check and report only; read errors are rewritten
+    /// from redundancy either way, except on an array served read-only, where a check
+    /// writes nothing and reports them instead). Refused on a read-only array.
     #[arg(long, conflicts_with = "stop")]
     repair: bool,
     /// Stop the running scrub.
@@ -782,7 +789,12 @@ pub fn run_scrub(args: ScrubArgs) -> Result<()> {
         println!("scrub stopped");
         return Ok(());
     }
-    ask(&path, command)?;
+    if let Err(e) = ask(&path, command) {
+        if args.repair && e.to_string().contains("served read-only") {
+            bail!("{e:#}; a check (scrub without --repair) writes nothing and runs read-only");
+        }
+        return Err(e);
+    }
     loop {
         let v = ask(&path, "status")?;
         let line = scrub_line(&v["scrub"]).unwrap_or_else(|| "scrub: not started".into());

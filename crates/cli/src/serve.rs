@@ -45,9 +45,10 @@ pub struct ServeArgs {
     control_dir: Option<PathBuf>,
     /// Serve read-only, like `mdadm --assemble --readonly`: nothing is written to any member
     /// (members opened read-only; no superblock or bitmap update at start or stop; no resync,
-    /// rebuild, spare takeover or scrub; NBD writes and commands that change the array are
-    /// refused). A dirty, degraded array still needs --force; reads that would reconstruct
-    /// a region left dirty then fail.
+    /// rebuild, spare takeover or repair scrub; NBD writes and commands that change the array
+    /// are refused). `flashraid scrub` (a check) runs and writes nothing: read errors it
+    /// meets are reported, not rewritten. A dirty, degraded array still needs --force;
+    /// reads that would reconstruct a region left dirty then fail.
     #[arg(long)]
     read_only: bool,
     /// Serve each connection on a thread of its own after the handshake (as TLS connections
