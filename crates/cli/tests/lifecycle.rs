@@ -1,11 +1,21 @@
-//! Lifecycle of the arrays of a `flashraid serve` process, with the real binary on member
-//! files:
+//! Lifecycle of the arrays of one `flashraid serve` process, with the real binary on member
+//! files and a hand-written NBD client on the server's Unix socket:
 //!
+//! - `flashraid stop --name A` of a server that serves A and B stops A alone, like
+//!   `mdadm --stop /dev/mdX`: refused while A's NBD client is connected (nothing changes),
+//!   with `--force` A's client is disconnected, A is flushed and marked clean on its
+//!   members (`inspect`), its export and control socket go, and B serves on (its client's
+//!   IO goes on undisturbed); a later `serve` of A's members assembles it clean. The last
+//!   array left stops the server (found by an admin's expectation: `stop` stopped every
+//!   array the process served).
 //! - `flashraid scrub` (a check) of an array served read-only runs, reports what it finds,
 //!   and writes nothing to any member (the files hash the same before and after); `--repair`
 //!   stays refused, saying a check works (found by an admin's expectation: every scrub was
 //!   refused read-only).
 
+use flashraid_nbd::proto::{self, Request};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -80,6 +90,175 @@ fn serve(control_dir: &Path, args: &[&str], sockets: &[&Path]) -> Server {
         std::thread::sleep(Duration::from_millis(20));
     }
     server
+}
+
+/// The state (`Clean` or `Dirty`) every superblock copy on `member` records.
+fn recorded_states(control_dir: &Path, member: &Path) -> Vec<String> {
+    let out = succeeds(control_dir, &["inspect", member.to_str().unwrap()]);
+    out.lines()
+        .filter(|l| l.trim_start().starts_with("copy "))
+        .map(|l| l.rsplit(", ").next().unwrap().to_string())
+        .collect()
+}
+
+/// An NBD client in transmission on one export.
+struct Client(UnixStream);
+
+impl Client {
+    fn open(socket: &Path, export: &str) -> Client {
+        let mut s = UnixStream::connect(socket).unwrap();
+        s.set_read_timeout(Some(WAIT_MAX)).unwrap();
+        let mut greeting = [0u8; 18];
+        s.read_exact(&mut greeting).unwrap();
+        assert_eq!(greeting, proto::greeting());
+        let flags = proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES;
+        s.write_all(&flags.to_be_bytes()).unwrap();
+        let mut go = (export.len() as u32).to_be_bytes().to_vec();
+        go.extend_from_slice(export.as_bytes());
+        go.extend_from_slice(&0u16.to_be_bytes());
+        let mut option = proto::IHAVEOPT.to_be_bytes().to_vec();
+        option.extend_from_slice(&proto::OPT_GO.to_be_bytes());
+        option.extend_from_slice(&(go.len() as u32).to_be_bytes());
+        option.extend_from_slice(&go);
+        s.write_all(&option).unwrap();
+        loop {
+            let mut header = [0u8; 20];
+            s.read_exact(&mut header).unwrap();
+            let kind = u32::from_be_bytes(header[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(header[16..20].try_into().unwrap());
+            s.read_exact(&mut vec![0u8; len as usize]).unwrap();
+            match kind {
+                proto::REP_ACK => return Client(s),
+                proto::REP_INFO => {}
+                other => panic!("export {export:?} refused: reply {other:#x}"),
+            }
+        }
+    }
+
+    fn request(&mut self, kind: u16, offset: u64, len: u32, data: &[u8]) -> (u32, Vec<u8>) {
+        let mut bytes = vec![];
+        let request = Request { flags: 0, kind, cookie: 7, offset, len };
+        proto::encode_request(&request, &mut bytes);
+        bytes.extend_from_slice(data);
+        self.0.write_all(&bytes).unwrap();
+        let mut reply = [0u8; 16];
+        self.0.read_exact(&mut reply).unwrap();
+        let error = u32::from_be_bytes(reply[4..8].try_into().unwrap());
+        let mut read = vec![];
+        if error == 0 && kind == proto::CMD_READ {
+            read.resize(len as usize, 0);
+            self.0.read_exact(&mut read).unwrap();
+        }
+        (error, read)
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        let (error, _) = self.request(proto::CMD_WRITE, offset, data.len() as u32, data);
+        assert_eq!(error, 0, "write at {offset}");
+    }
+
+    fn read(&mut self, offset: u64, len: u32) -> Vec<u8> {
+        let (error, data) = self.request(proto::CMD_READ, offset, len, &[]);
+        assert_eq!(error, 0, "read at {offset}");
+        data
+    }
+
+    /// The server closed the connection.
+    fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.0.read(&mut byte), Ok(0) | Err(_))
+    }
+}
+
+#[test]
+fn stopping_one_array_leaves_the_others_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let control_dir = dir.join("control");
+    let a = create(dir, "a", "5", 3);
+    let b = create(dir, "b", "1", 2);
+    let config = dir.join("arrays.conf");
+    let line = |name: &str, members: &[PathBuf]| {
+        let paths: Vec<&str> = members.iter().map(|p| p.to_str().unwrap()).collect();
+        format!("{name} {}\n", paths.join(" "))
+    };
+    std::fs::write(&config, line("a", &a) + &line("b", &b)).unwrap();
+    let nbd = dir.join("nbd.sock");
+    let (a_control, b_control) = (control_dir.join("a.control"), control_dir.join("b.control"));
+    let mut server = serve(
+        &control_dir,
+        &["--config", config.to_str().unwrap(), "--socket", nbd.to_str().unwrap()],
+        &[&a_control, &b_control],
+    );
+    let mut on_a = Client::open(&nbd, "a");
+    let mut on_b = Client::open(&nbd, "b");
+    on_a.write(0, &[0xa1; 65536]);
+    on_b.write(0, &[0xb1; 65536]);
+
+    // Refused while A's client is connected: nothing changes.
+    let refused = fails(&control_dir, &["stop", "--name", "a"]);
+    assert!(
+        refused.contains("1 NBD connection(s) to array \"a\" are open")
+            && refused.contains("--force"),
+        "{refused}"
+    );
+    assert!(server.running() && a_control.exists(), "a refused stop stopped something");
+    assert_eq!(on_a.read(0, 65536), vec![0xa1; 65536], "a refused stop cut A's client");
+
+    // Forced: A alone stops, while B's client keeps its connection.
+    let stopped = succeeds(&control_dir, &["stop", "--name", "a", "--force"]);
+    assert!(
+        stopped.contains("array a stopped: its connections drained, flushed and marked clean")
+            && stopped.contains("serves on: b"),
+        "{stopped}"
+    );
+    assert!(on_a.closed(), "A's client is still connected");
+    assert!(server.running(), "stopping one array stopped the server");
+    assert!(!a_control.exists(), "A's control socket is still there");
+    for member in &a {
+        let states = recorded_states(&control_dir, member);
+        assert!(states.len() == 2 && states.iter().all(|s| s == "Clean"), "{states:?}");
+    }
+    // B serves on: its old connection and a new one; A is no longer offered.
+    assert_eq!(on_b.read(0, 65536), vec![0xb1; 65536]);
+    on_b.write(65536, &[0xb2; 65536]);
+    assert_eq!(Client::open(&nbd, "b").read(65536, 65536), vec![0xb2; 65536]);
+    let status = succeeds(&control_dir, &["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["name"], "b", "{status}");
+    assert_eq!(status["nbd"]["exports"], serde_json::json!(["b"]), "{status}");
+    let gone = fails(&control_dir, &["status", "--name", "a"]);
+    assert!(gone.contains("cannot reach the server"), "{gone}");
+
+    // A's members assemble clean in a server of their own, beside the first.
+    let (a_nbd, again_control) = (dir.join("a.sock"), dir.join("again.control"));
+    let mut again = serve(
+        &control_dir,
+        &["--control", again_control.to_str().unwrap(), "--socket", a_nbd.to_str().unwrap()]
+            .into_iter()
+            .chain(a.iter().map(|p| p.to_str().unwrap()))
+            .collect::<Vec<_>>(),
+        &[&again_control],
+    );
+    let control = again_control.to_str().unwrap();
+    let status = succeeds(&control_dir, &["status", "--json", "--control", control]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["state"], "optimal", "{status}");
+    assert_eq!(status["bitmap_regions_dirty"], 0, "{status}");
+    assert!(!status["events"].to_string().contains("resync"), "{status}");
+    assert_eq!(Client::open(&a_nbd, "a").read(0, 65536), vec![0xa1; 65536]);
+    succeeds(&control_dir, &["stop", "--control", control]);
+    assert!(!again.running(), "the second server did not exit");
+
+    // B is the first server's last array: stopping it stops the server.
+    drop(on_b);
+    let exited = succeeds(&control_dir, &["stop", "--name", "b"]);
+    assert!(exited.contains("has exited (arrays b)"), "{exited}");
+    assert!(!server.running(), "the server still runs with no array");
+    for member in &b {
+        let states = recorded_states(&control_dir, member);
+        assert!(states.iter().all(|s| s == "Clean"), "{states:?}");
+    }
 }
 
 /// Every member file's contents, hashed.

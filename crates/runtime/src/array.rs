@@ -1222,6 +1222,15 @@ impl Array {
     /// shard ended clean, stop the threads. Callers should have no requests in flight (new
     /// ones are refused with `ShuttingDown`).
     pub fn shutdown(self) -> Result<Stopped, ArrayError> {
+        self.shutdown_in_place()
+    }
+
+    /// `shutdown` of an array other threads still hold (the control socket of a server that
+    /// stops one array of several, whose other commands may still reach it): once it
+    /// returns, every call answers `ArrayError::Stopped` (a second shutdown too) and
+    /// dropping the last handle does nothing more. The caller makes sure no client uses
+    /// it any more, as for `shutdown`.
+    pub fn shutdown_in_place(&self) -> Result<Stopped, ArrayError> {
         let (tx, rx) = mpsc::channel();
         self.controller.send(ToController::Shutdown(tx)).map_err(|_| ArrayError::Stopped)?;
         let result = rx.recv().map_err(|_| ArrayError::Stopped)?;

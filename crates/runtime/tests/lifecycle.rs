@@ -1600,6 +1600,36 @@ fn a_read_only_check_scrub_reports_and_writes_nothing() {
     }
 }
 
+/// `Array::shutdown_in_place` (one array of a server stopped while the server's control
+/// socket still holds it): the array stops clean with another handle alive, lets go of its
+/// members at once (a read-write start of them, as a new server's, is not refused as in
+/// use), answers `Stopped` afterwards (a second stop too), and the last handle's drop does
+/// nothing more: the next start finds it clean, with the data written.
+#[test]
+fn an_array_shut_down_in_place_lets_go_of_its_members_and_answers_stopped() {
+    use flashraid_runtime::{ArrayError, Stopped};
+    let dir = scratch_dir("in-place");
+    let paths = raid5_files(&dir, "m", "in-place");
+    let array = Arc::new(Array::open(&paths, &options(0)).unwrap());
+    let held = array.clone();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 7);
+    drop(session);
+    assert_eq!(array.shutdown_in_place().unwrap(), Stopped::Clean);
+    let again = Array::open(&paths, &options(0)).unwrap();
+    let status = again.status().unwrap();
+    assert!(status.bitmap_regions_set == 0 && !status.resyncing, "{status:#?}");
+    assert!(matches!(held.status(), Err(ArrayError::Stopped)));
+    assert!(matches!(held.shutdown_in_place(), Err(ArrayError::Stopped)));
+    drop((array, held));
+    let mut session = again.session().unwrap();
+    check(&mut session, &model, "after a stop in place");
+    drop(session);
+    assert_eq!(again.shutdown().unwrap(), Stopped::Clean);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The bytes of `path`, for checking that a refusal wrote nothing.
 fn file_bytes(path: &std::path::Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
