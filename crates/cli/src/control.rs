@@ -2,8 +2,8 @@
 //! `fail`, `stop`, `rebuild`, `tune`, `scrub`, `spare`, `replace`).
 //!
 //! Protocol: a client connects to the Unix socket, sends one line (`status`, `fail ROLE`,
-//! `stop`, ...), and reads one line of JSON back; then the server closes. One line each way
-//! keeps it scriptable with `socat` as well as with the CLI. Requests are bounded
+//! `stop`, `stop-array`, ...), and reads one line of JSON back; then the server closes. One
+//! line each way keeps it scriptable with `socat` as well as with the CLI. Requests are bounded
 //! (`COMMAND_BYTES_MAX`); the control path is never on the data path.
 //!
 //! Concurrency: one thread accepts, and each connection is served on a thread of its own,
@@ -21,7 +21,10 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_control::Overwrite;
-use flashraid_runtime::{Array, ArrayStatus, FailGuard, ReAdd, Tunable, stored_rate_bytes_per_s};
+use flashraid_nbd::Withdrawal;
+use flashraid_runtime::{
+    Array, ArrayStatus, FailGuard, ReAdd, Stopped, Tunable, stored_rate_bytes_per_s,
+};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -44,6 +47,9 @@ const REPLY_WAIT_MS_MAX: u64 = 5000;
 /// How often the accepting thread, and a connection waiting for its command, look at the
 /// stop flag: the bound on how long a stop waits for an idle client.
 const STOP_POLL_MS: u64 = 50;
+/// How long `flashraid stop` of one array waits for its reply when `--wait-s 0` (the reply
+/// comes once the array has stopped: connections drained, flushed, marked clean).
+const ARRAY_STOP_REPLY_WAIT_S: u64 = 30;
 /// Where control sockets go unless `--control` says otherwise.
 pub const CONTROL_DIR: &str = "/run/flashraid";
 
@@ -87,13 +93,36 @@ pub fn control_path_in(dir: &Path, array_name: &str) -> Result<PathBuf> {
 
 /// What the control thread needs besides the array.
 pub struct ControlContext {
+    /// The array's name (its export's): the reply to `stop-array` names it after the
+    /// array has stopped, when the array no longer answers.
+    pub name: String,
     pub array: Arc<Array>,
     /// Connections open on the NBD server.
     pub connections: Box<dyn Fn() -> usize + Send + Sync>,
-    pub exports: Vec<String>,
-    /// Stop the whole server as SIGTERM does (`flashraid stop`): drain, flush, mark clean.
-    /// Called again while the server stops, it does nothing.
+    /// The exports the server offers now (an array stopped alone has left the list).
+    pub exports: Box<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// Stop the whole server as SIGTERM does (`flashraid stop --all`): drain, flush, mark
+    /// clean. Called again while the server stops, it does nothing.
     pub request_stop: Box<dyn Fn() + Send + Sync>,
+    /// Stop this socket's array alone while the server's other arrays serve on
+    /// (`stop-array`, `flashraid stop`): its export withdrawn, its connections drained, the
+    /// array flushed and marked clean, this control socket removed. Returns once done.
+    pub stop_array: Box<dyn Fn(Withdrawal) -> ArrayStop + Send + Sync>,
+}
+
+/// What a `stop-array` did.
+#[derive(Debug)]
+pub enum ArrayStop {
+    /// The server serves this array only: nothing was done; the whole server stops instead
+    /// (as `stop` does, refused while clients are connected unless forced).
+    OnlyArray,
+    /// Refused with nothing changed: this many NBD connections to the array are open.
+    InUse(usize),
+    /// Stopped alone: how it stopped (or why its shutdown failed), and the arrays the server
+    /// serves on.
+    Stopped { result: Result<Stopped, String>, serving: Vec<String> },
+    /// Not served any more (another `stop-array` stopped it).
+    NotServed,
 }
 
 pub fn bind(path: &Path) -> Result<UnixListener> {
@@ -305,30 +334,16 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
             }
         }
         ["replace-cancel"] => answer(context.array.cancel_replace(), json!({ "ok": true })),
-        ["stop", force @ ..] if matches!(force, [] | ["force"]) => {
-            let connections = (context.connections)();
-            if connections > 0 && force.is_empty() {
-                json!({ "error": format!(
-                    "{connections} NBD connection(s) are open: a client still uses the \
-                     array (a mounted filesystem, nbd-client, qemu). Disconnect them first, or \
-                     pass --force to close them (their requests in flight finish first)"
-                ) })
-            } else {
-                let read_only = context.array.status().is_ok_and(|s| s.read_only);
-                (context.request_stop)();
-                json!({
-                    "ok": true,
-                    "arrays": context.exports,
-                    "connections": connections,
-                    "read_only": read_only,
-                    // The CLI waits for this process to exit: its control socket goes
-                    // before the arrays are flushed.
-                    "pid": std::process::id(),
-                })
-            }
-        }
+        ["stop", force @ ..] if matches!(force, [] | ["force"]) => stop_server(
+            context,
+            if force.is_empty() { Withdrawal::IfUnused } else { Withdrawal::Force },
+        ),
+        ["stop-array", force @ ..] if matches!(force, [] | ["force"]) => stop_array(
+            context,
+            if force.is_empty() { Withdrawal::IfUnused } else { Withdrawal::Force },
+        ),
         ["status"] => match context.array.status() {
-            Ok(status) => status_json(&status, (context.connections)(), &context.exports),
+            Ok(status) => status_json(&status, (context.connections)(), &(context.exports)()),
             Err(e) => json!({ "error": e.to_string() }),
         },
         ["fail", role, force @ ..] if matches!(force, [] | ["force"]) => {
@@ -375,7 +390,8 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
         },
         _ => json!({
             "error": format!(
-                "unknown command {:?}: try status, fail ROLE [force], rebuild-rate BYTES_PER_S, \
+                "unknown command {:?}: try status, fail ROLE [force], stop [force], \
+                 stop-array [force], rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, rebuild-trust-parity on|off, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH, spare-remove PATH, \
                  replace ROLE force|keep PATH, replace-named force|keep [\"OLD\",\"NEW\"] \
@@ -383,6 +399,66 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
                 line.trim()
             )
         }),
+    }
+}
+
+/// `stop`: the whole server stops as on SIGTERM (every array it serves), refused while the
+/// NBD server counts a connection unless forced.
+fn stop_server(context: &ControlContext, how: Withdrawal) -> Value {
+    let connections = (context.connections)();
+    if connections > 0 && how == Withdrawal::IfUnused {
+        return json!({ "error": format!(
+            "{connections} NBD connection(s) are open: a client still uses the \
+             array (a mounted filesystem, nbd-client, qemu). Disconnect them first, or \
+             pass --force to close them (their requests in flight finish first)"
+        ) });
+    }
+    let read_only = context.array.status().is_ok_and(|s| s.read_only);
+    let arrays = (context.exports)();
+    (context.request_stop)();
+    json!({
+        "ok": true,
+        "arrays": arrays,
+        "connections": connections,
+        "read_only": read_only,
+        // The CLI waits for this process to exit: its control socket goes
+        // before the arrays are flushed.
+        "pid": std::process::id(),
+    })
+}
+
+/// `stop-array`: this socket's array stops alone, the server's others serve on; the only
+/// array of a server stops the server (as `stop`). The reply comes once it has stopped.
+fn stop_array(context: &ControlContext, how: Withdrawal) -> Value {
+    let name = &context.name;
+    match (context.stop_array)(how) {
+        ArrayStop::OnlyArray => stop_server(context, how),
+        ArrayStop::InUse(connections) => json!({ "error": format!(
+            "{connections} NBD connection(s) to array {name:?} are open: a client still uses \
+             it (a mounted filesystem, nbd-client, qemu). Disconnect them first, or pass \
+             --force to close them (their requests in flight finish first); nothing was \
+             stopped"
+        ) }),
+        ArrayStop::NotServed => {
+            json!({ "error": format!("array {name:?} is stopped already (or stopping)") })
+        }
+        ArrayStop::Stopped { result: Ok(stopped), serving } => json!({
+            "ok": true,
+            "array_stopped": name,
+            "stopped": match stopped {
+                Stopped::Clean => "clean",
+                Stopped::Dirty => "dirty",
+                Stopped::Untouched => "untouched",
+            },
+            "serving": serving,
+            "pid": std::process::id(),
+        }),
+        ArrayStop::Stopped { result: Err(e), serving } => json!({ "error": format!(
+            "array {name:?} was taken out of the server (export and control socket gone; \
+             arrays serving on: {}) but its stop failed: {e}. Its next start resyncs what \
+             it left dirty",
+            if serving.is_empty() { "none".to_string() } else { serving.join(", ") }
+        ) }),
     }
 }
 
@@ -441,6 +517,7 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "located": x.tally.located,
             "repaired": x.tally.repaired,
             "read_errors_repaired": x.tally.read_errors_repaired,
+            "read_errors_left": x.tally.read_errors_left,
             "unreadable": x.tally.unreadable,
             "untrusted": x.tally.untrusted,
             "stopped": x.stopped,
@@ -572,9 +649,14 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
 }
 
 pub(crate) fn ask(path: &Path, command: &str) -> Result<Value> {
+    ask_waiting(path, command, Duration::from_secs(30))
+}
+
+/// `ask`, waiting up to `reply_wait` for the reply.
+fn ask_waiting(path: &Path, command: &str, reply_wait: Duration) -> Result<Value> {
     let mut stream = UnixStream::connect(path)
         .with_context(|| format!("cannot reach the server at {}", path.display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.set_read_timeout(Some(reply_wait))?;
     // A busy server answers and closes without reading the command, so the write may fail
     // while its reply waits to be read: read it before giving the write's error.
     let written = stream.write_all(format!("{command}\n").as_bytes());
@@ -733,8 +815,13 @@ fn scrub_line(x: &Value) -> Option<String> {
         Some(n) if n > 0 => format!(", {n} passed over (awaiting resync)"),
         _ => String::new(),
     };
+    // Read-only: read errors are reported, never rewritten.
+    let left = match x["read_errors_left"].as_u64() {
+        Some(n) if n > 0 => format!(", {n} read errors left as they are (read-only)"),
+        _ => String::new(),
+    };
     Some(format!(
-        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten, {} unreadable{untrusted}, {} s",
+        "scrub ({}): {state}  [{bar}] {percent:.1}%  {} mismatched stripes ({} located), {} repaired, {} read errors rewritten{left}, {} unreadable{untrusted}, {} s",
         x["mode"].as_str().unwrap_or("?"),
         x["mismatches"],
         x["located"],
@@ -751,8 +838,9 @@ pub struct ScrubArgs {
     control: Option<PathBuf>,
     #[arg(long)]
     name: Option<String>,
-    /// Rewrite what disagrees (default: check and report only; read errors are always
-    /// rewritten from redundancy).
+    /// Rewrite what disagrees (default: check and report only; read errors are rewritten
+    /// from redundancy either way, except on an array served read-only, where a check
+    /// writes nothing and reports them instead). Refused on a read-only array.
     #[arg(long, conflicts_with = "stop")]
     repair: bool,
     /// Stop the running scrub.
@@ -782,7 +870,12 @@ pub fn run_scrub(args: ScrubArgs) -> Result<()> {
         println!("scrub stopped");
         return Ok(());
     }
-    ask(&path, command)?;
+    if let Err(e) = ask(&path, command) {
+        if args.repair && e.to_string().contains("served read-only") {
+            bail!("{e:#}; a check (scrub without --repair) writes nothing and runs read-only");
+        }
+        return Err(e);
+    }
     loop {
         let v = ask(&path, "status")?;
         let line = scrub_line(&v["scrub"]).unwrap_or_else(|| "scrub: not started".into());
@@ -1189,25 +1282,68 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
 
 #[derive(Args, Debug)]
 pub struct StopArgs {
+    /// The array's control socket (it names the array to stop).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// The array to stop, by name (its control socket is CONTROL_DIR/NAME.control).
     #[arg(long)]
     name: Option<String>,
+    /// Stop the whole server: every array it serves, as SIGTERM does. Without it only the
+    /// named array stops while the server's other arrays serve on (a server left with no
+    /// array stops: stopping its only array stops it).
+    #[arg(long)]
+    all: bool,
     /// Stop even while NBD clients are connected (they are disconnected once their requests
-    /// in flight finish). Without it a server with open connections is not stopped.
+    /// in flight finish). Without it an array with open connections is not stopped (with
+    /// --all, a server with any).
     #[arg(long)]
     force: bool,
-    /// Seconds to wait for the server to finish stopping (0: do not wait).
+    /// Seconds to wait for the stop to finish: the server's exit, or the one array's flush
+    /// (0: do not wait for the server's exit; the stop of one array of several always
+    /// answers once it has stopped, waiting up to 30 s then).
     #[arg(long, default_value_t = 120)]
     wait_s: u64,
 }
 
-/// `flashraid stop`: the server behind the control socket stops as on SIGTERM (connections
-/// drained, every array it serves flushed and marked clean), like `mdadm --stop`: refused
-/// while clients are connected unless `--force`. Waits until the control socket is gone.
+/// `flashraid stop`: like `mdadm --stop`, the array behind the control socket stops
+/// (connections drained, flushed, marked clean, its export and control socket removed)
+/// while the server's other arrays serve on; a server's only array stops the server, as on
+/// SIGTERM, and so does `--all` (every array it serves). Refused while clients of the array
+/// (with `--all`, of the server) are connected unless `--force`. Waits for the stop.
 pub fn run_stop(args: StopArgs) -> Result<()> {
     let path = find_control(args.control, args.name.as_deref())?;
-    let v = ask(&path, if args.force { "stop force" } else { "stop" })?;
+    let force = if args.force { " force" } else { "" };
+    let v = if args.all {
+        ask(&path, &format!("stop{force}"))?
+    } else {
+        let wait_s = if args.wait_s == 0 { ARRAY_STOP_REPLY_WAIT_S } else { args.wait_s };
+        match ask_waiting(&path, &format!("stop-array{force}"), Duration::from_secs(wait_s)) {
+            Ok(v) => v,
+            Err(e) if e.to_string().contains("unknown command") => bail!(
+                "{e:#}\nthis server cannot stop one array alone (an older version): `flashraid \
+                 stop --all` stops it with every array it serves"
+            ),
+            Err(e) => return Err(e),
+        }
+    };
+    if let Some(name) = v["array_stopped"].as_str() {
+        let how = match v["stopped"].as_str() {
+            Some("clean") => "its connections drained, flushed and marked clean",
+            Some("untouched") => "it was served read-only, so nothing was written to its members",
+            // A member stalled or failed to flush: said by the server's log too.
+            _ => "it stopped DIRTY (see the server's log): its next start resyncs it",
+        };
+        let serving: Vec<&str> = v["serving"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        println!(
+            "array {name} stopped: {how}; the server (pid {}) serves on: {}",
+            v["pid"],
+            serving.join(", ")
+        );
+        return Ok(());
+    }
     let arrays: Vec<&str> = v["arrays"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -1389,16 +1525,19 @@ mod tests {
         let stop_asked = Arc::new(AtomicBool::new(false));
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let context = ControlContext {
+            name: "t".into(),
             array,
             connections: Box::new({
                 let connections = connections.clone();
                 move || connections.load(Ordering::SeqCst)
             }),
-            exports: vec![],
+            exports: Box::new(|| vec!["t".to_string()]),
             request_stop: Box::new({
                 let asked = stop_asked.clone();
                 move || asked.store(true, Ordering::SeqCst)
             }),
+            // The server serves this array only: stopping it stops the server.
+            stop_array: Box::new(|_| ArrayStop::OnlyArray),
         };
         let thread = std::thread::spawn({
             let stop = stop.clone();
@@ -1456,6 +1595,16 @@ mod tests {
         ask(&served.path, "stop").unwrap();
         assert!(served.stop_asked.load(Ordering::SeqCst), "a stop with no client did not stop");
         assert!(ask(&served.path, "stop now").is_err(), "an unknown stop option was taken");
+        // `stop-array` of a server's only array is the server's stop, refused alike.
+        served.stop_asked.store(false, Ordering::SeqCst);
+        served.connections.store(1, Ordering::SeqCst);
+        let e = ask(&served.path, "stop-array").unwrap_err().to_string();
+        assert!(e.contains("1 NBD connection(s) are open") && e.contains("--force"), "{e}");
+        assert!(!served.stop_asked.load(Ordering::SeqCst), "a refused stop stopped the server");
+        let v = ask(&served.path, "stop-array force").unwrap();
+        assert!(served.stop_asked.load(Ordering::SeqCst), "{v}");
+        assert_eq!(v["arrays"], json!(["t"]), "{v}");
+        assert!(ask(&served.path, "stop-array now").is_err(), "an unknown stop option was taken");
     }
 
     /// Found by review: a client sending a byte at a time, never a newline, was not timed

@@ -46,8 +46,9 @@ enum Command {
     Status(control::StatusArgs),
     /// Fail a member of a served array now (like `mdadm --fail`).
     Fail(control::FailArgs),
-    /// Stop the server of an array as SIGTERM does (like `mdadm --stop`; refused while NBD
-    /// clients are connected unless `--force`).
+    /// Stop a served array (like `mdadm --stop`): drained, flushed, marked clean, while the
+    /// server's other arrays serve on; a server's only array, or `--all`, stops the server
+    /// as SIGTERM does. Refused while NBD clients are connected unless `--force`.
     Stop(control::StopArgs),
     /// Show the rebuild of a served array, set its rate, or wait for it with a progress bar.
     Rebuild(control::RebuildArgs),

@@ -1,15 +1,26 @@
 //! `flashraid serve`: assemble arrays from their members (given on the command line, grouped
 //! by the array UUID in their superblocks, or listed in a config file) and export each over
 //! NBD by its name until SIGTERM or SIGINT; then drain, flush, mark them clean and exit.
+//!
+//! One array of several stops alone (`flashraid stop`, the control socket's `stop-array`):
+//! each array has its own reactors, controller and members, and shares only the NBD
+//! listeners and this process with the others, so its stop is theirs in miniature: its
+//! export withdrawn (no new client reaches it; its connections drained), the array flushed
+//! and marked clean (`Array::shutdown_in_place`: its control socket's other handlers still
+//! hold it), its control socket removed; the others serve on. The last array left stops
+//! the server instead (SIGTERM's path). Array stops are taken one at a time (`Served`'s
+//! lock), so two at once never leave a server that serves nothing.
 
+use crate::control::ArrayStop;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use flashraid_nbd::{Export, ExportConfig, Listener, Server};
+use flashraid_nbd::{Export, ExportConfig, Listener, ServedExports, Server, Withdrawal};
 use flashraid_runtime::{Array, ArrayStatus, OpenOptions, Stopped};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -45,9 +56,10 @@ pub struct ServeArgs {
     control_dir: Option<PathBuf>,
     /// Serve read-only, like `mdadm --assemble --readonly`: nothing is written to any member
     /// (members opened read-only; no superblock or bitmap update at start or stop; no resync,
-    /// rebuild, spare takeover or scrub; NBD writes and commands that change the array are
-    /// refused). A dirty, degraded array still needs --force; reads that would reconstruct
-    /// a region left dirty then fail.
+    /// rebuild, spare takeover or repair scrub; NBD writes and commands that change the array
+    /// are refused). `flashraid scrub` (a check) runs and writes nothing: read errors it
+    /// meets are reported, not rewritten. A dirty, degraded array still needs --force;
+    /// reads that would reconstruct a region left dirty then fail.
     #[arg(long)]
     read_only: bool,
     /// Serve each connection on a thread of its own after the handshake (as TLS connections
@@ -205,14 +217,96 @@ fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(String, Vec<PathBuf>)>> {
     Ok(arrays)
 }
 
-/// Socket files this server created, removed when it ends (also on an early error).
-struct SocketFiles(Vec<PathBuf>);
+/// Socket files this server created, removed when it ends (also on an early error). An
+/// array stopped alone takes its control socket's path out first (`remove`): a server
+/// started for that array afterwards may have bound the same path, and this one's exit must
+/// not remove that server's socket.
+struct SocketFiles(Mutex<Vec<PathBuf>>);
+
+impl SocketFiles {
+    fn add(&self, path: PathBuf) {
+        self.0.lock().expect("not poisoned").push(path);
+    }
+
+    /// Remove `path` now, and forget it.
+    fn remove(&self, path: &Path) {
+        self.0.lock().expect("not poisoned").retain(|p| p != path);
+        let _ = std::fs::remove_file(path);
+    }
+}
 
 impl Drop for SocketFiles {
     fn drop(&mut self) {
-        for path in &self.0 {
+        for path in self.0.lock().expect("not poisoned").iter() {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// An array the server serves, with its control socket.
+struct ServedArray {
+    name: String,
+    array: Arc<Array>,
+    control_path: PathBuf,
+    /// Ends this array's control socket thread (an array stopped alone).
+    control_stop: Arc<AtomicBool>,
+}
+
+/// The arrays a running server serves now, shared by the control sockets: an array stopped
+/// alone leaves the list. Its lock is held for a whole array stop: stops are taken one at a
+/// time, so the last array left is always known (and stops the server instead).
+struct Served {
+    arrays: Mutex<Vec<ServedArray>>,
+    exports: ServedExports,
+    sockets: Arc<SocketFiles>,
+}
+
+impl Served {
+    /// Stop array `name` alone (see the module); returns once it has stopped.
+    fn stop_array(&self, name: &str, how: Withdrawal) -> ArrayStop {
+        let mut arrays = self.arrays.lock().expect("not poisoned");
+        let Some(index) = arrays.iter().position(|a| a.name == name) else {
+            return ArrayStop::NotServed;
+        };
+        if arrays.len() == 1 {
+            return ArrayStop::OnlyArray;
+        }
+        match self.exports.withdraw(name, how) {
+            Ok(export) => drop(export),
+            Err(flashraid_nbd::WithdrawError::InUse(connections)) => {
+                return ArrayStop::InUse(connections);
+            }
+            Err(flashraid_nbd::WithdrawError::Unknown(_)) => return ArrayStop::NotServed,
+        }
+        let stopping = arrays.remove(index);
+        let serving: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
+        eprintln!(
+            "flashraid serve: array {name:?}: stopping it alone (connections drained); \
+             serving on: {}",
+            serving.join(", ")
+        );
+        let result = stopping.array.shutdown_in_place();
+        report_stopped(name, &result.as_ref().map(|s| *s).map_err(|e| anyhow::anyhow!("{e}")));
+        // Its socket goes before the reply: once `flashraid stop` returns, a new server of
+        // the array can bind the same path.
+        self.sockets.remove(&stopping.control_path);
+        stopping.control_stop.store(true, Ordering::SeqCst);
+        ArrayStop::Stopped { result: result.map_err(|e| e.to_string()), serving }
+    }
+}
+
+/// Say in the server's log how array `name` stopped.
+fn report_stopped(name: &str, result: &Result<Stopped>) {
+    match result {
+        Ok(Stopped::Clean) => eprintln!("flashraid serve: array {name:?} stopped clean"),
+        Ok(Stopped::Dirty) => {
+            eprintln!("flashraid serve: array {name:?} stopped dirty: the next start resyncs it")
+        }
+        Ok(Stopped::Untouched) => eprintln!(
+            "flashraid serve: array {name:?} stopped; it was served read-only and nothing \
+             was written to its members"
+        ),
+        Err(e) => eprintln!("flashraid serve: array {name:?}: {e:#}"),
     }
 }
 
@@ -224,19 +318,9 @@ fn shut_down(arrays: Vec<(String, Arc<Array>)>) -> Result<()> {
             Ok(array) => array.shutdown().map_err(anyhow::Error::from),
             Err(_) => Err(anyhow::anyhow!("array {name:?} is still in use")),
         };
-        match result {
-            Ok(Stopped::Clean) => eprintln!("flashraid serve: array {name:?} stopped clean"),
-            Ok(Stopped::Dirty) => eprintln!(
-                "flashraid serve: array {name:?} stopped dirty: the next start resyncs it"
-            ),
-            Ok(Stopped::Untouched) => eprintln!(
-                "flashraid serve: array {name:?} stopped; it was served read-only and nothing \
-                 was written to its members"
-            ),
-            Err(e) => {
-                eprintln!("flashraid serve: array {name:?}: {e:#}");
-                first_error.get_or_insert(e);
-            }
+        report_stopped(&name, &result);
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
         }
     }
     first_error.map_or(Ok(()), Err)
@@ -284,11 +368,11 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     if args.control.is_some() && plan.len() > 1 {
         bail!("--control names one socket; with several arrays use --control-dir");
     }
-    let mut sockets = SocketFiles(vec![]);
+    let sockets = Arc::new(SocketFiles(Mutex::new(vec![])));
     let mut listeners = vec![];
     if let Some(path) = &args.socket {
         listeners.push(Listener::Unix(unix_listener(path)?));
-        sockets.0.push(path.clone());
+        sockets.add(path.clone());
     }
     if let Some(addr) = args.tcp {
         let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
@@ -306,7 +390,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
             }
         };
         control_listeners.push((crate::control::bind(&path)?, path.clone()));
-        sockets.0.push(path);
+        sockets.add(path);
     }
     let signals = flashraid_nbd::signals::StopSignals::block();
     let mut options = OpenOptions::recommended();
@@ -364,7 +448,6 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         tls,
         connection_threads: args.connection_threads,
     };
-    let names: Vec<String> = plan.iter().map(|(n, _)| n.clone()).collect();
     let server = match Server::start(exports, listeners) {
         Ok(server) => server,
         Err(e) => {
@@ -372,30 +455,61 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
             return Err(e.into());
         }
     };
-    let control_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let served = Arc::new(Served {
+        arrays: Mutex::new(
+            arrays
+                .iter()
+                .zip(&control_listeners)
+                .map(|((name, array), (_, path))| ServedArray {
+                    name: name.clone(),
+                    array: array.clone(),
+                    control_path: path.clone(),
+                    control_stop: Arc::new(AtomicBool::new(false)),
+                })
+                .collect(),
+        ),
+        exports: server.exports(),
+        sockets: sockets.clone(),
+    });
+    // The list holds the arrays from now on (`shut_down` takes what is left of it).
+    drop(arrays);
     // Set by the first stop, by signal or by `flashraid stop`: a later `stop` raises no
     // second SIGTERM, which would take the exit-at-once path and leave the arrays dirty
     // (found by review: two `stop`s in a row did).
-    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = Arc::new(AtomicBool::new(false));
     let mut controls = vec![];
-    for ((_, array), (listener, path)) in arrays.iter().zip(control_listeners) {
+    let contexts: Vec<(String, Arc<Array>, Arc<AtomicBool>)> = served
+        .arrays
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|a| (a.name.clone(), a.array.clone(), a.control_stop.clone()))
+        .collect();
+    for ((name, array, stop), (listener, path)) in contexts.into_iter().zip(control_listeners) {
         let context = crate::control::ControlContext {
-            array: array.clone(),
+            name: name.clone(),
+            array,
             connections: {
                 let count = server.connection_counter();
-                Box::new(move || count.load(std::sync::atomic::Ordering::SeqCst))
+                Box::new(move || count.load(Ordering::SeqCst))
             },
-            exports: names.clone(),
+            exports: Box::new({
+                let exports = server.exports();
+                move || exports.names()
+            }),
             request_stop: Box::new({
                 let stopping = stopping.clone();
                 move || {
-                    if !stopping.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    if !stopping.swap(true, Ordering::SeqCst) {
                         flashraid_nbd::signals::raise_stop();
                     }
                 }
             }),
+            stop_array: Box::new({
+                let served = served.clone();
+                move |how| served.stop_array(&name, how)
+            }),
         };
-        let stop = control_stop.clone();
         let thread = std::thread::Builder::new()
             .name("flashraid-control-socket".into())
             .spawn(move || crate::control::serve(listener, context, stop))
@@ -451,12 +565,19 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         std::process::exit(1);
     });
     server.stop();
-    // The control sockets answer `status` while connections drain; they stop after.
+    // The control sockets answer `status` while connections drain; they stop after (an
+    // array stop in progress finishes first: its handler is joined with its socket).
     server.join();
-    control_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let left: Vec<ServedArray> = std::mem::take(&mut *served.arrays.lock().expect("not poisoned"));
+    for array in &left {
+        array.control_stop.store(true, Ordering::SeqCst);
+    }
     for (_, thread) in controls {
         let _ = thread.join();
     }
+    // Every control thread has ended; so has any array stop (its lock is free).
+    let arrays: Vec<(String, Arc<Array>)> = left.into_iter().map(|a| (a.name, a.array)).collect();
+    drop(served);
     drop(sockets);
     shut_down(arrays)
 }

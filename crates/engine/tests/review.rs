@@ -842,6 +842,49 @@ fn a_read_only_shard_writes_nothing() {
     assert_eq!(s.shutdown_state(), ShutdownState::Done { clean: false });
 }
 
+/// A check scrub of a read-only shard writes nothing: a chunk that fails to read is
+/// reconstructed to check its stripe but not rewritten (counted in `read_errors_left`), on
+/// mirrors and on parity levels alike, and no bitmap bit is set; a repair scrub is never
+/// started there (`start_scrub` asserts it). Found by an admin's expectation: a check-only
+/// scrub on an array served read-only was refused (and the shard asserted it never ran).
+#[test]
+fn a_read_only_shard_scrubs_without_writing() {
+    for (level, n) in [(Level::Raid1, 2), (Level::Raid6, 6)] {
+        let config = ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() };
+        let mut setup = setup_with(config, level, n, &[], &[]);
+        setup.access = ArrayAccess::ReadOnly;
+        let mut s = Shard::new(setup).unwrap();
+        s.start_scrub(false, 0);
+        // The first read of member 1 fails (a media error); every other read succeeds.
+        let failed = std::cell::Cell::new(false);
+        for _ in 0..10_000 {
+            let batch = ios(&mut s);
+            if batch.is_empty() {
+                break;
+            }
+            for io in &batch {
+                assert!(matches!(io.kind, MemberIoKind::Read { .. }), "{level}: {io:?}");
+            }
+            complete(&mut s, batch, |io| {
+                if io.member == MemberIndex(1) && !failed.replace(true) {
+                    Err(IoError::Media)
+                } else {
+                    Ok(())
+                }
+            });
+        }
+        let scrub = s.scrub_status().unwrap();
+        assert!(!scrub.running, "{level}: {scrub:?}");
+        let t = scrub.tally;
+        assert_eq!(t.stripes_checked, t.stripes_total, "{level}: {t:?}");
+        assert_eq!((t.read_errors_left, t.read_errors_repaired), (1, 0), "{level}: {t:?}");
+        assert_eq!((t.mismatches, t.repaired, t.unreadable), (0, 0, 0), "{level}: {t:?}");
+        assert_eq!(s.counters().errors_corrected, 0, "{level}");
+        s.begin_shutdown();
+        assert!(ios(&mut s).is_empty(), "{level}: a read-only shutdown wrote");
+    }
+}
+
 /// Found by review: a read-only array rewrites no bad range, so a client reading one bad
 /// sector again and again (a copy tool retrying) counted each read as a new read error and
 /// failed a member that has one bad sector. A repeat of a remembered bad stripe is not

@@ -9,4 +9,7 @@ pub mod server;
 pub mod signals;
 pub mod tls;
 
-pub use server::{ConnectionError, Export, ExportConfig, Listener, Server, serve_connection};
+pub use server::{
+    ConnectionError, Export, ExportConfig, Listener, ServedExports, Server, WithdrawError,
+    Withdrawal, serve_connection,
+};

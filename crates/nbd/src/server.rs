@@ -18,11 +18,15 @@
 //! and not yet written) at most `READ_BUFFERS_BYTES_MAX` beyond one request (beyond it, a
 //! read waits for earlier replies to be written); negotiation within `HANDSHAKE_TIMEOUT`, and
 //! once the server stops, within `STOP_NEGOTIATION_GRACE` (options then get
-//! `NBD_REP_ERR_SHUTDOWN`). A read's reply is assembled in its slot, whose buffer is kept for
-//! the next request up to 1 MiB (`KEEP_BUFFER_BYTES`): reads larger than that allocate their
-//! buffer per request, the price of not pinning 8 MiB per slot. Simple replies only
-//! (structured replies are refused; every client falls back). TLS (`crate::tls`), when
-//! configured, is required before anything else.
+//! `NBD_REP_ERR_SHUTDOWN`). Exports can be withdrawn one at a time while the server runs
+//! (`ServedExports::withdraw`: one array of several stopped while the others serve on): the
+//! export leaves the list under the catalog's lock, which is also where a handshake claims
+//! it, so no new connection reaches it afterwards, and the withdrawal returns once every
+//! connection that claimed it has ended and let go of the array. A read's reply is
+//! assembled in its slot, whose buffer is kept for the next request up to 1 MiB
+//! (`KEEP_BUFFER_BYTES`): reads larger than that allocate their buffer per request, the price
+//! of not pinning 8 MiB per slot. Simple replies only (structured replies are refused; every
+//! client falls back). TLS (`crate::tls`), when configured, is required before anything else.
 
 use crate::proto::{self, Decoded};
 use flashraid_engine::{ArrayOp, Durability, RequestError};
@@ -32,8 +36,8 @@ use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Connections one server serves at once. Each holds its session's buffers
@@ -115,12 +119,183 @@ impl ExportConfig {
             connection_threads: false,
         }
     }
+}
 
-    fn find(&self, asked: &str) -> Option<&Export> {
-        match self.exports.as_slice() {
-            [only] if asked.is_empty() => Some(only),
-            list => list.iter().find(|e| e.name == asked),
+/// The exports a running server offers now, and each one's connections. Every lookup takes
+/// the lock, copies what it needs and lets go: no handshake holds an `Arc<Array>` across
+/// socket IO, so a withdrawn array is held only by the connections that claimed it.
+#[derive(Debug)]
+struct Catalog {
+    offered: Mutex<Vec<Offered>>,
+    /// Whether a client asking for "" gets the only export: decided at the start (one export
+    /// then), so an export left alone by a withdrawal does not become the default of a
+    /// client that a server of several refused before.
+    default_export: bool,
+    tls: Option<crate::tls::TlsSetup>,
+    connection_threads: bool,
+}
+
+/// One export in the catalog.
+#[derive(Debug)]
+struct Offered {
+    export: Export,
+    /// Connections past their handshake that hold a [`Claim`] on it.
+    connections: Arc<AtomicUsize>,
+    /// Tells them to end: set when it is withdrawn, and when the server stops.
+    stop: Arc<AtomicBool>,
+}
+
+/// What a handshake option tells of an export, copied out under the catalog's lock.
+struct Described {
+    name: String,
+    size_bytes: u64,
+    read_only: bool,
+    preferred_block: u32,
+}
+
+impl Described {
+    fn of(export: &Export) -> Described {
+        Described {
+            name: export.name.clone(),
+            size_bytes: export.array.size_bytes(),
+            read_only: export.read_only,
+            preferred_block: preferred_block(&export.array),
         }
+    }
+}
+
+/// A connection's hold on its export, from the end of its handshake until it ends. Fields
+/// drop in order, the count last: once the export's count is 0, no connection holds its
+/// array.
+struct Claim {
+    export: Export,
+    stop: Arc<AtomicBool>,
+    _counted: Counted,
+}
+
+impl Catalog {
+    fn new(config: ExportConfig) -> Catalog {
+        let offered: Vec<Offered> = config
+            .exports
+            .into_iter()
+            .map(|export| Offered {
+                export,
+                connections: Arc::new(AtomicUsize::new(0)),
+                stop: Arc::new(AtomicBool::new(false)),
+            })
+            .collect();
+        Catalog {
+            default_export: offered.len() == 1,
+            offered: Mutex::new(offered),
+            tls: config.tls,
+            connection_threads: config.connection_threads,
+        }
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Offered>> {
+        self.offered.lock().expect("no thread panics holding the catalog")
+    }
+
+    fn find<'a>(&self, list: &'a [Offered], asked: &str) -> Option<&'a Offered> {
+        match list {
+            [only] if asked.is_empty() && self.default_export => Some(only),
+            list => list.iter().find(|o| o.export.name == asked),
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.list().iter().map(|o| o.export.name.clone()).collect()
+    }
+
+    fn describe(&self, asked: &str) -> Option<Described> {
+        let list = self.list();
+        self.find(&list, asked).map(|o| Described::of(&o.export))
+    }
+
+    /// Count a connection on export `asked`, under the lock a withdrawal takes too.
+    fn claim(&self, asked: &str) -> Option<Claim> {
+        let list = self.list();
+        let offered = self.find(&list, asked)?;
+        offered.connections.fetch_add(1, Ordering::SeqCst);
+        Some(Claim {
+            export: offered.export.clone(),
+            stop: offered.stop.clone(),
+            _counted: Counted(offered.connections.clone()),
+        })
+    }
+
+    /// Tell every connection to end (the server stops).
+    fn stop_all(&self) {
+        for offered in self.list().iter() {
+            offered.stop.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Whether [`ServedExports::withdraw`] may end connections that use the export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// Refused, with nothing changed, while a connection uses it.
+    IfUnused,
+    /// Its connections are told to end (their requests in flight finish and are answered).
+    Force,
+}
+
+/// Why an export was not withdrawn.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WithdrawError {
+    #[error("no export named {0:?} is served")]
+    Unknown(String),
+    #[error("{0} NBD connection(s) to it are open")]
+    InUse(usize),
+}
+
+/// The exports of a running server, for other threads (the control sockets): what is
+/// offered, how many connections use each, and taking one out while the others serve on.
+#[derive(Clone, Debug)]
+pub struct ServedExports(Arc<Catalog>);
+
+impl ServedExports {
+    /// The names of the exports offered now.
+    pub fn names(&self) -> Vec<String> {
+        self.0.names()
+    }
+
+    /// Connections past their handshake using export `name`, if it is offered.
+    pub fn connections(&self, name: &str) -> Option<usize> {
+        let list = self.0.list();
+        let offered = list.iter().find(|o| o.export.name == name)?;
+        Some(offered.connections.load(Ordering::SeqCst))
+    }
+
+    /// Stop offering export `name`: it leaves the list at once (a client negotiating now no
+    /// longer finds it), its connections are told to end as at the server's stop (requests
+    /// in flight finish and are answered; a client that does not read its replies is given
+    /// up after `STOP_DRAIN_TIMEOUT`), and this returns the export once every one of them
+    /// has ended and let go of its array. With [`Withdrawal::IfUnused`] a connection using
+    /// it refuses the withdrawal, with nothing changed.
+    pub fn withdraw(&self, name: &str, how: Withdrawal) -> Result<Export, WithdrawError> {
+        let offered = {
+            let mut list = self.0.list();
+            let index = list
+                .iter()
+                .position(|o| o.export.name == name)
+                .ok_or_else(|| WithdrawError::Unknown(name.to_string()))?;
+            // Claims are counted under this lock: the count read here is every connection
+            // that has the export or can still get it.
+            let open = list[index].connections.load(Ordering::SeqCst);
+            if open > 0 && how == Withdrawal::IfUnused {
+                return Err(WithdrawError::InUse(open));
+            }
+            list.remove(index)
+        };
+        offered.stop.store(true, Ordering::SeqCst);
+        // Each connection ends within the stop's drain (its handshake's deadline, for one
+        // that claimed the export and is still writing the reply).
+        while offered.connections.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(offered.export)
     }
 }
 
@@ -239,25 +414,31 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
     connections: Arc<AtomicUsize>,
+    catalog: Arc<Catalog>,
 }
 
 impl Server {
     /// Serve `exports` on `listeners` until `stop`.
     pub fn start(exports: ExportConfig, listeners: Vec<Listener>) -> io::Result<Server> {
-        let export = Arc::new(exports);
+        let catalog = Arc::new(Catalog::new(exports));
         let stop = Arc::new(AtomicBool::new(false));
         let connections = Arc::new(AtomicUsize::new(0));
         let mut threads = vec![];
         for listener in listeners {
             listener.set_nonblocking()?;
-            let (export, stop, connections) = (export.clone(), stop.clone(), connections.clone());
+            let (catalog, stop, connections) = (catalog.clone(), stop.clone(), connections.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("flashraid-nbd-accept".into())
-                    .spawn(move || accept_loop(listener, export, stop, connections))?,
+                    .spawn(move || accept_loop(listener, catalog, stop, connections))?,
             );
         }
-        Ok(Server { stop, threads, connections })
+        Ok(Server { stop, threads, connections, catalog })
+    }
+
+    /// A handle on the exports, for other threads: what is offered, and withdrawing one.
+    pub fn exports(&self) -> ServedExports {
+        ServedExports(self.catalog.clone())
     }
 
     /// A handle on the number of open connections, for reporting from other threads.
@@ -268,9 +449,13 @@ impl Server {
     /// Stop accepting; connections finish what is in flight, write their replies and close.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Past its handshake a connection watches its export's flag, which a withdrawal sets
+        // too; one that claims an export after this finds the flag set already.
+        self.catalog.stop_all();
     }
 
-    /// Wait for every listener and connection to end (after `stop`).
+    /// Wait for every listener and connection to end (after `stop`); the exports are then
+    /// let go (no `ServedExports` handle holds an array afterwards).
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
@@ -278,12 +463,15 @@ impl Server {
         while self.connections.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Let go of the arrays: a `ServedExports` handle may outlive the server, and the
+        // caller's `Arc::try_unwrap` must find no other holder.
+        self.catalog.list().clear();
     }
 }
 
 fn accept_loop(
     listener: Listener,
-    export: Arc<ExportConfig>,
+    catalog: Arc<Catalog>,
     stop: Arc<AtomicBool>,
     connections: Arc<AtomicUsize>,
 ) {
@@ -305,15 +493,15 @@ fn accept_loop(
             eprintln!("flashraid serve: {CONNECTIONS_MAX} connections already; refusing one");
             continue;
         }
-        let (export, stop, count) = (export.clone(), stop.clone(), connections.clone());
+        let (catalog, stop, count) = (catalog.clone(), stop.clone(), connections.clone());
         let spawned =
             std::thread::Builder::new().name("flashraid-nbd-conn".into()).spawn(move || {
                 // Declared first, dropped last (also when unwinding): the count falls only
                 // after this thread let go of the array, so `join` then `Arc::try_unwrap`
                 // in the daemon cannot see a stale reference.
                 let _counted = Counted(count);
-                let export = export;
-                if let Err(e) = serve_connection(stream, &export, &stop) {
+                let catalog = catalog;
+                if let Err(e) = serve_offered(stream, &catalog, &stop, EndsOn::ExportStop) {
                     eprintln!("flashraid serve: connection closed: {e}");
                 }
             });
@@ -357,17 +545,41 @@ pub enum ConnectionError {
     Array(#[from] ArrayError),
 }
 
-/// Serve one client: handshake, then transmission until it disconnects or the server stops.
+/// Serve one client: handshake, then transmission until it disconnects or `stop` is set.
 pub fn serve_connection(
     stream: Box<dyn Stream>,
     exports: &ExportConfig,
     stop: &AtomicBool,
 ) -> Result<(), ConnectionError> {
+    serve_offered(stream, &Catalog::new(exports.clone()), stop, EndsOn::ServerStop)
+}
+
+/// Which flag ends a connection's transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EndsOn {
+    /// The caller's stop flag ([`serve_connection`]: no server, nothing is withdrawn).
+    ServerStop,
+    /// Its export's flag, which the server's stop and a withdrawal set ([`Server`]).
+    ExportStop,
+}
+
+/// Serve one client of `catalog`: the handshake (ended by `stop`), then transmission.
+fn serve_offered(
+    stream: Box<dyn Stream>,
+    catalog: &Catalog,
+    stop: &AtomicBool,
+    ends_on: EndsOn,
+) -> Result<(), ConnectionError> {
     stream.set_nonblocking(true)?;
-    let Some((stream, export)) = handshake(stream, exports, stop)? else {
+    let Some((stream, claim)) = handshake(stream, catalog, stop)? else {
         return Ok(());
     };
-    if exports.tls.is_none() && !exports.connection_threads {
+    let stop = match ends_on {
+        EndsOn::ServerStop => stop,
+        EndsOn::ExportStop => &*claim.stop,
+    };
+    let export = &claim.export;
+    if catalog.tls.is_none() && !catalog.connection_threads {
         return serve_in_reactor(stream, export, stop);
     }
     let session = export.array.session_with_bell()?;
@@ -456,11 +668,11 @@ fn preferred_block(array: &Array) -> u32 {
 /// Once the server stops, options are refused with `NBD_REP_ERR_SHUTDOWN` for at most
 /// `STOP_NEGOTIATION_GRACE`, until the client aborts or hangs up.
 #[allow(clippy::type_complexity)]
-fn handshake<'a>(
+fn handshake(
     mut stream: Box<dyn Stream>,
-    exports: &'a ExportConfig,
+    exports: &Catalog,
     stop: &AtomicBool,
-) -> Result<Option<(Box<dyn Stream>, &'a Export)>, ConnectionError> {
+) -> Result<Option<(Box<dyn Stream>, Claim)>, ConnectionError> {
     let limit = Limit::new(stop, Instant::now() + HANDSHAKE_TIMEOUT, Some(STOP_NEGOTIATION_GRACE));
     let mut tls_active = false;
     write_full(&mut *stream, &proto::greeting(), &limit)?;
@@ -532,15 +744,15 @@ fn handshake<'a>(
         match h.option {
             proto::OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&payload).into_owned();
-                let Some(export) = exports.find(&name) else {
+                let Some(claim) = exports.claim(&name) else {
                     // The protocol has no error reply for this option: close.
                     return Err(ConnectionError::UnknownExport(name));
                 };
-                let size = export.array.size_bytes();
-                let tflags = transmission_flags(export.read_only);
+                let size = claim.export.array.size_bytes();
+                let tflags = transmission_flags(claim.export.read_only);
                 proto::export_name_reply(size, tflags, no_zeroes, &mut out);
                 write_full(&mut *stream, &out, &limit)?;
-                return Ok(Some((stream, export)));
+                return Ok(Some((stream, claim)));
             }
             proto::OPT_ABORT => {
                 proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
@@ -549,10 +761,10 @@ fn handshake<'a>(
             }
             proto::OPT_LIST => {
                 if payload.is_empty() {
-                    for export in &exports.exports {
-                        let mut entry = Vec::with_capacity(4 + export.name.len());
-                        entry.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
-                        entry.extend_from_slice(export.name.as_bytes());
+                    for name in exports.names() {
+                        let mut entry = Vec::with_capacity(4 + name.len());
+                        entry.extend_from_slice(&(name.len() as u32).to_be_bytes());
+                        entry.extend_from_slice(name.as_bytes());
                         proto::option_reply(h.option, proto::REP_SERVER, &entry, &mut out);
                     }
                     proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
@@ -562,12 +774,12 @@ fn handshake<'a>(
             }
             proto::OPT_INFO | proto::OPT_GO => match proto::decode_info_request(&payload) {
                 None => proto::option_reply(h.option, proto::REP_ERR_INVALID, &[], &mut out),
-                Some(req) => match exports.find(&req.name) {
+                Some(req) => match option_export(exports, h.option, &req.name) {
                     None => proto::option_reply(h.option, proto::REP_ERR_UNKNOWN, &[], &mut out),
-                    Some(export) => {
-                        let size = export.array.size_bytes();
+                    Some((export, claim)) => {
+                        let size = export.size_bytes;
                         let tflags = transmission_flags(export.read_only);
-                        let preferred = preferred_block(&export.array);
+                        let preferred = export.preferred_block;
                         let info = proto::info_export(size, tflags);
                         proto::option_reply(h.option, proto::REP_INFO, &info, &mut out);
                         let block =
@@ -579,9 +791,9 @@ fn handshake<'a>(
                             proto::option_reply(h.option, proto::REP_INFO, &name, &mut out);
                         }
                         proto::option_reply(h.option, proto::REP_ACK, &[], &mut out);
-                        if h.option == proto::OPT_GO {
+                        if let Some(claim) = claim {
                             write_full(&mut *stream, &out, &limit)?;
-                            return Ok(Some((stream, export)));
+                            return Ok(Some((stream, claim)));
                         }
                     }
                 },
@@ -605,6 +817,21 @@ fn handshake<'a>(
             _ => proto::option_reply(h.option, proto::REP_ERR_UNSUP, &[], &mut out),
         }
         write_full(&mut *stream, &out, &limit)?;
+    }
+}
+
+/// The export an `OPT_INFO` or `OPT_GO` asks for: described, and for `OPT_GO` claimed (the
+/// connection counts on it from now on).
+fn option_export(
+    exports: &Catalog,
+    option: u32,
+    asked: &str,
+) -> Option<(Described, Option<Claim>)> {
+    if option == proto::OPT_GO {
+        let claim = exports.claim(asked)?;
+        Some((Described::of(&claim.export), Some(claim)))
+    } else {
+        exports.describe(asked).map(|d| (d, None))
     }
 }
 

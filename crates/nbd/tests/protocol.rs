@@ -50,6 +50,7 @@ in_both_modes!(
     stopping_does_not_wait_for_a_silent_client,
     a_read_only_export_refuses_changes,
     a_trim_with_fua_is_durable_when_answered,
+    one_export_is_withdrawn_while_the_other_serves_on,
 );
 
 struct Fixture {
@@ -753,18 +754,110 @@ fn decoders_never_panic_on_garbage() {
     }
 }
 
+/// A small in-memory array named `name`, for the tests of several exports.
+fn named_array(name: &str, level: Level, count: usize) -> Arc<Array> {
+    let members: Vec<_> =
+        (0..count).map(|i| MemMember::new(&format!("{name}{i}"), 8 << 20)).collect();
+    let spec = CreateSpec::in_memory(name, level, 16384, 1);
+    create_in_memory(&spec, &members).unwrap();
+    let mut options = OpenOptions::recommended();
+    options.shards = Some(1);
+    options.session_buffer_bytes = 16 << 20;
+    Arc::new(Array::open_in_memory(&members, &options).unwrap())
+}
+
+/// A connection to export `name` through the handshake into transmission (NBD_OPT_GO).
+fn open_export(socket: &std::path::Path, name: &str) -> Client {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    greet(&mut s);
+    send_option(&mut s, proto::OPT_GO, &go_payload(name, &[]));
+    while read_option_reply(&mut s, proto::OPT_GO).0 != proto::REP_ACK {}
+    Client { s, size: 0 }
+}
+
+/// The names an OPT_LIST answers with.
+fn listed(socket: &std::path::Path) -> Vec<String> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    greet(&mut s);
+    send_option(&mut s, proto::OPT_LIST, &[]);
+    let mut names = vec![];
+    loop {
+        let (kind, entry) = read_option_reply(&mut s, proto::OPT_LIST);
+        if kind == proto::REP_ACK {
+            return names;
+        }
+        names.push(String::from_utf8(entry[4..].to_vec()).unwrap());
+    }
+}
+
+/// One array of two stopped alone (`flashraid stop` of one array): its export is withdrawn
+/// (refused while a client uses it unless forced; forced, its client is disconnected as at
+/// the server's stop), no client reaches it afterwards, its array is
+/// let go by every connection, and the other export serves on undisturbed, and does not
+/// become the default export.
+fn one_export_is_withdrawn_while_the_other_serves_on() {
+    use flashraid_nbd::{WithdrawError, Withdrawal};
+    let (a, b) = (named_array("a", Level::Raid5, 4), named_array("b", Level::Raid1, 2));
+    let exports = ExportConfig {
+        exports: vec![
+            flashraid_nbd::Export { name: "a".into(), read_only: false, array: a.clone() },
+            flashraid_nbd::Export { name: "b".into(), read_only: false, array: b.clone() },
+        ],
+        tls: None,
+        connection_threads: CONNECTION_THREADS.get(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s");
+    let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
+    let server = Server::start(exports, vec![listener]).unwrap();
+    let served = server.exports();
+    let mut on_a = open_export(&socket, "a");
+    let mut on_b = open_export(&socket, "b");
+    assert_eq!(on_a.write(0, &[0xa1; 4096]), 0);
+    assert_eq!(on_b.write(0, &[0xb1; 4096]), 0);
+    assert_eq!((served.connections("a"), served.connections("b")), (Some(1), Some(1)));
+    assert_eq!(served.withdraw("a", Withdrawal::IfUnused).unwrap_err(), WithdrawError::InUse(1));
+    assert_eq!(listed(&socket), ["a", "b"], "a refused withdrawal changed the list");
+    assert_eq!(on_a.read(0, 4096), (0, vec![0xa1; 4096]), "a refused withdrawal cut a client");
+    // Forced: the connection is closed as at the server's stop.
+    let withdrawn = served.withdraw("a", Withdrawal::Force).unwrap();
+    assert!(closed(&mut on_a.s), "the withdrawn export's connection stayed open");
+    assert_eq!(served.connections("a"), None);
+    assert_eq!(served.names(), ["b"]);
+    assert_eq!(listed(&socket), ["b"]);
+    assert_eq!(
+        served.withdraw("a", Withdrawal::Force).unwrap_err(),
+        WithdrawError::Unknown("a".into())
+    );
+    // No connection holds array a any more: the withdrawn export and this test's handle are
+    // all that is left of it.
+    drop(withdrawn);
+    assert_eq!(Arc::strong_count(&a), 1, "a connection still holds the withdrawn array");
+    // A client asking for it, or for the default export, is refused.
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    greet(&mut s);
+    for name in ["a", ""] {
+        send_option(&mut s, proto::OPT_GO, &go_payload(name, &[]));
+        assert_eq!(read_option_reply(&mut s, proto::OPT_GO).0, proto::REP_ERR_UNKNOWN, "{name:?}");
+    }
+    // b serves on, on its old connection and on a new one.
+    assert_eq!(on_b.read(0, 4096), (0, vec![0xb1; 4096]));
+    assert_eq!(on_b.write(4096, &[0xb2; 4096]), 0);
+    let mut again = open_export(&socket, "b");
+    assert_eq!(again.read(4096, 4096), (0, vec![0xb2; 4096]));
+    Arc::try_unwrap(a).unwrap().shutdown().unwrap();
+    drop((on_b, again));
+    server.stop();
+    server.join();
+    Arc::try_unwrap(b).unwrap().shutdown().unwrap();
+}
+
 #[test]
 fn several_exports_are_listed_and_chosen_by_name() {
-    let open = |name: &str, level: Level, count: usize| {
-        let members: Vec<_> =
-            (0..count).map(|i| MemMember::new(&format!("{name}{i}"), 8 << 20)).collect();
-        let spec = CreateSpec::in_memory(name, level, 16384, 1);
-        create_in_memory(&spec, &members).unwrap();
-        let mut options = OpenOptions::recommended();
-        options.shards = Some(1);
-        options.session_buffer_bytes = 16 << 20;
-        Arc::new(Array::open_in_memory(&members, &options).unwrap())
-    };
+    let open = named_array;
     let a = open("a", Level::Raid5, 4);
     let b = open("b", Level::Raid1, 2);
     let exports = ExportConfig {

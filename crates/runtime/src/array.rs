@@ -791,8 +791,9 @@ impl Array {
         };
         let next_slot = geometry.member_count() + metadata.spare_devices().len();
         let metadata_read_only = metadata.is_read_only();
-        // A read-only array is never scrubbed (a check scrub rewrites ranges that fail to
-        // read).
+        // A read-only array runs no scheduled scrub: a check there writes nothing, but a
+        // read-only start (a recovery, a look at members kept as evidence) should not start
+        // reading every member unasked. The operator's `scrub` (a check) still runs.
         let scrub_interval = options.scrub_interval.filter(|_| !metadata_read_only);
         let mut controller = Controller {
             next_slot,
@@ -1188,7 +1189,10 @@ impl Array {
     }
 
     /// Start a scrub of the whole array (`repair`: rewrite what disagrees); one already
-    /// running is restarted. Refused while a member is out of service.
+    /// running is restarted. Refused while a member is out of service. On an array served
+    /// read-only only a check runs (a repair is refused with `ControlError::ReadOnly`), and
+    /// it writes nothing: read errors it meets are reported (`read_errors_left`), not
+    /// rewritten.
     pub fn start_scrub(&self, repair: bool) -> Result<(), ArrayError> {
         self.ask_controller(|tx| ToController::Scrub(Some(repair), tx))
     }
@@ -1218,6 +1222,15 @@ impl Array {
     /// shard ended clean, stop the threads. Callers should have no requests in flight (new
     /// ones are refused with `ShuttingDown`).
     pub fn shutdown(self) -> Result<Stopped, ArrayError> {
+        self.shutdown_in_place()
+    }
+
+    /// `shutdown` of an array other threads still hold (the control socket of a server that
+    /// stops one array of several, whose other commands may still reach it): once it
+    /// returns, every call answers `ArrayError::Stopped` (a second shutdown too) and
+    /// dropping the last handle does nothing more. The caller makes sure no client uses
+    /// it any more, as for `shutdown`.
+    pub fn shutdown_in_place(&self) -> Result<Stopped, ArrayError> {
         let (tx, rx) = mpsc::channel();
         self.controller.send(ToController::Shutdown(tx)).map_err(|_| ArrayError::Stopped)?;
         let result = rx.recv().map_err(|_| ArrayError::Stopped)?;
@@ -1766,7 +1779,9 @@ impl Controller {
     }
 
     /// On a read-only array, answer every command that would write to a member (or start
-    /// work that does) with `ControlError::ReadOnly`; pass the others on.
+    /// work that does) with `ControlError::ReadOnly`; pass the others on. A check scrub
+    /// passes: on a read-only array it writes nothing (engine `scrub`: no read error is
+    /// rewritten, no mismatch repaired, no bitmap bit set; its cursor is never stored).
     fn refuse_writing(&mut self, command: ToController) -> Option<ToController> {
         let refused = || Err(ArrayError::from(flashraid_control::ControlError::ReadOnly));
         match command {
@@ -1778,7 +1793,7 @@ impl Controller {
             | ToController::Replace(_, _, _, reply)
             | ToController::CancelReplace(reply)
             | ToController::RemoveSpare(_, reply)
-            | ToController::Scrub(Some(_), reply) => {
+            | ToController::Scrub(Some(true), reply) => {
                 let _ = reply.send(refused());
                 None
             }
@@ -2775,6 +2790,10 @@ impl Controller {
     }
 
     fn start_scrub(&mut self, repair: bool) -> Result<(), ArrayError> {
+        // (`refuse_writing` answers an operator's repair first; this covers every caller.)
+        if repair && self.metadata.is_read_only() {
+            return Err(flashraid_control::ControlError::ReadOnly.into());
+        }
         if self.rebuild.is_some() {
             let what = redundancy_word(self.metadata.superblock().level);
             return Err(ArrayError::Other(format!(
@@ -2848,12 +2867,21 @@ impl Controller {
                 "scrub-finished",
                 &format!(
                     "scrub ({what}) {ended}: {} stripes checked, {} mismatched ({} located), \
-                     {} repaired, {} read errors rewritten, {} unreadable{}",
+                     {} repaired, {} read errors rewritten{}, {} unreadable{}",
                     total.stripes_checked - total.untrusted,
                     total.mismatches,
                     total.located,
                     total.repaired,
                     total.read_errors_repaired,
+                    if total.read_errors_left > 0 {
+                        format!(
+                            ", {} read errors left as they are (served read-only: nothing is \
+                             written)",
+                            total.read_errors_left
+                        )
+                    } else {
+                        String::new()
+                    },
                     total.unreadable,
                     if total.untrusted > 0 {
                         format!(

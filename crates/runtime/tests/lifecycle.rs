@@ -1458,7 +1458,7 @@ fn every_write_is_refused(array: &Array, session: &mut Session, spare: &std::pat
     assert_eq!(array.tune(Tunable::ScrubRate(1 << 20)), refused);
     assert_eq!(array.tune(Tunable::Shards(1)), refused);
     assert_eq!(array.set_rebuild_rate(1 << 20), refused);
-    assert_eq!(array.start_scrub(false), refused);
+    // A check scrub writes nothing read-only and runs (`a_read_only_check_scrub_...`).
     assert_eq!(array.start_scrub(true), refused);
     let status = array.status().unwrap();
     assert!(status.read_only && !status.resyncing && status.rebuild.is_none(), "{status:#?}");
@@ -1543,6 +1543,90 @@ fn a_read_only_array_writes_nothing_to_any_member() {
     check(&mut session, &model, "after the read-only runs");
     drop(session);
     assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A check scrub of an array served read-only runs, finds silent corruption and a bad
+/// sector and reports them, and writes nothing to any member: the bad sector is not
+/// rewritten (`read_errors_left`), no mismatch is repaired, no bitmap bit is set (every
+/// member's bytes are the same afterwards); a repair scrub is refused. Found by an admin's
+/// expectation: every scrub used to be refused on a read-only array.
+#[test]
+fn a_read_only_check_scrub_reports_and_writes_nothing() {
+    use flashraid_runtime::{Stopped, Trigger};
+    let (members, array) = memory_raid6("ros", "ro-scrub", &[], &options(0));
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    fill(&mut session, size, 5);
+    drop(session);
+    assert_eq!(array.shutdown().unwrap(), Stopped::Clean);
+    // Silent corruption of member 4 in two stripes, and a bad sector of member 1 in a third.
+    let data_offset = flashraid_format::layout::DATA_OFFSET_BYTES;
+    for at in [0u64, 5 << 20] {
+        members[4].write(&[0xeeu8; 512], data_offset + at + 1024).unwrap();
+    }
+    let bad_sector = members[1].faults().read_errors();
+    bad_sector.set(Trigger::range(data_offset + (9 << 20), 4096));
+    let stored = |m: &Arc<MemMember>| {
+        let mut bytes = vec![0u8; usize::try_from(m.size_bytes()).unwrap()];
+        m.read_stored(&mut bytes, 0).unwrap();
+        bytes
+    };
+    let before: Vec<Vec<u8>> = members.iter().map(stored).collect();
+
+    let array = Array::open_in_memory(&members, &read_only(options(0))).unwrap();
+    let refused =
+        Err(flashraid_runtime::ArrayError::Control(flashraid_control::ControlError::ReadOnly));
+    assert_eq!(array.start_scrub(true), refused, "a repair scrub must stay refused");
+    array.start_scrub(false).unwrap();
+    let finished = |s: &ArrayStatus| s.scrub.as_ref().is_some_and(|x| !x.running);
+    let status = wait_for(&array, "the read-only check", finished);
+    let scrub = status.scrub.as_ref().unwrap();
+    assert_eq!(scrub.stopped, None, "{status:#?}");
+    let t = scrub.tally;
+    assert_eq!(t.stripes_checked, t.stripes_total, "{status:#?}");
+    assert_eq!((t.mismatches, t.located, t.repaired), (2, 2, 0), "{status:#?}");
+    assert_eq!((t.read_errors_left, t.read_errors_repaired), (1, 0), "{status:#?}");
+    assert!(bad_sector.hits() >= 1, "the bad sector was never read");
+    assert!(bad_sector.is_active(), "the bad sector was rewritten");
+    let c = &status.counters;
+    assert_eq!((c.member_writes, c.bitmap_writes, c.errors_corrected), (0, 0, 0), "{c:#?}");
+    let event = status.events.iter().rev().find(|e| e.kind == "scrub-finished").unwrap();
+    assert!(event.message.contains("1 read errors left as they are"), "{event:?}");
+    assert_eq!(array.shutdown().unwrap(), Stopped::Untouched);
+    let after: Vec<Vec<u8>> = members.iter().map(stored).collect();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(b == a, "member {i} was written by a read-only scrub");
+    }
+}
+
+/// `Array::shutdown_in_place` (one array of a server stopped while the server's control
+/// socket still holds it): the array stops clean with another handle alive, lets go of its
+/// members at once (a read-write start of them, as a new server's, is not refused as in
+/// use), answers `Stopped` afterwards (a second stop too), and the last handle's drop does
+/// nothing more: the next start finds it clean, with the data written.
+#[test]
+fn an_array_shut_down_in_place_lets_go_of_its_members_and_answers_stopped() {
+    use flashraid_runtime::{ArrayError, Stopped};
+    let dir = scratch_dir("in-place");
+    let paths = raid5_files(&dir, "m", "in-place");
+    let array = Arc::new(Array::open(&paths, &options(0)).unwrap());
+    let held = array.clone();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 7);
+    drop(session);
+    assert_eq!(array.shutdown_in_place().unwrap(), Stopped::Clean);
+    let again = Array::open(&paths, &options(0)).unwrap();
+    let status = again.status().unwrap();
+    assert!(status.bitmap_regions_set == 0 && !status.resyncing, "{status:#?}");
+    assert!(matches!(held.status(), Err(ArrayError::Stopped)));
+    assert!(matches!(held.shutdown_in_place(), Err(ArrayError::Stopped)));
+    drop((array, held));
+    let mut session = again.session().unwrap();
+    check(&mut session, &model, "after a stop in place");
+    drop(session);
+    assert_eq!(again.shutdown().unwrap(), Stopped::Clean);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -16,6 +16,13 @@
 //!   recomputed from the data, as md does;
 //! - mirrors: the value most copies hold wins (ties: the lowest member, resync's reference).
 //!
+//! Read-only (`ArrayAccess::ReadOnly`, `serve --read-only`): only a check runs, and it writes
+//! nothing. A chunk that fails to read is still reconstructed, so the stripe is checked
+//! with it, but it is not rewritten: it is counted in `read_errors_left` (reported, as a
+//! read of it is served from redundancy and left as it is); no mismatch is repaired; no
+//! bitmap bit is set, since no stripe is written. The scrub's cursor lives in memory only,
+//! on every array. `scrub_after_reads` asserts that a read-only shard rewrites nothing.
+//!
 //! A chunk rebuilt for a read error is written only if the parity rows the rebuild did not
 //! erase agree with it (when fewer chunks are erased than there are parity rows): one
 //! rebuilt from a source that is itself silently wrong would be wrong too. If they disagree
@@ -77,6 +84,9 @@ pub struct ScrubTally {
     pub repaired: u64,
     /// Chunks that failed to read and were rewritten from redundancy.
     pub read_errors_repaired: u64,
+    /// Chunks that failed to read and were left as they are: the array is served read-only,
+    /// so nothing is rewritten (their stripes were still checked with them reconstructed).
+    pub read_errors_left: u64,
     /// Stripes that could not be checked (more chunks unreadable than redundancy).
     pub unreadable: u64,
     /// Stripes passed over: written when the array stopped uncleanly and not resynced yet
@@ -94,6 +104,7 @@ impl ScrubTally {
             located,
             repaired,
             read_errors_repaired,
+            read_errors_left,
             unreadable,
             untrusted,
         } = other;
@@ -104,6 +115,7 @@ impl ScrubTally {
         self.located += located;
         self.repaired += repaired;
         self.read_errors_repaired += read_errors_repaired;
+        self.read_errors_left += read_errors_left;
         self.unreadable += unreadable;
         self.untrusted += untrusted;
     }
@@ -121,10 +133,10 @@ pub struct ScrubStatus {
 
 impl Shard {
     /// Start a scrub of every stripe this shard owns (`repair`: rewrite what disagrees). A
-    /// scrub already running is restarted.
+    /// scrub already running is restarted. A read-only shard runs checks only, which write
+    /// nothing there (see the module).
     pub fn start_scrub(&mut self, repair: bool, rate_bytes_per_s: u64) {
-        // Even a check scrub rewrites chunks that fail to read.
-        assert!(!self.is_read_only(), "a read-only array is never scrubbed");
+        assert!(!(repair && self.is_read_only()), "a read-only array is never repaired");
         let owned = self.ownership.owned_below(self.shard_index, self.geometry.stripes());
         self.scrub_generation = self.scrub_generation.wrapping_add(1);
         self.scrub = Some(ScrubState {
@@ -291,6 +303,9 @@ impl Shard {
         } else {
             self.scrub_mirror(op_slot, errored, absent)
         };
+        // Read-only, nothing is ever rewritten: not a read error, not a mismatch (and so no
+        // bitmap bit is set either). `poll_io` asserts it again for every member IO.
+        assert!(rewrite == 0 || !self.is_read_only(), "a read-only scrub would rewrite");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.repaired = rewrite;
         if rewrite == 0 {
@@ -324,6 +339,11 @@ impl Shard {
             // erasures as rows nothing is left to check with, and the rewrite is unverified.
             if (erased.count_ones() as usize) < m && self.parity_rows_disagree(op_slot, erased) {
                 self.tally(|t| t.mismatches += 1);
+                return 0;
+            }
+            if self.is_read_only() {
+                // Reported, not rewritten: nothing is written to a read-only array.
+                self.tally(|t| t.read_errors_left += u64::from(read_errors.count_ones()));
                 return 0;
             }
             self.tally(|t| t.read_errors_repaired += u64::from(read_errors.count_ones()));
@@ -440,13 +460,14 @@ impl Shard {
     }
 
     /// Mirrors: each data position's copies are compared; the value most readable copies
-    /// hold wins (ties: the lowest member). Unreadable copies are rewritten always,
-    /// disagreeing ones in repair mode.
+    /// hold wins (ties: the lowest member). Unreadable copies are rewritten (but never on a
+    /// read-only array), disagreeing ones in repair mode.
     /// `absent`: copies on members out of service (never written, not counted as repaired).
     fn scrub_mirror(&mut self, op_slot: usize, errored: ChunkSet, absent: ChunkSet) -> ChunkSet {
         let mut rewrite: ChunkSet = 0;
         let mut mismatch = false;
         let mut unreadable = false;
+        let read_only = self.is_read_only();
         let n = self.geometry.member_count();
         let members = |set: ChunkSet| (0..n).filter(move |&o| has(set, o));
         for c in 0..n {
@@ -472,7 +493,9 @@ impl Shard {
             let mut mine: ChunkSet = 0;
             for o in members(copies) {
                 if has(errored, o) {
-                    mine |= bit(o);
+                    if !read_only {
+                        mine |= bit(o);
+                    }
                 } else if buf(o) != buf(winner) {
                     mismatch = true;
                     if self.scrub_repairs() {
@@ -495,14 +518,20 @@ impl Shard {
         }
         let read_errors = u64::from((errored & !absent).count_ones());
         self.tally(|t| {
-            t.read_errors_repaired += read_errors;
+            if read_only {
+                t.read_errors_left += read_errors;
+            } else {
+                t.read_errors_repaired += read_errors;
+            }
             t.mismatches += u64::from(mismatch);
             t.unreadable += u64::from(unreadable);
         });
         if mismatch && self.scrub_repairs() {
             self.tally(|t| t.repaired += 1);
         }
-        self.counters.errors_corrected += read_errors;
+        if !read_only {
+            self.counters.errors_corrected += read_errors;
+        }
         rewrite
     }
 
