@@ -315,6 +315,29 @@ fi
 grep -q "client certificates" "$WORK/open.log" || { cat "$WORK/open.log"; fail "refusal unclear"; }
 sed 's/^/   /' "$WORK/open.log"
 
+step "a client still negotiating when the server stops is told so (NBD_REP_ERR_SHUTDOWN)"
+"$F" serve --memory 4x16M --level 5 --name neg --socket "$WORK/neg.sock" \
+    --control "$WORK/neg.control" >"$WORK/neg.log" 2>&1 &
+MULTI_PID=$!
+for _ in $(seq 100); do nbdinfo --size "nbd+unix:///neg?socket=$WORK/neg.sock" >/dev/null 2>&1 && break; sleep 0.1; done
+NEG_SOCK="$WORK/neg.sock" NEG_PID=$MULTI_PID nbdsh -c '
+import errno, os, signal, time
+h.set_opt_mode(True)
+h.connect_unix(os.environ["NEG_SOCK"])
+os.kill(int(os.environ["NEG_PID"]), signal.SIGTERM)
+time.sleep(0.3)
+try:
+    h.opt_go()
+    raise SystemExit("GO was granted after the server stopped")
+except nbd.Error as e:
+    # libnbd names the errno (a string) in some versions, gives its number in others.
+    assert e.errno in (errno.ESHUTDOWN, "ESHUTDOWN"), (e.string, e.errno)
+h.opt_abort()
+print("   GO after the stop: %s" % os.strerror(errno.ESHUTDOWN))
+'
+wait "$MULTI_PID" || { cat "$WORK/neg.log"; fail "the server did not stop cleanly"; }
+MULTI_PID=
+
 step "several arrays in one server: from members, and from a config file"
 mkdir -p "$WORK/multi"
 "$F" create --level 5 --name alpha --size 48M "$WORK"/multi/a{0..3} >/dev/null
