@@ -47,9 +47,10 @@ const REPLY_WAIT_MS_MAX: u64 = 5000;
 /// How often the accepting thread, and a connection waiting for its command, look at the
 /// stop flag: the bound on how long a stop waits for an idle client.
 const STOP_POLL_MS: u64 = 50;
-/// How long `flashraid stop` of one array waits for its reply when `--wait-s 0` (the reply
-/// comes once the array has stopped: connections drained, flushed, marked clean).
-const ARRAY_STOP_REPLY_WAIT_S: u64 = 30;
+/// How long `flashraid stop` of one array waits for its reply when `--wait-s 0`: long
+/// enough for a refusal (clients connected), which comes at once; the stop's own reply
+/// comes once the array has stopped (connections drained, flushed, marked clean).
+const ARRAY_STOP_REFUSAL_WAIT: Duration = Duration::from_secs(2);
 /// Where control sockets go unless `--control` says otherwise.
 pub const CONTROL_DIR: &str = "/run/flashraid";
 
@@ -99,6 +100,9 @@ pub struct ControlContext {
     pub array: Arc<Array>,
     /// Connections open on the NBD server.
     pub connections: Box<dyn Fn() -> usize + Send + Sync>,
+    /// Connections past their handshake using this array's export (what a `stop-array`
+    /// without force waits on).
+    pub array_connections: Box<dyn Fn() -> usize + Send + Sync>,
     /// The exports the server offers now (an array stopped alone has left the list).
     pub exports: Box<dyn Fn() -> Vec<String> + Send + Sync>,
     /// Stop the whole server as SIGTERM does (`flashraid stop --all`): drain, flush, mark
@@ -121,6 +125,9 @@ pub enum ArrayStop {
     /// Stopped alone: how it stopped (or why its shutdown failed), and the arrays the server
     /// serves on.
     Stopped { result: Result<Stopped, String>, serving: Vec<String> },
+    /// The whole server is stopping already (SIGTERM, `stop --all`): nothing was done; the
+    /// reply is the whole-server stop's.
+    ServerStopping,
     /// Not served any more (another `stop-array` stopped it).
     NotServed,
 }
@@ -343,7 +350,11 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
             if force.is_empty() { Withdrawal::IfUnused } else { Withdrawal::Force },
         ),
         ["status"] => match context.array.status() {
-            Ok(status) => status_json(&status, (context.connections)(), &(context.exports)()),
+            Ok(status) => status_json(
+                &status,
+                ((context.array_connections)(), (context.connections)()),
+                &(context.exports)(),
+            ),
             Err(e) => json!({ "error": e.to_string() }),
         },
         ["fail", role, force @ ..] if matches!(force, [] | ["force"]) => {
@@ -433,6 +444,8 @@ fn stop_array(context: &ControlContext, how: Withdrawal) -> Value {
     let name = &context.name;
     match (context.stop_array)(how) {
         ArrayStop::OnlyArray => stop_server(context, how),
+        // Its connections are being closed anyway: nothing to refuse.
+        ArrayStop::ServerStopping => stop_server(context, Withdrawal::Force),
         ArrayStop::InUse(connections) => json!({ "error": format!(
             "{connections} NBD connection(s) to array {name:?} are open: a client still uses \
              it (a mounted filesystem, nbd-client, qemu). Disconnect them first, or pass \
@@ -474,7 +487,8 @@ fn overwrite(how: &str) -> Overwrite {
     if how == "force" { Overwrite::Force } else { Overwrite::Refuse }
 }
 
-fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value {
+/// `connections`: (to this array, to the whole server).
+fn status_json(s: &ArrayStatus, connections: (usize, usize), exports: &[String]) -> Value {
     let c = &s.counters;
     let state = if s.failed {
         "failed"
@@ -573,7 +587,11 @@ fn status_json(s: &ArrayStatus, connections: usize, exports: &[String]) -> Value
             "rebuild_unverified_stripes": c.rebuild_unverified_stripes,
             "merge_waits": c.merge_waits, "merge_filled": c.merge_filled,
         },
-        "nbd": { "exports": exports, "connections": connections },
+        "nbd": {
+            "exports": exports,
+            "connections": connections.0,
+            "server_connections": connections.1,
+        },
         "tunables": crate::array_cmds::tunables_json(&s.tunables),
         "events": s.events.iter().map(|e| json!({
             "unix_seconds": e.unix_seconds,
@@ -644,9 +662,12 @@ fn find_control(control: Option<PathBuf>, name: Option<&str>) -> Result<PathBuf>
              {CONTROL_DIR_ENV} to the directory `serve --control-dir` was given",
             dir.display()
         ),
-        _ => bail!("several arrays are served here; say which with --name or --control"),
+        _ => bail!("{SEVERAL_ARRAYS}; say which with --name or --control"),
     }
 }
+
+/// How `find_control` begins its refusal when the control directory holds several sockets.
+const SEVERAL_ARRAYS: &str = "several arrays are served here";
 
 pub(crate) fn ask(path: &Path, command: &str) -> Result<Value> {
     ask_waiting(path, command, Duration::from_secs(30))
@@ -671,6 +692,16 @@ fn ask_waiting(path: &Path, command: &str, reply_wait: Duration) -> Result<Value
         bail!("{error}");
     }
     Ok(value)
+}
+
+/// Whether `ask_waiting` gave up waiting for the reply (as opposed to a refused or broken
+/// connection).
+fn is_reply_timeout(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        })
+    })
 }
 
 pub fn run_status(args: StatusArgs) -> Result<()> {
@@ -743,7 +774,10 @@ pub fn run_status(args: StatusArgs) -> Result<()> {
         c["degraded_reads"],
         c["errors_corrected"],
     );
-    println!("nbd: exports {}, {} connections", v["nbd"]["exports"], v["nbd"]["connections"]);
+    println!(
+        "nbd: exports {}, {} connections to this array ({} to the server)",
+        v["nbd"]["exports"], v["nbd"]["connections"], v["nbd"]["server_connections"]
+    );
     let events = v["events"].as_array().cloned().unwrap_or_default();
     if !events.is_empty() {
         println!("recent events:");
@@ -815,9 +849,9 @@ fn scrub_line(x: &Value) -> Option<String> {
         Some(n) if n > 0 => format!(", {n} passed over (awaiting resync)"),
         _ => String::new(),
     };
-    // Read-only: read errors are reported, never rewritten.
+    // Read-only (or in a mismatched stripe): read errors are reported, not rewritten.
     let left = match x["read_errors_left"].as_u64() {
-        Some(n) if n > 0 => format!(", {n} read errors left as they are (read-only)"),
+        Some(n) if n > 0 => format!(", {n} read errors left as they are"),
         _ => String::new(),
     };
     Some(format!(
@@ -1298,9 +1332,9 @@ pub struct StopArgs {
     /// --all, a server with any).
     #[arg(long)]
     force: bool,
-    /// Seconds to wait for the stop to finish: the server's exit, or the one array's flush
-    /// (0: do not wait for the server's exit; the stop of one array of several always
-    /// answers once it has stopped, waiting up to 30 s then).
+    /// Seconds to wait for the stop to finish: the server's exit, or the one array's drain
+    /// and flush (0: do not wait; a refusal is still reported). Past it the stop goes on in
+    /// the server, and the command exits 1 saying so.
     #[arg(long, default_value_t = 120)]
     wait_s: u64,
 }
@@ -1311,14 +1345,39 @@ pub struct StopArgs {
 /// SIGTERM, and so does `--all` (every array it serves). Refused while clients of the array
 /// (with `--all`, of the server) are connected unless `--force`. Waits for the stop.
 pub fn run_stop(args: StopArgs) -> Result<()> {
-    let path = find_control(args.control, args.name.as_deref())?;
+    let path = match find_control(args.control, args.name.as_deref()) {
+        // Found by review: `--all` still asked which array, as if it meant one.
+        Err(e) if args.all && e.to_string().starts_with(SEVERAL_ARRAYS) => bail!(
+            "{SEVERAL_ARRAYS}, maybe by several servers: name any array of the server to stop \
+             with --name or --control (--all then stops every array that server serves)"
+        ),
+        found => found?,
+    };
     let force = if args.force { " force" } else { "" };
     let v = if args.all {
         ask(&path, &format!("stop{force}"))?
     } else {
-        let wait_s = if args.wait_s == 0 { ARRAY_STOP_REPLY_WAIT_S } else { args.wait_s };
-        match ask_waiting(&path, &format!("stop-array{force}"), Duration::from_secs(wait_s)) {
+        let wait = match args.wait_s {
+            0 => ARRAY_STOP_REFUSAL_WAIT,
+            s => Duration::from_secs(s),
+        };
+        let name = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into());
+        match ask_waiting(&path, &format!("stop-array{force}"), wait) {
             Ok(v) => v,
+            // The stop goes on in the server after the CLI stops waiting (found by review:
+            // a slow drain read as "no reply from the server", a failure).
+            Err(e) if is_reply_timeout(&e) && args.wait_s == 0 => {
+                println!(
+                    "array {name} is stopping (its connections draining, then its flush); \
+                     `flashraid status` or the server's log says when it has stopped"
+                );
+                return Ok(());
+            }
+            Err(e) if is_reply_timeout(&e) => bail!(
+                "array {name} is still stopping after {} s (its connections draining, or its \
+                 flush); the stop goes on in the server, whose log says when it has stopped",
+                args.wait_s
+            ),
             Err(e) if e.to_string().contains("unknown command") => bail!(
                 "{e:#}\nthis server cannot stop one array alone (an older version): `flashraid \
                  stop --all` stops it with every array it serves"
@@ -1528,6 +1587,11 @@ mod tests {
             name: "t".into(),
             array,
             connections: Box::new({
+                let connections = connections.clone();
+                move || connections.load(Ordering::SeqCst)
+            }),
+            // One array: its connections are the server's.
+            array_connections: Box::new({
                 let connections = connections.clone();
                 move || connections.load(Ordering::SeqCst)
             }),

@@ -418,7 +418,23 @@ pub fn run_lab(mut args: LabRunArgs) -> Result<()> {
         let postmark = plans.iter().any(|p| {
             matches!(p, Job::Files(flashraid_lab::files::FilesShape::SmallFiles(s)) if s.postmark.is_some())
         });
-        files::check_tools(args.fs, &specs, postmark, args.member_size)?;
+        let mut own = vec![];
+        if specs.iter().any(|s| matches!(s, TargetSpec::Members)) {
+            own.push(("each member file (the `members` target) is", args.member_size));
+        }
+        // The array is smaller than its members' data (metadata areas): this bound refuses
+        // only what cannot fit; `mount` checks the array's real size.
+        if specs.iter().any(|s| matches!(s, TargetSpec::Flashraid))
+            && let Ok(g) = flashraid_layout::Geometry::new(
+                args.level,
+                args.members,
+                args.chunk_kib * 1024,
+                args.member_size,
+            )
+        {
+            own.push(("the array (the `flashraid` target) is at most", g.array_bytes()));
+        }
+        files::check_tools(args.fs, &specs, postmark, &own)?;
     }
     let out =
         args.out.clone().unwrap_or_else(|| PathBuf::from("lab-reports").join(chrono_like_stamp()));

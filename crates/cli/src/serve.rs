@@ -493,6 +493,11 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
                 let count = server.connection_counter();
                 Box::new(move || count.load(Ordering::SeqCst))
             },
+            array_connections: Box::new({
+                let exports = server.exports();
+                let name = name.clone();
+                move || exports.connections(&name).unwrap_or(0)
+            }),
             exports: Box::new({
                 let exports = server.exports();
                 move || exports.names()
@@ -507,7 +512,15 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
             }),
             stop_array: Box::new({
                 let served = served.clone();
-                move |how| served.stop_array(&name, how)
+                let stopping = stopping.clone();
+                move |how| {
+                    // The whole server is stopping (found by review: the reply said the
+                    // others serve on while the server exited).
+                    if stopping.load(Ordering::SeqCst) {
+                        return ArrayStop::ServerStopping;
+                    }
+                    served.stop_array(&name, how)
+                }
             }),
         };
         let thread = std::thread::Builder::new()

@@ -1435,13 +1435,21 @@ impl Transmission {
         let (op, rest) = match r.kind {
             proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => {
                 let end = r.offset + u64::from(r.len);
-                let one_stripe =
-                    r.offset / self.stripe_data_bytes == (end - 1) / self.stripe_data_bytes;
+                let zeroes = r.kind == proto::CMD_WRITE_ZEROES;
+                let stripe = self.stripe_data_bytes;
+                // The stripes the request changes: a write-zeroes writes every stripe it
+                // touches; a trim zeroes only the whole stripes inside it (found by review:
+                // a trim across a stripe boundary changes nothing, yet cost an array flush).
+                let stripes_changed = if zeroes {
+                    (end - 1) / stripe - r.offset / stripe + 1
+                } else {
+                    (end / stripe).saturating_sub(r.offset.div_ceil(stripe))
+                };
                 let fua = durability == Durability::Fua;
                 RangeRest {
-                    zeroes: r.kind == proto::CMD_WRITE_ZEROES,
-                    durability: if one_stripe { durability } else { Durability::Cached },
-                    flush_after: fua && !one_stripe,
+                    zeroes,
+                    durability: if stripes_changed == 1 { durability } else { Durability::Cached },
+                    flush_after: fua && stripes_changed > 1,
                     offset: r.offset,
                     end,
                 }

@@ -678,11 +678,14 @@ fn a_trim_with_fua_is_durable_when_answered() {
     assert_eq!(c.reply(0).0, 0);
     assert_eq!(array_flushes(), arrays, "a FUA trim of no whole block flushed the array");
     assert_eq!(member_flushes(), members, "a FUA trim of no whole block flushed a member");
-    // Nor does one of no whole stripe (the engine zeroes whole stripes only).
-    c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 1, 4096, 8192, &[]);
-    assert_eq!(c.reply(0).0, 0);
-    assert_eq!(array_flushes(), arrays, "a FUA trim of no whole stripe flushed the array");
-    assert_eq!(member_flushes(), members, "a FUA trim of no whole stripe flushed a member");
+    // Nor does one of no whole stripe (the engine zeroes whole stripes only), within one
+    // stripe or across a boundary.
+    for (offset, len) in [(4096, 8192), (stripe_bytes - 4096, 8192)] {
+        c.send(proto::CMD_TRIM, proto::CMD_FLAG_FUA, 1, offset, len, &[]);
+        assert_eq!(c.reply(0).0, 0);
+        assert_eq!(array_flushes(), arrays, "a FUA trim of no whole stripe flushed the array");
+        assert_eq!(member_flushes(), members, "a FUA trim of no whole stripe flushed a member");
+    }
     assert_eq!(c.write(0, &pattern(5, 1 << 20)), 0);
     let arrays = array_flushes();
     c.send(proto::CMD_TRIM, 0, 2, 0, 1 << 20, &[]);

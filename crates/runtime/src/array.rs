@@ -167,8 +167,8 @@ pub struct OpenOptions {
     pub tunables: Tunables,
     /// `ReadOnly`: nothing is written to any member, like `mdadm --assemble --readonly`
     /// (devices are opened read-only; the start writes no superblock or bitmap; writes,
-    /// discards and zeroes are refused; no resync, rebuild, spare takeover, replace or scrub
-    /// runs; a range that fails to read is served from redundancy and not rewritten; a member
+    /// discards and zeroes are refused; no resync, rebuild, spare takeover, replace or repair
+    /// scrub runs (a check scrub does, rewriting nothing); a range that fails to read is served from redundancy and not rewritten; a member
     /// that fails is failed in memory only; commands that would write are refused; the stop
     /// marks nothing). The assembly rules are those of a read-write start: a dirty, degraded
     /// array still needs `dirty_degraded: Force`.
@@ -857,8 +857,9 @@ impl Array {
                 &controller.metadata,
                 "read-only",
                 "started read-only: nothing is written to any member (no resync, rebuild, spare \
-                 takeover, replace or scrub runs; a member that fails is failed until the stop \
-                 only; writes and commands that change the array are refused)",
+                 takeover, replace or repair runs; a check scrub rewrites nothing; a member that \
+                 fails is failed until the stop only; writes and commands that change the array \
+                 are refused)",
             );
         } else {
             controller.resume_or_start_rebuild();
@@ -2875,8 +2876,8 @@ impl Controller {
                     total.read_errors_repaired,
                     if total.read_errors_left > 0 {
                         format!(
-                            ", {} read errors left as they are (served read-only: nothing is \
-                             written)",
+                            ", {} read errors left as they are (served read-only, or in a \
+                             stripe whose parity disagrees)",
                             total.read_errors_left
                         )
                     } else {

@@ -93,11 +93,12 @@ impl FsKind {
 }
 
 /// Refuse a device too small for the filesystem before anything is written to it, with the
-/// way out, rather than passing on mkfs's usage text.
+/// way out, rather than passing on mkfs's usage text. `what` reads with the size after it
+/// ("each member file is").
 fn check_fs_room(kind: FsKind, what: &str, size_bytes: u64) -> Result<()> {
     if size_bytes < kind.size_bytes_min() {
         bail!(
-            "{what} is {}, and {} needs at least {}: give it more room (for the \
+            "{what} {}, and {} needs at least {}: give it more room (for the \
              lab's own targets, a larger --member-size) or take --fs ext4",
             crate::array_cmds::human(size_bytes),
             kind.name(),
@@ -214,15 +215,17 @@ fn free_bytes(dir: &Path) -> Result<u64> {
 }
 
 /// Refuse early, with what is missing, rather than half-way through a run.
+/// `own_targets`: the lab's own targets (members, the array it makes over them) and the
+/// most room each can have; one too small for the filesystem is refused before any purge.
+/// (Named targets are checked at `mount`, once their size is known.)
 pub(super) fn check_tools(
     fs: FsKind,
     specs: &[TargetSpec],
     postmark: bool,
-    member_size_bytes: u64,
+    own_targets: &[(&str, u64)],
 ) -> Result<()> {
-    // The member files are the smallest of the lab's own targets: refuse before any purge.
-    if specs.iter().any(|s| matches!(s, TargetSpec::Members)) {
-        check_fs_room(fs, "each member file (the `members` target)", member_size_bytes)?;
+    for &(what, size_bytes) in own_targets {
+        check_fs_room(fs, what, size_bytes)?;
     }
     if super::current_uid()? != 0 {
         bail!(
@@ -326,7 +329,7 @@ fn mount(
     let size_bytes = match target {
         Target::File { size_bytes, .. } | Target::Nbd { size_bytes, .. } => *size_bytes,
     };
-    let what = if files.len() > 1 { "each member file" } else { "the target" };
+    let what = if files.len() > 1 { "each member file is" } else { "the target is" };
     check_fs_room(kind, what, size_bytes)?;
     let mut layers = vec![];
     for (index, file) in files.iter().enumerate() {
@@ -922,11 +925,13 @@ mod tests {
 
     #[test]
     fn a_device_too_small_for_the_filesystem_is_refused_with_the_way_out() {
-        let e = check_fs_room(FsKind::Xfs, "each member file", 16 << 20).unwrap_err().to_string();
+        let e =
+            check_fs_room(FsKind::Xfs, "each member file is", 16 << 20).unwrap_err().to_string();
         assert!(e.contains("16.0 MiB") && e.contains("300") && e.contains("--fs ext4"), "{e}");
         check_fs_room(FsKind::Xfs, "the target", 300 << 20).unwrap();
         check_fs_room(FsKind::Ext4, "each member file", 16 << 20).unwrap();
-        let e = check_tools(FsKind::Xfs, &[TargetSpec::Members], false, 64 << 20).unwrap_err();
+        let own = [("each member file (the `members` target) is", 64 << 20)];
+        let e = check_tools(FsKind::Xfs, &[TargetSpec::Members], false, &own).unwrap_err();
         assert!(e.to_string().contains("`members` target"), "{e}");
     }
 }

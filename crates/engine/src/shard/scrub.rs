@@ -85,7 +85,9 @@ pub struct ScrubTally {
     /// Chunks that failed to read and were rewritten from redundancy.
     pub read_errors_repaired: u64,
     /// Chunks that failed to read and were left as they are: the array is served read-only,
-    /// so nothing is rewritten (their stripes were still checked with them reconstructed).
+    /// so nothing is rewritten (their stripes were still checked with them reconstructed),
+    /// or the parity rows left to check their reconstruction disagree (the stripe is counted
+    /// as a mismatch too).
     pub read_errors_left: u64,
     /// Stripes that could not be checked (more chunks unreadable than redundancy).
     pub unreadable: u64,
@@ -338,7 +340,11 @@ impl Shard {
             // in review: it turned one detectable error into two silent ones). With as many
             // erasures as rows nothing is left to check with, and the rewrite is unverified.
             if (erased.count_ones() as usize) < m && self.parity_rows_disagree(op_slot, erased) {
-                self.tally(|t| t.mismatches += 1);
+                // Its read errors are said too (found by review: only the mismatch was).
+                self.tally(|t| {
+                    t.mismatches += 1;
+                    t.read_errors_left += u64::from(read_errors.count_ones());
+                });
                 return 0;
             }
             if self.is_read_only() {
