@@ -26,6 +26,8 @@ use std::collections::{BTreeMap, VecDeque};
 const STEPS_MAX: u64 = 2_000_000;
 /// Simulated microseconds per step.
 const STEP_US: u64 = 10;
+/// What a read's buffer holds before the engine fills it.
+const READ_POISON: u8 = 0xa5;
 /// Largest piece the harness cuts requests into.
 const PIECE_BYTES_MAX: u64 = 256 << 10;
 
@@ -359,7 +361,10 @@ impl SimArray {
         };
         match op {
             PieceOp::Read { offset, len_bytes, request_offset } => {
-                let buf = self.take_buf(len_bytes);
+                let mut buf = self.take_buf(len_bytes);
+                // Poisoned, so a byte the engine never wrote (a read path that put data in
+                // the wrong place) cannot pass for what an earlier read left there.
+                buf.as_mut_slice()[..usize::try_from(len_bytes).expect("fits")].fill(READ_POISON);
                 (
                     ShardOp::Read { offset, len_bytes },
                     Some(buf),

@@ -220,6 +220,10 @@ pub struct ShardCounters {
     pub rcw_writes: u64,
     pub degraded_writes: u64,
     pub degraded_reads: u64,
+    /// Chunks degraded reads rebuilt straight into the reading request's buffer (the rest
+    /// are rebuilt in scratch and copied: a chunk two merged reads both want, or one whose
+    /// reader covers only part of the range rebuilt with another chunk).
+    pub degraded_reads_in_place: u64,
     pub errors_corrected: u64,
     pub member_reads: u64,
     pub member_writes: u64,
@@ -255,6 +259,7 @@ impl ShardCounters {
             rcw_writes,
             degraded_writes,
             degraded_reads,
+            degraded_reads_in_place,
             errors_corrected,
             member_reads,
             member_writes,
@@ -279,6 +284,7 @@ impl ShardCounters {
         self.rcw_writes += rcw_writes;
         self.degraded_writes += degraded_writes;
         self.degraded_reads += degraded_reads;
+        self.degraded_reads_in_place += degraded_reads_in_place;
         self.errors_corrected += errors_corrected;
         self.member_reads += member_reads;
         self.member_writes += member_writes;

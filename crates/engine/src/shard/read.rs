@@ -1,11 +1,20 @@
 //! Reads: straight from the member holding the data; when it is unavailable or fails, from
 //! redundancy (another mirror copy, or reconstruction from the stripe's other chunks), after
 //! which the bad range is rewritten from the recovered data.
+//!
+//! Reconstruction covers only the bytes the operation's reads want (the union of their
+//! segments of the missing chunks). Its sources come from the requests' own buffers where a
+//! read already holds them, else from scratch; a missing chunk one request wants is rebuilt
+//! straight into that request's buffer, else in scratch and copied to every request wanting
+//! it. The decode's slices of requests' buffers are cut as disjoint pieces (`Ascending`), so
+//! a source and a target in one buffer never alias; like every buffer access here, only with
+//! no member IO in flight (asserted).
 
 use super::{Op, Phase, REPLANS_MAX, Shard, usize_of};
 use crate::io::{Durability, MemberIoKind};
 use crate::plan::{ChunkRange, ChunkSet, bit, has};
 use crate::request::{RequestError, ShardOp};
+use flashraid_iobuf::IoBuf;
 use flashraid_layout::{ArrayOffset, Level, MEMBERS_MAX, PARITY_CHUNKS_MAX, Role, StripeIndex};
 use flashraid_parity::Stores;
 
@@ -271,11 +280,13 @@ impl Shard {
             target_count = plan.targets().len();
             target_list[..target_count].copy_from_slice(plan.targets());
         }
-        // Sources the requests already read (data chunks covering the whole range, read
-        // without error) are taken from the requests' buffers: no second read, no copy.
-        let borrowed = self.borrow_read_sources(op_slot, &sources[..source_count], range);
+        // Sources the requests already read are taken from the requests' buffers (no second
+        // read, no copy), and targets are rebuilt straight into the buffer of the request
+        // that asked for them (no copy afterwards); the rest go to scratch.
+        self.place_in_requests(op_slot, &sources[..source_count], targets, range);
+        let op = self.ops[op_slot].as_ref().expect("live");
         for &c in sources[..source_count].iter().chain(&target_list[..target_count]) {
-            if borrowed[c].is_none() {
+            if op.touched[c].is_none() {
                 needs[count] = (c, len);
                 count += 1;
             }
@@ -287,15 +298,19 @@ impl Shard {
         }
         self.counters.degraded_reads += 1;
         let op = self.ops[op_slot].as_mut().expect("live");
+        let in_place = target_list[..target_count].iter().filter(|&&c| op.touched[c].is_some());
+        self.counters.degraded_reads_in_place += u64::try_from(in_place.count()).expect("fits");
         op.phase = Phase::Rebuilding;
         op.serial = op.serial.wrapping_add(1);
         op.rebuild_erased = erased;
         op.rebuild_targets = targets;
         op.rebuild_range = Some(range);
-        op.touched = borrowed;
         let stripe = op.stripe;
-        for &c in sources[..source_count].iter().filter(|&&c| borrowed[c].is_none()) {
+        for &c in &sources[..source_count] {
             let op = self.ops[op_slot].as_ref().expect("live");
+            if op.touched[c].is_some() {
+                continue;
+            }
             let kind = MemberIoKind::Read {
                 offset_bytes: self.member_offset(stripe, range.lo),
                 ptr: Self::scratch_ptr(op, c, 0),
@@ -308,36 +323,56 @@ impl Shard {
         }
     }
 
-    /// For each data source chunk whose `range` a part of this read operation already read
-    /// into its request's buffer (with no error), where it is (a read op's `touched` slots
-    /// are free for this).
-    fn borrow_read_sources(
-        &self,
+    /// Which chunks of a degraded read live in the requests' buffers, set in `op.touched` (a
+    /// read op's `touched` slots are free for this; sources and targets are distinct
+    /// chunks): each data source whose `range` a part already read with no error, and each
+    /// target that exactly one part wants, over the whole of `range` (that part's segment of
+    /// it then is `range`, since `range` is the union of the wanted segments). Every other
+    /// chunk is `None`: it goes to scratch.
+    fn place_in_requests(
+        &mut self,
         op_slot: usize,
         sources: &[usize],
+        targets: ChunkSet,
         range: ChunkRange,
-    ) -> [Option<super::Touch>; MEMBERS_MAX] {
-        let mut found = [None; MEMBERS_MAX];
-        let op = self.ops[op_slot].as_ref().expect("live");
-        let k = self.geometry.data_chunks();
+    ) {
+        let Shard { ops, requests, geometry, .. } = self;
+        let op = ops[op_slot].as_mut().expect("live");
+        let k = geometry.data_chunks();
+        op.touched[..k].fill(None);
+        let mut wanted_twice: ChunkSet = 0;
+        let mut wanted: ChunkSet = 0;
         for part in op.parts.iter().flatten() {
-            let (offset, len_bytes) = self.read_range(part.request);
-            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+            let ShardOp::Read { offset, len_bytes } =
+                requests[part.request].as_ref().expect("live").op
+            else {
+                unreachable!("read operations hold reads only")
+            };
+            let part_wants = part.rebuild & !part.lost & targets;
+            wanted_twice |= wanted & part_wants;
+            wanted |= part_wants;
+            for s in geometry.segments(offset, u64::from(len_bytes)) {
                 let c = s.location.data_index;
                 let lo = s.location.offset_in_chunk_bytes;
                 let covers = lo <= range.lo && range.hi <= lo + s.len_bytes;
                 let clean = !has(part.rebuild | part.lost | op.errored, c);
-                if c < k && covers && clean && sources.contains(&c) && found[c].is_none() {
+                let source = clean && sources.contains(&c);
+                if c < k && covers && (source || has(part_wants, c)) && op.touched[c].is_none() {
                     let at = usize::try_from(s.range_offset_bytes).expect("fits")
                         + usize_of(range.lo - lo);
-                    found[c] = Some(super::Touch { range, request: part.request, buf_offset: at });
+                    op.touched[c] =
+                        Some(super::Touch { range, request: part.request, buf_offset: at });
                 }
             }
         }
-        found
+        // A target two parts want is rebuilt once, in scratch, and copied to both.
+        for c in (0..k).filter(|&c| has(wanted_twice, c)) {
+            op.touched[c] = None;
+        }
     }
 
-    /// Sources are in: reconstruct the targets and copy them into the requests.
+    /// Sources are in: reconstruct the targets (in place where `op.touched` says so, else
+    /// in scratch) and copy the scratch ones into the requests that asked for them.
     fn read_reconstruct(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
         let (erased, rebuild_targets) = (op.rebuild_erased, op.rebuild_targets);
@@ -349,14 +384,19 @@ impl Shard {
             let Shard { ops, plans, requests, .. } = &mut *self;
             let plan = plans.get(&(erased, rebuild_targets)).expect("just planned");
             let op = ops[op_slot].as_mut().expect("live");
-            let borrowed = op.touched;
-            let (mut sources, mut targets) = split_scratch(op, plan.sources(), plan.targets(), len);
-            for (s, &c) in plan.sources().iter().enumerate() {
-                if let Some(t) = borrowed[c] {
-                    let buf = requests[t.request].as_ref().expect("live").buf.as_ref();
-                    sources[s] = &buf.expect("read buffer").as_slice()[t.buf_offset..][..len];
-                }
-            }
+            assert_eq!(op.pending, 0, "buffers touched with IO in flight");
+            let Op { scratch, scratch_held, touched, .. } = &mut **op;
+            let (mut sources, mut targets) =
+                split_scratch_slots(scratch, *scratch_held, plan.sources(), plan.targets(), len);
+            cut_request_places(
+                requests,
+                touched,
+                plan.sources(),
+                plan.targets(),
+                len,
+                &mut sources,
+                &mut targets,
+            );
             let count = plan.targets().len();
             codec
                 .reconstruct_from(
@@ -367,7 +407,7 @@ impl Shard {
                 )
                 .expect("plan, counts and lengths are consistent");
         }
-        // Copy the rebuilt ranges into the requests that asked for them.
+        // Copy the ranges rebuilt in scratch into the requests that asked for them.
         let Shard { ops, requests, geometry, .. } = self;
         let op = ops[op_slot].as_mut().expect("live");
         for part in op.parts.iter_mut().flatten() {
@@ -381,6 +421,11 @@ impl Shard {
             for s in geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 if !has(wanted, i) {
+                    continue;
+                }
+                if let Some(home) = op.touched[i] {
+                    // Rebuilt in place: this part is the one that wanted it.
+                    assert_eq!(home.request, part.request, "an in-place target has one reader");
                     continue;
                 }
                 let lo = s.location.offset_in_chunk_bytes;
@@ -414,9 +459,18 @@ impl Shard {
                 let op = self.ops[op_slot].as_ref().expect("live");
                 let member = op.chunk_member[c];
                 if has(targets & recovered & errored, c) && self.usable(stripe, member) {
+                    // The recovered range is where it was rebuilt: a request's buffer or
+                    // scratch (`read_reconstruct`).
+                    let ptr = match op.touched[c] {
+                        Some(home) => {
+                            let at = u64::try_from(home.buf_offset).expect("fits");
+                            self.request_ptr(home.request, at)
+                        }
+                        None => Self::scratch_ptr(op, c, 0),
+                    };
                     let kind = MemberIoKind::Write {
                         offset_bytes: self.member_offset(stripe, range.lo),
-                        ptr: Self::scratch_ptr(op, c, 0),
+                        ptr,
                         len_bytes: range.len(),
                         durability: Durability::Cached,
                     };
@@ -519,10 +573,24 @@ pub(super) fn split_scratch<'a>(
     len: usize,
 ) -> ([&'a [u8]; MEMBERS_MAX], [&'a mut [u8]; PARITY_CHUNKS_MAX]) {
     assert_eq!(op.pending, 0, "scratch contents touched with IO in flight");
+    split_scratch_slots(&mut op.scratch, op.scratch_held, sources, targets, len)
+}
+
+/// `split_scratch` over the slots `held` names (a chunk of the plan without scratch stays an
+/// empty slice, for the caller to fill).
+fn split_scratch_slots<'a>(
+    scratch: &'a mut [Option<IoBuf>],
+    held: u128,
+    sources: &[usize],
+    targets: &[usize],
+    len: usize,
+) -> ([&'a [u8]; MEMBERS_MAX], [&'a mut [u8]; PARITY_CHUNKS_MAX]) {
     let mut source_refs: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
     let mut target_refs: [&mut [u8]; PARITY_CHUNKS_MAX] = [&mut [], &mut [], &mut []];
-    for (chunk, buf) in op.scratch.iter_mut().enumerate() {
-        let Some(buf) = buf.as_mut() else { continue };
+    // Only the held slots (a few), not all OP_SCRATCH_MAX of them.
+    let mut slots = Ascending::new(scratch);
+    for chunk in super::held_slots(held) {
+        let buf = slots.take(chunk, 1)[0].as_mut().expect("a held scratch slot has its buffer");
         if let Some(t) = targets.iter().position(|&x| x == chunk) {
             target_refs[t] = &mut buf.as_mut_slice()[..len];
         } else if let Some(s) = sources.iter().position(|&x| x == chunk) {
@@ -530,4 +598,70 @@ pub(super) fn split_scratch<'a>(
         }
     }
     (source_refs, target_refs)
+}
+
+/// Fill in the reconstruction sources and targets that live in requests' buffers
+/// (`places[chunk]`, see `Shard::place_in_requests`): `len` bytes each, cut from those
+/// buffers as disjoint slices (one request's buffer may hold several sources and a target).
+fn cut_request_places<'a>(
+    requests: &'a mut [Option<super::Request>],
+    places: &[Option<super::Touch>; MEMBERS_MAX],
+    sources: &[usize],
+    targets: &[usize],
+    len: usize,
+    source_refs: &mut [&'a [u8]; MEMBERS_MAX],
+    target_refs: &mut [&'a mut [u8]; PARITY_CHUNKS_MAX],
+) {
+    // (request, offset in its buffer, plan position: sources first, then targets), in
+    // ascending order so that each buffer, and each piece of it, is cut off once.
+    let mut cuts = [(0usize, 0usize, 0usize); MEMBERS_MAX + PARITY_CHUNKS_MAX];
+    let mut count = 0;
+    for (position, &chunk) in sources.iter().chain(targets).enumerate() {
+        if let Some(place) = places[chunk] {
+            cuts[count] = (place.request, place.buf_offset, position);
+            count += 1;
+        }
+    }
+    let cuts = &mut cuts[..count];
+    cuts.sort_unstable();
+    let mut requests = Ascending::new(requests);
+    let mut buffer = Ascending::new(&mut []);
+    let mut buffer_of = None;
+    for &(request, offset, position) in cuts.iter() {
+        if buffer_of != Some(request) {
+            let r = requests.take(request, 1)[0].as_mut().expect("live request");
+            buffer = Ascending::new(r.buf.as_mut().expect("read buffer").as_mut_slice());
+            buffer_of = Some(request);
+        }
+        // Places are distinct segments of one request's range: they never overlap.
+        let piece = buffer.take(offset, len);
+        match position.checked_sub(sources.len()) {
+            None => source_refs[position] = piece,
+            Some(t) => target_refs[t] = piece,
+        }
+    }
+}
+
+/// Hands out disjoint `&mut` pieces of a slice, in ascending order, each borrowed for as
+/// long as the slice is (what `split_at_mut` does, one piece at a time).
+struct Ascending<'a, T> {
+    rest: &'a mut [T],
+    /// Index in the whole slice of `rest[0]`.
+    rest_at: usize,
+}
+
+impl<'a, T> Ascending<'a, T> {
+    fn new(items: &'a mut [T]) -> Self {
+        Self { rest: items, rest_at: 0 }
+    }
+
+    /// `items[at..at + len]`; `at` must not fall before the end of the last piece taken.
+    fn take(&mut self, at: usize, len: usize) -> &'a mut [T] {
+        assert!(at >= self.rest_at, "pieces taken out of order or overlapping");
+        let (_, tail) = std::mem::take(&mut self.rest).split_at_mut(at - self.rest_at);
+        let (piece, tail) = tail.split_at_mut(len);
+        self.rest = tail;
+        self.rest_at = at + len;
+        piece
+    }
 }

@@ -381,17 +381,21 @@ impl Shard {
     /// missed: with nothing in flight below it, straight to the next region's first owned
     /// stripe; otherwise it is marked done in the window. True when it passed over.
     fn skip_current_stripe(&mut self, stripe: StripeIndex) -> bool {
+        // A full rebuild (no map) or a missed region passes over nothing: found before the
+        // divisions below, since a rebuild held back by its rate comes here every turn.
+        let Some(missed) = self.rebuild.as_ref().and_then(|r| r.missed.as_ref()) else {
+            return false;
+        };
         let region = self.region_of(stripe);
+        if missed[usize::try_from(region).expect("fits")] {
+            return false;
+        }
         let per_region = self.stripes_per_region();
         let stripes = self.geometry.stripes();
         let next_region_stripe = (u64::from(region) + 1) * per_region;
         let next_owned = self.own_stripe_from(next_region_stripe.min(stripes));
         let (ownership, shard) = (self.ownership, self.shard_index);
-        let Some(r) = self.rebuild.as_mut() else { return false };
-        let Some(missed) = &r.missed else { return false };
-        if missed[usize::try_from(region).expect("fits")] {
-            return false;
-        }
+        let r = self.rebuild.as_mut().expect("checked above");
         if r.next == r.low_water && r.done_ahead == 0 {
             // Nothing started below: the window is empty.
             r.low_water =
