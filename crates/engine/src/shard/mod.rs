@@ -222,7 +222,9 @@ pub struct ShardCounters {
     pub degraded_reads: u64,
     /// Chunks degraded reads rebuilt straight into the reading request's buffer (the rest
     /// are rebuilt in scratch and copied: a chunk two merged reads both want, or one whose
-    /// reader covers only part of the range rebuilt with another chunk).
+    /// reader covers only part of the range rebuilt with another chunk). Counted per
+    /// reconstruction round, like `degraded_reads`: a read re-planned after a source's read
+    /// error counts again.
     pub degraded_reads_in_place: u64,
     pub errors_corrected: u64,
     pub member_reads: u64,

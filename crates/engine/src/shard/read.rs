@@ -4,11 +4,11 @@
 //!
 //! Reconstruction covers only the bytes the operation's reads want (the union of their
 //! segments of the missing chunks). Its sources come from the requests' own buffers where a
-//! read already holds them, else from scratch; a missing chunk one request wants is rebuilt
-//! straight into that request's buffer, else in scratch and copied to every request wanting
-//! it. The decode's slices of requests' buffers are cut as disjoint pieces (`Ascending`), so
-//! a source and a target in one buffer never alias; like every buffer access here, only with
-//! no member IO in flight (asserted).
+//! read already holds them, else from scratch; a missing chunk one request wants over the
+//! whole rebuilt range is rebuilt straight into that request's buffer, else in scratch and
+//! copied to every request wanting it. The decode's slices of requests' buffers are cut as
+//! disjoint pieces (`Ascending`), so a source and a target in one buffer never alias; like
+//! every buffer access here, only with no member IO in flight (asserted).
 
 use super::{Op, Phase, REPLANS_MAX, Shard, usize_of};
 use crate::io::{Durability, MemberIoKind};
