@@ -3,55 +3,15 @@
 //! reads in all, and rebuilds it in the request's own buffer. The bytes themselves are checked
 //! in the simulator (`crates/sim/tests/degraded_read.rs`).
 
-use flashraid_engine::{
-    ArrayAccess, BitmapSetup, Health, MemberCompletion, MemberIo, MemberIoKind, MemberSetup,
-    RequestId, Shard, ShardConfig, ShardOp, ShardRequest, ShardSetup,
-};
-use flashraid_format::Uuid;
+use flashraid_engine::{MemberCompletion, MemberIoKind, RequestId, Shard, ShardOp, ShardRequest};
 use flashraid_iobuf::IoBuf;
-use flashraid_layout::{ArrayOffset, Geometry, Level, MemberIndex, Role, StripeIndex};
-use flashraid_parity::Kernel;
+use flashraid_layout::{ArrayOffset, Level, MemberIndex, Role, StripeIndex};
 
-const CHUNK: u64 = 16384;
-const DATA_OFFSET: u64 = 1 << 20;
-const BITMAP_OFFSET: u64 = 4096 * 4;
+mod common;
+use common::{CHUNK, DATA_OFFSET, ios};
 
 fn shard(level: Level, n: usize, failed: &[usize]) -> Shard {
-    let geometry = Geometry::new(level, n, CHUNK, 64 * CHUNK).unwrap();
-    let members = (0..n)
-        .map(|m| MemberSetup {
-            health: if failed.contains(&m) { Health::Failed } else { Health::Active },
-            zeroes_after_discard: false,
-        })
-        .collect();
-    Shard::new(ShardSetup {
-        geometry,
-        shard_index: 0,
-        shard_count: 1,
-        config: ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() },
-        kernel: Kernel::best(),
-        data_offset_bytes: DATA_OFFSET,
-        members,
-        bitmap: BitmapSetup {
-            array_uuid: Uuid([7; 16]),
-            area_offset_bytes: BITMAP_OFFSET,
-            region_bytes: 4 * CHUNK,
-            dirty_regions: vec![],
-            missed_area_offset_bytes: BITMAP_OFFSET + (256 << 10),
-            missed_regions: vec![],
-        },
-        access: ArrayAccess::ReadWrite,
-    })
-    .unwrap()
-}
-
-/// Every IO the shard has for its driver, each accepted at once.
-fn ios(shard: &mut Shard) -> Vec<MemberIo> {
-    let batch: Vec<MemberIo> = std::iter::from_fn(|| shard.poll_io()).collect();
-    for io in &batch {
-        shard.io_submitted(io.member, io.token);
-    }
-    batch
+    common::shard(level, n, failed, &[])
 }
 
 /// A 4 KiB read at each offset of a chunk on a failed member: k member reads of exactly that

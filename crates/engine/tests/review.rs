@@ -3,76 +3,15 @@
 //! No member data is simulated; these tests are about ordering and state, not bytes.
 
 use flashraid_engine::{
-    ArrayAccess, BitmapSetup, Durability, Health, IoError, MemberCompletion, MemberIo,
-    MemberIoKind, MemberSetup, RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp,
-    ShardReply, ShardRequest, ShardSetup, ShutdownState, ZeroHow,
+    ArrayAccess, Durability, Health, IoError, MemberCompletion, MemberIo, MemberIoKind,
+    RequestError, RequestId, Shard, ShardConfig, ShardEvent, ShardOp, ShardReply, ShardRequest,
+    ShutdownState, ZeroHow,
 };
-use flashraid_format::Uuid;
 use flashraid_iobuf::IoBuf;
-use flashraid_layout::{ArrayOffset, Geometry, Level, MemberIndex, Role, StripeIndex};
-use flashraid_parity::Kernel;
+use flashraid_layout::{ArrayOffset, Level, MemberIndex, Role, StripeIndex};
 
-const CHUNK: u64 = 16384;
-const DATA_OFFSET: u64 = 1 << 20;
-const BITMAP_OFFSET: u64 = 4096 * 4;
-
-fn shard(level: Level, n: usize, failed: &[usize], dirty: &[u32]) -> Shard {
-    let config = ShardConfig { scratch_bytes: 4 << 20, ..ShardConfig::recommended() };
-    shard_with(config, level, n, failed, dirty)
-}
-
-fn shard_with(
-    config: ShardConfig,
-    level: Level,
-    n: usize,
-    failed: &[usize],
-    dirty: &[u32],
-) -> Shard {
-    Shard::new(setup_with(config, level, n, failed, dirty)).unwrap()
-}
-
-fn setup_with(
-    config: ShardConfig,
-    level: Level,
-    n: usize,
-    failed: &[usize],
-    dirty: &[u32],
-) -> ShardSetup {
-    let geometry = Geometry::new(level, n, CHUNK, 64 * CHUNK).unwrap();
-    let members = (0..n)
-        .map(|m| MemberSetup {
-            health: if failed.contains(&m) { Health::Failed } else { Health::Active },
-            zeroes_after_discard: false,
-        })
-        .collect();
-    ShardSetup {
-        geometry,
-        shard_index: 0,
-        shard_count: 1,
-        config,
-        kernel: Kernel::best(),
-        data_offset_bytes: DATA_OFFSET,
-        members,
-        bitmap: BitmapSetup {
-            array_uuid: Uuid([7; 16]),
-            area_offset_bytes: BITMAP_OFFSET,
-            region_bytes: 4 * CHUNK,
-            dirty_regions: dirty.to_vec(),
-            missed_area_offset_bytes: BITMAP_OFFSET + (256 << 10),
-            missed_regions: vec![],
-        },
-        access: ArrayAccess::ReadWrite,
-    }
-}
-
-/// Every IO the shard has for its driver, each accepted at once.
-fn ios(shard: &mut Shard) -> Vec<MemberIo> {
-    let batch: Vec<MemberIo> = std::iter::from_fn(|| shard.poll_io()).collect();
-    for io in &batch {
-        shard.io_submitted(io.member, io.token);
-    }
-    batch
-}
+mod common;
+use common::{CHUNK, DATA_OFFSET, ios, setup_with, shard, shard_with};
 
 fn complete(
     shard: &mut Shard,
