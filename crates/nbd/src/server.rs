@@ -1393,13 +1393,11 @@ impl Transmission {
         let offset = ArrayOffset(r.offset);
         let len_bytes = u64::from(r.len);
         let (op, modifies) = match r.kind {
-            proto::CMD_READ => (ArrayOp::Read { offset, len_bytes }, false),
-            proto::CMD_WRITE => (ArrayOp::Write { offset, len_bytes, durability }, true),
-            proto::CMD_FLUSH => (ArrayOp::Flush, false),
-            proto::CMD_TRIM => (ArrayOp::Discard { offset, len_bytes, durability }, true),
-            proto::CMD_WRITE_ZEROES => {
-                (ArrayOp::WriteZeroes { offset, len_bytes, durability }, true)
-            }
+            proto::CMD_READ => (Some(ArrayOp::Read { offset, len_bytes }), false),
+            proto::CMD_WRITE => (Some(ArrayOp::Write { offset, len_bytes, durability }), true),
+            proto::CMD_FLUSH => (Some(ArrayOp::Flush), false),
+            // Sent in steps from the (shrunk) range below: `RangeRest`.
+            proto::CMD_TRIM | proto::CMD_WRITE_ZEROES => (None, true),
             _ => return Submitted::Refused(proto::EINVAL),
         };
         // Trim is advisory: an unaligned one (nbdfuse passes FUSE's through) is shrunk to
@@ -1416,13 +1414,6 @@ impl Transmission {
             &trimmed
         } else {
             r
-        };
-        let (offset, len_bytes) = (ArrayOffset(r.offset), u64::from(r.len));
-        let op = match op {
-            ArrayOp::Discard { durability, .. } => {
-                ArrayOp::Discard { offset, len_bytes, durability }
-            }
-            other => other,
         };
         if r.kind != proto::CMD_FLUSH {
             if let Err(errno) = self.check(r, modifies) {
@@ -1455,7 +1446,7 @@ impl Transmission {
                 }
                 .step()
             }
-            _ => (op, None),
+            _ => (op.expect("a read, write or flush"), None),
         };
         if r.kind == proto::CMD_READ && !self.room_for_read(slot, r.len as usize) {
             return Submitted::Later;

@@ -168,9 +168,9 @@ pub struct OpenOptions {
     /// `ReadOnly`: nothing is written to any member, like `mdadm --assemble --readonly`
     /// (devices are opened read-only; the start writes no superblock or bitmap; writes,
     /// discards and zeroes are refused; no resync, rebuild, spare takeover, replace or repair
-    /// scrub runs (a check scrub does, rewriting nothing); a range that fails to read is served from redundancy and not rewritten; a member
-    /// that fails is failed in memory only; commands that would write are refused; the stop
-    /// marks nothing). The assembly rules are those of a read-write start: a dirty, degraded
+    /// scrub runs (a check scrub does, rewriting nothing); a range that fails to read is
+    /// served from redundancy and not rewritten; a member that fails is failed in memory
+    /// only; commands that would write are refused; the stop marks nothing). The assembly rules are those of a read-write start: a dirty, degraded
     /// array still needs `dirty_degraded: Force`.
     pub access: ArrayAccess,
 }
