@@ -875,3 +875,52 @@ fn a_read_only_shard_counts_a_bad_sector_read_again_once() {
     }
     assert_eq!(failed_at, Some(limit), "distinct bad stripes must still count");
 }
+
+/// A rebuild over stripes an unclean shutdown left untrusted counts each such stripe once
+/// its chunk is on the replacement, not when the write is issued: when the replacement's
+/// writes start failing, the stripes whose writes failed are neither rebuilt nor counted as
+/// untrusted or unverified (found by review: they were counted at issue). Every region is
+/// dirty here, so every stripe rebuilt is an untrusted one. Checked to fail with the counts
+/// taken at issue.
+#[test]
+fn rebuilt_stripes_are_counted_only_once_their_chunk_is_written() {
+    let config = ShardConfig {
+        scratch_bytes: 8 << 20,
+        rebuild_busy_rate_bytes_per_s: 0,
+        rebuild_rate_bytes_per_s: 0,
+        ..ShardConfig::recommended()
+    };
+    let dirty: Vec<u32> = (0..16).collect();
+    let mut s = shard_with(config, Level::Raid6, 6, &[3], &dirty);
+    s.set_rebuild_trust_parity(true);
+    s.tick(100_000);
+    s.start_rebuild(MemberIndex(3), StripeIndex(0), false, false);
+    let replacement_write = |io: &MemberIo| {
+        io.member.get() == 3
+            && matches!(io.kind, MemberIoKind::Write { offset_bytes, .. } if offset_bytes >= DATA_OFFSET)
+    };
+    let (mut written, mut refused) = (0u64, 0u64);
+    for _ in 0..1000 {
+        let batch = ios(&mut s);
+        if batch.is_empty() {
+            break;
+        }
+        for io in batch {
+            let mut r = Ok(());
+            if replacement_write(&io) {
+                if written < 3 {
+                    written += 1;
+                } else {
+                    refused += 1;
+                    r = Err(IoError::Media);
+                }
+            }
+            s.complete_io(MemberCompletion { token: io.token, result: r });
+        }
+    }
+    let c = s.counters();
+    assert!(refused > 1, "several rebuild writes in flight when the replacement failed");
+    assert_eq!(c.rebuild_stripes, written, "{c:?}");
+    assert_eq!(c.rebuild_untrusted_stripes, written, "every region was dirty: {c:?}");
+    assert!(c.rebuild_unverified_stripes <= written, "{c:?}");
+}

@@ -1784,7 +1784,13 @@ impl Shard {
         }
         self.free_ops.push(op_slot);
         let (stripe, kind, generation) = (op.stripe, op.kind, op.rebuild_generation);
-        let rebuilt = op.result.is_ok() && op.errored & op.rebuild_targets == 0;
+        let rebuilt = rebuild::RebuildDone {
+            rebuilt: op.result.is_ok() && op.errored & op.rebuild_targets == 0,
+            // Verified against a second parity row (or parity recomputed), or written
+            // unchecked because the operator allowed it.
+            untrusted: op.rebuild_verify || op.rebuild_unverified,
+            unverified: op.rebuild_unverified,
+        };
         if kind == OpKind::Resync {
             self.resync_in_flight -= 1;
             self.counters.resync_stripes += 1;

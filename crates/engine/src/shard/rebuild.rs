@@ -89,6 +89,17 @@ pub(super) struct RebuildState {
     missed: Option<Vec<bool>>,
 }
 
+/// How a rebuild operation ended, for its counters.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RebuildDone {
+    /// Its chunk is on the replacement.
+    pub(super) rebuilt: bool,
+    /// Its stripe was left untrusted by an unclean shutdown.
+    pub(super) untrusted: bool,
+    /// Its chunk was written unchecked (the operator trusted parity).
+    pub(super) unverified: bool,
+}
+
 impl RebuildState {
     pub(super) fn in_flight(&self) -> usize {
         self.in_flight
@@ -654,11 +665,7 @@ impl Shard {
                 self.rebuild_lost_unverifiable(op_slot);
                 return;
             }
-            self.counters.rebuild_untrusted_stripes += 1;
         } else if self.is_parity_level() {
-            if self.ops[op_slot].as_ref().expect("live").rebuild_unverified {
-                self.counters.rebuild_untrusted_stripes += 1;
-            }
             let erased = self.ops[op_slot].as_ref().expect("live").rebuild_erased;
             let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
             self.reconstruct_in_scratch(op_slot, erased, targets, len);
@@ -668,9 +675,6 @@ impl Shard {
         op.serial = op.serial.wrapping_add(1);
         let stripe = op.stripe;
         debug_assert_eq!(op.chunk_member[target], member);
-        if op.rebuild_unverified {
-            self.counters.rebuild_unverified_stripes += 1;
-        }
         let op = self.ops[op_slot].as_ref().expect("live");
         let kind = MemberIoKind::Write {
             offset_bytes: self.member_offset(stripe, 0),
@@ -697,13 +701,24 @@ impl Shard {
         self.finish_op(op_slot);
     }
 
-    /// A rebuild operation finished (from `finish_op`).
-    pub(super) fn rebuild_op_done(&mut self, stripe: StripeIndex, generation: u32, rebuilt: bool) {
+    /// A rebuild operation finished (from `finish_op`). Its stripe counts as rebuilt (and as
+    /// untrusted or unverified, from how it was reconstructed) only here, once its chunk is on
+    /// the replacement: counted when the write was issued, a write that then failed counted
+    /// a stripe never rebuilt (found by review).
+    pub(super) fn rebuild_op_done(
+        &mut self,
+        stripe: StripeIndex,
+        generation: u32,
+        done: RebuildDone,
+    ) {
         let (ownership, shard) = (self.ownership, self.shard_index);
         if generation != self.rebuild_generation {
             return;
         }
+        let RebuildDone { rebuilt, untrusted, unverified } = done;
         self.counters.rebuild_stripes += u64::from(rebuilt);
+        self.counters.rebuild_untrusted_stripes += u64::from(rebuilt && untrusted);
+        self.counters.rebuild_unverified_stripes += u64::from(rebuilt && unverified);
         let Some(r) = self.rebuild.as_mut() else { return };
         r.in_flight -= 1;
         let cause = std::mem::replace(&mut r.lost_cause, StallCause::Unreadable);
