@@ -342,8 +342,9 @@ fn trusted_rebuild(case: TrustCase, seed: u64) {
     }
     assert!(!again.is_rebuilding(), "{what}: the rebuild did not finish");
     let (_, clean) = again.shutdown_with_state().unwrap();
-    // (With bad sectors in the dirty regions' data, resync stops at the first: it cannot
-    // check parity against data it cannot read, and that region stays dirty; a known limit.)
+    // (The bad sectors here are in the stripes written at the cut, whose parity may disagree
+    // with their data: resync cannot vouch for a chunk it cannot read there and stops, and
+    // that region stays dirty; a known limit, see resync_bad_sectors.rs.)
     assert!(
         clean || bad_sectors,
         "{what}: resync did not finish after the rebuild: the array stopped dirty"

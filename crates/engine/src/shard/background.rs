@@ -595,38 +595,58 @@ impl Shard {
     }
 
     /// Compare what was read and decide what to rewrite.
+    ///
+    /// A chunk that failed to read (a bad sector) is rewritten too, which heals it: an
+    /// unreadable parity row or mirror copy from what the data says; an unreadable data chunk
+    /// only where the stripe proves consistent without it: rebuilt from as many parity rows
+    /// as chunks are unreadable, and checked against at least one row more (RAID 6 with one
+    /// unreadable chunk, 7.3 with two). A stripe that cannot be checked so (RAID 5, or every
+    /// row needed to rebuild), or that disagrees with itself (a write was in flight at the
+    /// crash), stops resync there: its unreadable data is not known.
     pub(super) fn resync_after_reads(&mut self, op_slot: usize) {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
         let n = self.geometry.member_count();
+        let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
         let op = self.ops[op_slot].as_ref().expect("live");
         let unreadable = self.unreadable_chunks_all(op);
         let mut rewrite: ChunkSet = 0;
         if self.is_parity_level() {
-            let data_ok = (0..k).all(|i| !has(unreadable, i));
-            if !data_ok {
-                // Parity cannot be checked without all the data: stop resync here and keep
-                // this stripe and everything after it untrusted.
+            let data_unreadable = (0..k).filter(|&i| has(unreadable, i)).fold(0, |s, i| s | bit(i));
+            let checkable = (unreadable.count_ones() as usize) < m;
+            let consistent = data_unreadable == 0
+                || (checkable && {
+                    self.reconstruct_in_scratch(op_slot, unreadable, unreadable, len);
+                    !self.parity_rows_disagree(op_slot, unreadable)
+                });
+            if consistent {
+                // (Rebuilt chunks are in their own scratch slots, parity from the data in
+                // the extra ones; `parity_rows_disagree` already encoded it.)
+                if data_unreadable == 0 {
+                    self.encode_parity_in_scratch(op_slot);
+                }
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
+                for r in 0..m {
+                    let stored = head[k + r].as_ref().expect("parity").as_slice();
+                    let computed = extra[r].as_ref().expect("computed").as_slice();
+                    if has(unreadable, k + r) || stored != computed {
+                        rewrite |= bit(k + r);
+                    }
+                }
+                rewrite |= data_unreadable;
+            } else {
+                // Parity cannot be checked without the data: stop resync here and keep this
+                // stripe and everything after it untrusted.
                 let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
                 let index = self.resync_regions.binary_search(&self.region_of(stripe)).unwrap_or(0);
                 if self.resync_blocked.is_none_or(|(i, s)| (index, stripe.0) < (i, s)) {
                     self.resync_blocked = Some((index, stripe.0));
                 }
             }
-            if data_ok {
-                self.encode_parity_in_scratch(op_slot);
-                let op = self.ops[op_slot].as_ref().expect("live");
-                let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
-                for r in 0..m {
-                    let stored = head[k + r].as_ref().expect("parity").as_slice();
-                    let computed = extra[r].as_ref().expect("computed").as_slice();
-                    if !has(unreadable, k + r) && stored != computed {
-                        rewrite |= bit(k + r);
-                    }
-                }
-            }
         } else {
-            // Mirrors: the first readable copy of each data position is the reference.
+            // Mirrors: the first readable copy of each data position is the reference; every
+            // other copy that differs from it or could not be read takes its contents.
             let op = self.ops[op_slot].as_ref().expect("live");
             for c in 0..n {
                 let Some(i) = self.data_position(op, c) else { continue };
@@ -635,12 +655,14 @@ impl Shard {
                 if let Some(reference) = reference {
                     let differs = op.scratch[c].as_ref().map(|b| b.as_slice())
                         != op.scratch[reference].as_ref().map(|b| b.as_slice());
-                    if c != reference && !has(unreadable, c) && differs {
+                    if c != reference && (has(unreadable, c) || differs) {
                         rewrite |= bit(c);
                     }
                 }
             }
         }
+        let healed = u64::from((rewrite & unreadable).count_ones());
+        self.counters.errors_corrected += healed;
         let op = self.ops[op_slot].as_mut().expect("live");
         op.repaired = rewrite;
         if rewrite == 0 {
@@ -652,23 +674,33 @@ impl Shard {
         }
     }
 
-    /// Writes for a resync: recomputed parity, or the reference mirror copy.
+    /// Writes for a resync: recomputed parity, a data chunk rebuilt in its own scratch slot,
+    /// or the reference mirror copy.
     pub(super) fn resync_issue(&mut self, op_slot: usize) {
         let k = self.geometry.data_chunks();
         let n = self.geometry.member_count();
         let parity = self.is_parity_level();
         let op = self.ops[op_slot].as_ref().expect("live");
         let rewrite = op.repaired;
-        // Mirrors: each rewritten copy from its reference copy (a copy not rewritten).
+        // Mirrors: each rewritten copy from its reference copy: a copy neither rewritten nor
+        // unreadable (found in review: with three or more copies, the first copy not
+        // rewritten could be one that failed to read, and its buffer was written over the
+        // others).
         let mut source = [0usize; MEMBERS_MAX];
         for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
-            source[c] = if parity {
-                MEMBERS_MAX + (c - k)
-            } else {
+            source[c] = if !parity {
                 let i = self.data_position(op, c).expect("mirror data");
                 (0..n)
-                    .find(|&o| self.data_position(op, o) == Some(i) && !has(rewrite, o))
+                    .find(|&o| {
+                        self.data_position(op, o) == Some(i)
+                            && !has(rewrite, o)
+                            && !has(op.errored, o)
+                    })
                     .expect("reference copy")
+            } else if c < k {
+                c
+            } else {
+                MEMBERS_MAX + (c - k)
             };
         }
         self.issue_chunk_rewrites(op_slot, rewrite, &source);

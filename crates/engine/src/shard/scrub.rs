@@ -415,7 +415,7 @@ impl Shard {
 
     /// Parity recomputed from the data chunks in scratch (some of them computed) disagrees
     /// with a parity chunk that was read and is not in `erased`.
-    fn parity_rows_disagree(&mut self, op_slot: usize, erased: ChunkSet) -> bool {
+    pub(super) fn parity_rows_disagree(&mut self, op_slot: usize, erased: ChunkSet) -> bool {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
         self.encode_parity_in_scratch(op_slot);
