@@ -924,3 +924,46 @@ fn rebuilt_stripes_are_counted_only_once_their_chunk_is_written() {
     assert_eq!(c.rebuild_untrusted_stripes, written, "every region was dirty: {c:?}");
     assert!(c.rebuild_unverified_stripes <= written, "{c:?}");
 }
+
+/// Found by review (2026-11-25): resync counted `errors_corrected` (and `resync_repairs`)
+/// for rewrites aimed at a member out of service, which are skipped, so nothing was
+/// corrected. Here member 0 answers resync's reads with `Gone` (it is failed), no chunk is
+/// ever written on it, and nothing may be counted corrected.
+fn resync_with_member_gone(level: Level, n: usize) {
+    let mut s = shard(level, n, &[], &[0]);
+    s.tick(1);
+    let mut rewritten_on_gone = 0u64;
+    for step in 0..1000u64 {
+        let batch = ios(&mut s);
+        if batch.is_empty() {
+            break;
+        }
+        for io in batch {
+            if io.member.get() == 0 && matches!(io.kind, MemberIoKind::Write { .. }) {
+                rewritten_on_gone += 1;
+            }
+            let r = if io.member.get() == 0 { Err(IoError::Gone) } else { Ok(()) };
+            s.complete_io(MemberCompletion { token: io.token, result: r });
+        }
+        let failed: Vec<MemberIndex> = std::iter::from_fn(|| s.poll_event())
+            .filter_map(|e| match e {
+                ShardEvent::MemberFailed { member, .. } => Some(member),
+                _ => None,
+            })
+            .collect();
+        if !failed.is_empty() {
+            s.apply_failed(&failed);
+        }
+        s.tick(2 + step);
+    }
+    let c = s.counters();
+    assert!(c.resync_stripes > 0, "{level}: no resync ran: {c:?}");
+    assert_eq!(rewritten_on_gone, 0);
+    assert_eq!((c.errors_corrected, c.resync_repairs), (0, 0), "{level}: {c:?}");
+}
+
+#[test]
+fn resync_counts_no_correction_on_a_member_gone() {
+    resync_with_member_gone(Level::Raid1, 2);
+    resync_with_member_gone(Level::Raid6, 6);
+}

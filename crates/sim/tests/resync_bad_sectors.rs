@@ -23,7 +23,7 @@
 
 use flashraid_engine::{ArrayOp, Durability};
 use flashraid_format::assembly::DirtyDegraded;
-use flashraid_layout::{ArrayOffset, Level, MemberIndex, Role, StripeIndex};
+use flashraid_layout::{ArrayOffset, Level, Location, MemberIndex, Role, StripeIndex};
 use flashraid_sim::{SimArray, SimOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -198,4 +198,188 @@ fn resync_heals_bad_sectors_in_quiet_stripes() {
 #[test]
 fn resync_over_bad_sectors_where_writes_were_in_flight_never_invents_data() {
     flashraid_sim::for_each_redundant_level(|level, members, seed| run(level, members, seed, true));
+}
+
+// ----------------------------------------------------------------------------------------
+// Found by review of the first version (2026-11-25), which took a chunk with a bad sector
+// anywhere in it as wholly unreadable and rewrote all of it: bytes of that chunk that could
+// be read, and were read by a client before resync reached the stripe, then changed with no
+// write in between. Resync now reads such a chunk again unit by unit and treats only the
+// units that fail as unreadable. Each case fails against that version.
+
+/// Chunk size of the read-before-resync cases: two 4 KiB units.
+const CHUNK: u64 = 8192;
+/// An even stripe near the end of bitmap region 0 (resync walks the region from its start).
+const TARGET: u64 = REGION_BYTES / CHUNK - 2;
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// OLD durable over data position 0 of `TARGET`, NEW written over it (cached) and then lost
+/// at power loss from the member holding that chunk's first copy only (kept everywhere
+/// else: parity rows, other copies). After reassembly a bad sector appears in the chunk's
+/// *second* block on that member. A read of the chunk's *first* block before resync reaches
+/// the stripe must read the same after resync.
+fn read_before_resync_stays(level: Level, members: usize) {
+    let name = format!("{level} x{members}");
+    let mut options = SimOptions::new(1, level, members);
+    options.chunk_bytes = CHUNK;
+    options.shards = 1;
+    options.config.bitmap_clear_delay_us = 60_000_000;
+    options.config.resync_stripes_max = 1;
+    let mut array = SimArray::create(options.clone()).unwrap();
+    let g = array.geometry();
+    let data_offset = array.metadata().superblock().data_offset_bytes;
+    let at = g.array_offset(Location {
+        stripe: StripeIndex(TARGET),
+        data_index: 0,
+        offset_in_chunk_bytes: 0,
+    });
+    let old = pattern(1, CHUNK as usize);
+    let new = pattern(2, CHUNK as usize);
+    array.write(at.0, &old).unwrap();
+    array.flush().unwrap();
+    array.write(at.0, &new).unwrap();
+
+    // Power loss: NEW lost from the member holding copy 0 of data position 0 (for mirrors,
+    // the reference copy: the lowest member), kept on every other member.
+    let lost_on = g.data_member(StripeIndex(TARGET), 0, 0).get();
+    let lo = data_offset + g.member_offset(StripeIndex(TARGET), 0).0;
+    let hi = lo + CHUNK;
+    for role in 0..members {
+        let device = array.role_device(role).unwrap();
+        let mut state = device.state();
+        if role == lost_on {
+            state.unflushed.retain(|&(o, l)| !(o < hi && lo < o + l));
+        }
+        state.flush().unwrap();
+    }
+    let devices = array.crash();
+    let mut again = SimArray::assemble(devices, options, DirtyDegraded::Refuse).unwrap();
+    assert!(again.is_resyncing(), "{name}: nothing to resync");
+    {
+        let device = again.role_device(lost_on).unwrap();
+        let state = device.state();
+        assert_eq!(&state.current[lo as usize..hi as usize], &old[..], "{name}: setup");
+    }
+    // A latent bad sector in the chunk's second block.
+    again.role_device(lost_on).unwrap().state().bad_ranges.push((lo + BLOCK, BLOCK));
+
+    // Before resync reaches the stripe: the first block, which is readable.
+    let ticket =
+        again.submit(ArrayOp::Read { offset: ArrayOffset(at.0), len_bytes: BLOCK }, None).unwrap();
+    let before = again.wait(ticket).unwrap().expect("data");
+    assert!(again.is_resyncing(), "{name}: resync finished before the first read");
+    let what = |b: &[u8]| {
+        if b == &old[..BLOCK as usize] {
+            "OLD"
+        } else if b == &new[..BLOCK as usize] {
+            "NEW"
+        } else {
+            "neither"
+        }
+    };
+    again.run_until_idle();
+    assert!(!again.is_resyncing(), "{name}: resync did not finish");
+    let after = again.read(at.0, BLOCK).unwrap();
+    assert!(
+        before == after,
+        "{name}: block read {} before resync reads {} after it, with no write in between \
+         (errors_corrected {})",
+        what(&before),
+        what(&after),
+        again.counters().errors_corrected
+    );
+}
+
+#[test]
+fn raid1_resync_heal_keeps_what_was_read_from_the_reference_copy() {
+    read_before_resync_stays(Level::Raid1, 2);
+}
+
+#[test]
+fn raid10_resync_heal_keeps_what_was_read_from_the_reference_copy() {
+    read_before_resync_stays(Level::Raid10, 4);
+}
+
+#[test]
+fn raid6_resync_heal_keeps_the_readable_part_of_a_data_chunk() {
+    read_before_resync_stays(Level::Raid6, 4);
+}
+
+#[test]
+fn raid73_resync_heal_keeps_the_readable_part_of_a_data_chunk() {
+    read_before_resync_stays(Level::Raid7_3, 5);
+}
+
+/// RAID 1 x3: the bad sector covers the whole chunk of the reference copy (member 0); a
+/// read before resync fails there and is served from `pick_copy` (rotating: member 2 for a
+/// stripe = 2 mod 3), and read repair rewrites only the range read on member 0. The first
+/// version of resync then still could not read member 0's chunk and took member 1 as
+/// reference, overwriting the block that was read (from member 2) with member 1's bytes;
+/// now the repaired unit of member 0 reads, and is the reference there.
+#[test]
+fn raid1_x3_a_read_served_from_a_fallback_copy_stays_after_resync() {
+    let members = 3;
+    let stripe = REGION_BYTES / CHUNK - 3; // 125: = 2 mod 3
+    assert_eq!(stripe % 3, 2);
+    let mut options = SimOptions::new(1, Level::Raid1, members);
+    options.chunk_bytes = CHUNK;
+    options.shards = 1;
+    options.config.bitmap_clear_delay_us = 60_000_000;
+    options.config.resync_stripes_max = 1;
+    let mut array = SimArray::create(options.clone()).unwrap();
+    let g = array.geometry();
+    let data_offset = array.metadata().superblock().data_offset_bytes;
+    let at = g.array_offset(Location {
+        stripe: StripeIndex(stripe),
+        data_index: 0,
+        offset_in_chunk_bytes: 0,
+    });
+    let old = pattern(3, CHUNK as usize);
+    let new = pattern(4, CHUNK as usize);
+    array.write(at.0, &old).unwrap();
+    array.flush().unwrap();
+    array.write(at.0, &new).unwrap();
+    // NEW survives on member 2 only.
+    let lo = data_offset + g.member_offset(StripeIndex(stripe), 0).0;
+    let hi = lo + CHUNK;
+    for role in 0..members {
+        let device = array.role_device(role).unwrap();
+        let mut state = device.state();
+        if role != 2 {
+            state.unflushed.retain(|&(o, l)| !(o < hi && lo < o + l));
+        }
+        state.flush().unwrap();
+    }
+    let devices = array.crash();
+    let mut again = SimArray::assemble(devices, options, DirtyDegraded::Refuse).unwrap();
+    assert!(again.is_resyncing());
+    again.role_device(0).unwrap().state().bad_ranges.push((lo, CHUNK));
+    let ticket =
+        again.submit(ArrayOp::Read { offset: ArrayOffset(at.0), len_bytes: BLOCK }, None).unwrap();
+    let before = again.wait(ticket).unwrap().expect("data");
+    assert!(again.is_resyncing());
+    again.run_until_idle();
+    assert!(!again.is_resyncing());
+    let after = again.read(at.0, BLOCK).unwrap();
+    let what = |b: &[u8]| {
+        if b == &old[..BLOCK as usize] {
+            "OLD"
+        } else if b == &new[..BLOCK as usize] {
+            "NEW"
+        } else {
+            "neither"
+        }
+    };
+    assert!(before == after, "read {} before resync, {} after", what(&before), what(&after));
 }

@@ -11,6 +11,11 @@ use flashraid_layout::{MEMBERS_MAX, MemberIndex, StripeIndex};
 
 /// How often `tick` looks for bitmap regions to clear.
 const BITMAP_SCAN_INTERVAL_US: u64 = 1000;
+/// Units resync reads a chunk that failed to read in, at most (a member IO's token names
+/// its unit in its 6-bit part field).
+const PROBE_UNITS_MAX: u32 = 64;
+/// The smallest unit resync probes: a 4 KiB block, the array's own block size.
+const PROBE_UNIT_BYTES_MIN: u32 = 4096;
 
 impl Shard {
     // ------------------------------------------------------------------------------------
@@ -594,75 +599,77 @@ impl Shard {
         true
     }
 
+    /// Bytes of a chunk one probe read covers: 4 KiB, or a 64th of a chunk above 256 KiB
+    /// (a token names at most 64 units).
+    pub(super) fn probe_unit_bytes(&self) -> u32 {
+        (self.geometry.chunk_bytes() / PROBE_UNITS_MAX).max(PROBE_UNIT_BYTES_MIN)
+    }
+
     /// Compare what was read and decide what to rewrite.
     ///
-    /// A chunk that failed to read (a bad sector) is rewritten too, which heals it: an
-    /// unreadable parity row or mirror copy from what the data says; an unreadable data chunk
-    /// only where the stripe proves consistent without it: rebuilt from as many parity rows
-    /// as chunks are unreadable, and checked against at least one row more (RAID 6 with one
-    /// unreadable chunk, 7.3 with two). A stripe that cannot be checked so (RAID 5, or every
-    /// row needed to rebuild), or that disagrees with itself (a write was in flight at the
-    /// crash), stops resync there: its unreadable data is not known.
+    /// A chunk that failed to read is first read again unit by unit (`probe_unit_bytes`),
+    /// so that only the units that cannot be read count as unreadable: the rest of the
+    /// chunk may have been read by a client before resync came, and must not change now
+    /// (found in review: rewriting whole chunks did change it). Then, unit by unit:
+    /// - mirrors: the reference copy is the one reads of an untrusted stripe use (the
+    ///   lowest member in service), or where it cannot be read, the lowest copy that can;
+    ///   every other copy that differs from it or cannot be read takes its bytes (which
+    ///   heals a bad sector); a unit no copy can read is left alone;
+    /// - parity levels: where a data chunk's unit cannot be read, it is rebuilt from as many
+    ///   parity rows as units are missing there and kept only if a parity row the rebuild
+    ///   did not use agrees (RAID 6 with one such unit, 7.3 with two); then parity rows that
+    ///   disagree with the data or could not be read are rewritten. A unit that cannot be
+    ///   checked so (RAID 5; every row needed to rebuild it), or that disagrees with itself
+    ///   (a write was in flight at the crash), stops resync at this stripe: its unreadable
+    ///   data is not known.
     pub(super) fn resync_after_reads(&mut self, op_slot: usize) {
-        let k = self.geometry.data_chunks();
-        let m = self.geometry.parity_chunks();
-        let n = self.geometry.member_count();
-        let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
+        let unit = usize::try_from(self.probe_unit_bytes()).expect("fits");
+        let units = usize::try_from(self.geometry.chunk_bytes()).expect("fits") / unit;
         let op = self.ops[op_slot].as_ref().expect("live");
-        let unreadable = self.unreadable_chunks_all(op);
-        let mut rewrite: ChunkSet = 0;
-        if self.is_parity_level() {
-            let data_unreadable = (0..k).filter(|&i| has(unreadable, i)).fold(0, |s, i| s | bit(i));
-            let checkable = (unreadable.count_ones() as usize) < m;
-            let consistent = data_unreadable == 0
-                || (checkable && {
-                    self.reconstruct_in_scratch(op_slot, unreadable, unreadable, len);
-                    !self.parity_rows_disagree(op_slot, unreadable)
-                });
-            if consistent {
-                // (Rebuilt chunks are in their own scratch slots, parity from the data in
-                // the extra ones; `parity_rows_disagree` already encoded it.)
-                if data_unreadable == 0 {
-                    self.encode_parity_in_scratch(op_slot);
-                }
-                let op = self.ops[op_slot].as_ref().expect("live");
-                let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
-                for r in 0..m {
-                    let stored = head[k + r].as_ref().expect("parity").as_slice();
-                    let computed = extra[r].as_ref().expect("computed").as_slice();
-                    if has(unreadable, k + r) || stored != computed {
-                        rewrite |= bit(k + r);
-                    }
-                }
-                rewrite |= data_unreadable;
-            } else {
-                // Parity cannot be checked without the data: stop resync here and keep this
-                // stripe and everything after it untrusted.
-                let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
-                let index = self.resync_regions.binary_search(&self.region_of(stripe)).unwrap_or(0);
-                if self.resync_blocked.is_none_or(|(i, s)| (index, stripe.0) < (i, s)) {
-                    self.resync_blocked = Some((index, stripe.0));
-                }
-            }
-        } else {
-            // Mirrors: the first readable copy of each data position is the reference; every
-            // other copy that differs from it or could not be read takes its contents.
-            let op = self.ops[op_slot].as_ref().expect("live");
-            for c in 0..n {
-                let Some(i) = self.data_position(op, c) else { continue };
-                let reference =
-                    (0..n).find(|&o| self.data_position(op, o) == Some(i) && !has(unreadable, o));
-                if let Some(reference) = reference {
-                    let differs = op.scratch[c].as_ref().map(|b| b.as_slice())
-                        != op.scratch[reference].as_ref().map(|b| b.as_slice());
-                    if c != reference && (has(unreadable, c) || differs) {
-                        rewrite |= bit(c);
-                    }
-                }
-            }
+        let absent = self.absent_chunks_all(op);
+        let failed = op.errored & !absent;
+        if failed != 0 && op.probed == 0 && units > 1 {
+            self.resync_probe(op_slot, failed, unit, units);
+            return;
         }
-        let healed = u64::from((rewrite & unreadable).count_ones());
-        self.counters.errors_corrected += healed;
+        let all_units = if units == 64 { u64::MAX } else { (1u64 << units) - 1 };
+        let chunks = if self.is_parity_level() {
+            self.geometry.data_chunks() + self.geometry.parity_chunks()
+        } else {
+            self.geometry.member_count()
+        };
+        // Per chunk index, the units that cannot be read.
+        let mut bad = [0u64; MEMBERS_MAX];
+        let op = self.ops[op_slot].as_ref().expect("live");
+        for (c, b) in bad.iter_mut().enumerate().take(chunks) {
+            *b = if has(absent | op.errored, c) {
+                all_units
+            } else if has(op.probed, c) {
+                op.units[c] & all_units
+            } else {
+                0
+            };
+        }
+        let decided = if self.is_parity_level() {
+            self.resync_decide_parity(op_slot, &bad, unit, units, all_units)
+        } else {
+            Some(self.resync_decide_mirror(op_slot, &bad, unit, units))
+        };
+        let Some(rewrite) = decided else {
+            // Stop resync here and keep this stripe and everything after it untrusted.
+            let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
+            let index = self.resync_regions.binary_search(&self.region_of(stripe)).unwrap_or(0);
+            if self.resync_blocked.is_none_or(|(i, s)| (index, stripe.0) < (i, s)) {
+                self.resync_blocked = Some((index, stripe.0));
+            }
+            self.finish_op(op_slot);
+            return;
+        };
+        // Counted for what is written to members in service (a member out of service is
+        // skipped when the writes are issued).
+        let healed = (0..chunks).filter(|&c| has(rewrite & !absent, c) && bad[c] != 0).count();
+        self.counters.errors_corrected += u64::try_from(healed).expect("fits");
+        self.counters.resync_repairs += u64::from(rewrite & !absent != 0);
         let op = self.ops[op_slot].as_mut().expect("live");
         op.repaired = rewrite;
         if rewrite == 0 {
@@ -674,36 +681,144 @@ impl Shard {
         }
     }
 
-    /// Writes for a resync: recomputed parity, a data chunk rebuilt in its own scratch slot,
-    /// or the reference mirror copy.
+    /// Read the chunks `failed` again, unit by unit, into their scratch buffers.
+    fn resync_probe(&mut self, op_slot: usize, failed: ChunkSet, unit: usize, units: usize) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.probed = failed;
+        op.errored &= !failed;
+        op.phase = Phase::Probing;
+        op.serial = op.serial.wrapping_add(1);
+        let stripe = op.stripe;
+        for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
+            self.ops[op_slot].as_mut().expect("live").units[c] = 0;
+            for u in 0..units {
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let at = u * unit;
+                let kind = MemberIoKind::Read {
+                    offset_bytes: self.member_offset(stripe, u32::try_from(at).expect("fits")),
+                    ptr: Self::scratch_ptr(op, c, at),
+                    len_bytes: u32::try_from(unit).expect("fits"),
+                };
+                self.issue(op_slot, c, u, kind);
+            }
+        }
+    }
+
+    /// Parity levels: rebuild the data units that cannot be read where the stripe vouches
+    /// for them, and say which chunks to rewrite (setting `units` for each); `None`: the
+    /// stripe cannot be vouched for (see `resync_after_reads`).
+    fn resync_decide_parity(
+        &mut self,
+        op_slot: usize,
+        bad: &[u64; MEMBERS_MAX],
+        unit: usize,
+        units: usize,
+        all_units: u64,
+    ) -> Option<ChunkSet> {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let data: ChunkSet = (0..k).fold(0, |s, i| s | bit(i));
+        let mut rebuilt_units = 0u64;
+        for u in 0..units {
+            let erased = (0..k + m).filter(|&c| bad[c] >> u & 1 == 1).fold(0, |s, c| s | bit(c));
+            if erased & data == 0 {
+                continue;
+            }
+            if erased.count_ones() as usize >= m {
+                return None; // no parity row left to check the rebuilt unit with
+            }
+            self.reconstruct_range_in_scratch(op_slot, erased, erased & data, u * unit, unit);
+            rebuilt_units |= 1 << u;
+        }
+        // Parity from the data, now whole (rebuilt units included), in the extra slots.
+        self.encode_parity_in_scratch(op_slot);
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
+        let stored = |r: usize| head[k + r].as_ref().expect("parity").as_slice();
+        let computed = |r: usize| extra[r].as_ref().expect("computed").as_slice();
+        for u in (0..units).filter(|&u| rebuilt_units >> u & 1 == 1) {
+            let range = u * unit..(u + 1) * unit;
+            // Rows the rebuild used agree by construction; the others check it.
+            let disagrees = (0..m)
+                .filter(|&r| bad[k + r] >> u & 1 == 0)
+                .any(|r| stored(r)[range.clone()] != computed(r)[range.clone()]);
+            if disagrees {
+                return None;
+            }
+        }
+        let mut rewrite: ChunkSet = 0;
+        for r in 0..m {
+            if bad[k + r] != 0 || stored(r) != computed(r) {
+                rewrite |= bit(k + r);
+                op.units[k + r] = all_units;
+            }
+        }
+        for i in (0..k).filter(|&i| bad[i] != 0) {
+            rewrite |= bit(i);
+            op.units[i] = bad[i];
+        }
+        Some(rewrite)
+    }
+
+    /// Mirrors: make every copy's units equal to the reference's (see `resync_after_reads`),
+    /// in their scratch buffers; says which copies to rewrite (setting `units` for each).
+    fn resync_decide_mirror(
+        &mut self,
+        op_slot: usize,
+        bad: &[u64; MEMBERS_MAX],
+        unit: usize,
+        units: usize,
+    ) -> ChunkSet {
+        let n = self.geometry.member_count();
+        let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
+        let mut rewrite: ChunkSet = 0;
+        let mut changed = [0u64; MEMBERS_MAX];
+        for i in 0..self.geometry.data_chunks() {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            let copies: ChunkSet =
+                (0..n).filter(|&o| self.data_position(op, o) == Some(i)).fold(0, |s, o| s | bit(o));
+            let Some(reference) = self.reference_copy(stripe, i) else { continue };
+            let op = self.ops[op_slot].as_mut().expect("live");
+            for u in 0..units {
+                let readable = |c: usize| has(copies, c) && bad[c] >> u & 1 == 0;
+                let from = if readable(reference) {
+                    Some(reference)
+                } else {
+                    (0..n).find(|&c| readable(c))
+                };
+                let Some(from) = from else { continue }; // no copy can read it: left alone
+                let range = u * unit..(u + 1) * unit;
+                let source = op.scratch[from].take().expect("read");
+                for o in (0..n).filter(|&o| has(copies, o) && o != from) {
+                    let copy = op.scratch[o].as_mut().expect("read").as_mut_slice();
+                    if !readable(o) || copy[range.clone()] != source.as_slice()[range.clone()] {
+                        copy[range.clone()].copy_from_slice(&source.as_slice()[range.clone()]);
+                        changed[o] |= 1 << u;
+                        rewrite |= bit(o);
+                    }
+                }
+                op.scratch[from] = Some(source);
+            }
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        for o in (0..n).filter(|&o| has(rewrite, o)) {
+            op.units[o] = changed[o];
+        }
+        rewrite
+    }
+
+    /// Writes for a resync: each chunk decided, from its own scratch buffer (a copy's
+    /// units made equal to the reference's, a data chunk's rebuilt units), parity rows from
+    /// the recomputed parity; only the units decided, so a unit no copy could read is never
+    /// written over with what a failed read left.
     pub(super) fn resync_issue(&mut self, op_slot: usize) {
         let k = self.geometry.data_chunks();
-        let n = self.geometry.member_count();
         let parity = self.is_parity_level();
-        let op = self.ops[op_slot].as_ref().expect("live");
-        let rewrite = op.repaired;
-        // Mirrors: each rewritten copy from its reference copy: a copy neither rewritten nor
-        // unreadable (found in review: with three or more copies, the first copy not
-        // rewritten could be one that failed to read, and its buffer was written over the
-        // others).
-        let mut source = [0usize; MEMBERS_MAX];
-        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
-            source[c] = if !parity {
-                let i = self.data_position(op, c).expect("mirror data");
-                (0..n)
-                    .find(|&o| {
-                        self.data_position(op, o) == Some(i)
-                            && !has(rewrite, o)
-                            && !has(op.errored, o)
-                    })
-                    .expect("reference copy")
-            } else if c < k {
-                c
-            } else {
-                MEMBERS_MAX + (c - k)
-            };
-        }
-        self.issue_chunk_rewrites(op_slot, rewrite, &source);
+        let rewrite = self.ops[op_slot].as_ref().expect("live").repaired;
+        let source: [usize; MEMBERS_MAX] =
+            std::array::from_fn(|c| if parity && c >= k { MEMBERS_MAX + (c - k) } else { c });
+        let unit = self.probe_unit_bytes();
+        self.issue_unit_rewrites(op_slot, rewrite, &source, unit);
     }
 
     /// Write whole chunks `rewrite` of an operation's stripe, chunk `c` from scratch buffer
@@ -715,7 +830,23 @@ impl Shard {
         rewrite: ChunkSet,
         source: &[usize; MEMBERS_MAX],
     ) {
+        let op = self.ops[op_slot].as_mut().expect("live");
+        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
+            op.units[c] = 1;
+        }
         let chunk = self.geometry.chunk_bytes();
+        self.issue_unit_rewrites(op_slot, rewrite, source, chunk);
+    }
+
+    /// `issue_chunk_rewrites` of the units `op.units[c]` (`unit_bytes` each) of each chunk,
+    /// one write per run of neighbouring units.
+    fn issue_unit_rewrites(
+        &mut self,
+        op_slot: usize,
+        rewrite: ChunkSet,
+        source: &[usize; MEMBERS_MAX],
+        unit_bytes: u32,
+    ) {
         let failing = self.failing_mask();
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = Phase::Writing;
@@ -729,23 +860,25 @@ impl Shard {
                 op.needs_failed |= failing & (1u64 << member);
                 continue;
             }
-            let op = self.ops[op_slot].as_ref().expect("live");
-            let kind = MemberIoKind::Write {
-                offset_bytes: self.member_offset(stripe, 0),
-                ptr: Self::scratch_ptr(op, source[c], 0).cast_const(),
-                len_bytes: chunk,
-                durability: Durability::Cached,
-            };
-            self.issue(op_slot, c, 0, kind);
+            let mut left = op.units[c];
+            while left != 0 {
+                let first = left.trailing_zeros();
+                let run = (left >> first).trailing_ones();
+                left &= !(((1u128 << run) - 1) << first) as u64;
+                let at = first * unit_bytes;
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let kind = MemberIoKind::Write {
+                    offset_bytes: self.member_offset(stripe, at),
+                    ptr: Self::scratch_ptr(op, source[c], at as usize).cast_const(),
+                    len_bytes: run * unit_bytes,
+                    durability: Durability::Cached,
+                };
+                self.issue(op_slot, c, first as usize, kind);
+            }
         }
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
             self.advance(op_slot);
         }
-    }
-
-    /// Like `unreadable_chunks`, over every chunk index of the level (mirrors: every member).
-    pub(super) fn unreadable_chunks_all(&self, op: &super::Op) -> ChunkSet {
-        op.errored | self.absent_chunks_all(op)
     }
 
     /// The chunk indexes of the level (mirrors: every member) whose member is not in service

@@ -317,6 +317,9 @@ enum Phase {
     /// Waiting for scratch buffers.
     Starved,
     Reading,
+    /// Resync: chunks whose read failed are read again in units (`probe_unit_bytes`), to
+    /// tell the units that cannot be read from those that can.
+    Probing,
     Rebuilding,
     WaitBitmap,
     Writing,
@@ -392,6 +395,11 @@ struct Op {
     /// Rebuild: this stripe's reconstruction cannot be checked (or failed its check) and is
     /// written because the operator allowed it; counted when it is.
     rebuild_unverified: bool,
+    /// Resync: the chunks whose read failed and were read again unit by unit.
+    probed: ChunkSet,
+    /// Resync: per chunk index, the units (bit = unit, `probe_unit_bytes` each) that failed
+    /// to read while probing; once resync has decided, the units to rewrite.
+    units: [u64; MEMBERS_MAX],
 }
 
 /// The slot indexes set in a `scratch_held` mask, lowest first.
@@ -440,6 +448,8 @@ impl Op {
             rebuild_generation: 0,
             rebuild_verify: false,
             rebuild_unverified: false,
+            probed: 0,
+            units: [0; MEMBERS_MAX],
         }
     }
 }
@@ -1312,6 +1322,8 @@ impl Shard {
             rebuild_generation: op_generation,
             rebuild_verify,
             rebuild_unverified,
+            probed,
+            units: _, // set for each chunk before it is read (probing, deciding)
         } = &mut *boxed;
         assert_eq!(*scratch_held, 0, "a spare op still holds scratch");
         let g = &self.geometry;
@@ -1363,6 +1375,7 @@ impl Shard {
         *op_generation = rebuild_generation;
         *rebuild_verify = false;
         *rebuild_unverified = false;
+        *probed = 0;
         boxed
     }
 
@@ -1666,9 +1679,17 @@ impl Shard {
         let kind = op.kind;
         match result {
             Err(error) => {
-                op.errored |= bit(chunk);
+                if phase == Phase::Probing {
+                    // The unit, not the chunk: the rest of the chunk may still be read.
+                    op.units[chunk] |= 1u64 << part;
+                } else {
+                    op.errored |= bit(chunk);
+                }
                 match phase {
-                    Phase::Reading | Phase::Rebuilding => {
+                    // The chunk's failed read was counted; its units failing again are that
+                    // same error, found more precisely (a member gone is still news).
+                    Phase::Probing if error != IoError::Gone => {}
+                    Phase::Reading | Phase::Rebuilding | Phase::Probing => {
                         let stripe = op.stripe;
                         self.note_read_error(member, stripe, error);
                         if kind == OpKind::Read {
@@ -1760,7 +1781,7 @@ impl Shard {
             (OpKind::Scrub, Phase::Reading) => self.scrub_after_reads(op_slot),
             (OpKind::Scrub, Phase::WaitBitmap) => self.scrub_issue(op_slot),
             (OpKind::Rebuild, Phase::Reading) => self.rebuild_after_reads(op_slot),
-            (OpKind::Resync, Phase::Reading) => self.resync_after_reads(op_slot),
+            (OpKind::Resync, Phase::Reading | Phase::Probing) => self.resync_after_reads(op_slot),
             (OpKind::Zero { .. }, Phase::WaitBitmap) => self.zero_issue(op_slot),
             (OpKind::Resync, Phase::WaitBitmap) => self.resync_issue(op_slot),
             (_, Phase::WaitMetadata) => self.after_writes(op_slot),
@@ -1794,9 +1815,6 @@ impl Shard {
         if kind == OpKind::Resync {
             self.resync_in_flight -= 1;
             self.counters.resync_stripes += 1;
-            if op.repaired != 0 {
-                self.counters.resync_repairs += 1;
-            }
         }
         // Its box goes back before the next operation starts, which may take it warm. Boxes
         // live in op slots or here, so there are never more than slots (no growth).

@@ -387,7 +387,7 @@ impl Shard {
             assert_eq!(op.pending, 0, "buffers touched with IO in flight");
             let Op { scratch, scratch_held, touched, .. } = &mut **op;
             let (mut sources, mut targets) =
-                split_scratch_slots(scratch, *scratch_held, plan.sources(), plan.targets(), len);
+                split_scratch_slots(scratch, *scratch_held, plan.sources(), plan.targets(), 0..len);
             cut_request_places(
                 requests,
                 touched,
@@ -526,12 +526,32 @@ impl Shard {
         targets: ChunkSet,
         len: usize,
     ) {
+        self.reconstruct_range_in_scratch(op_slot, erased, targets, 0, len);
+    }
+
+    /// `reconstruct_in_scratch` of bytes `offset..offset + len` of each chunk only (resync
+    /// rebuilds only the units of a chunk that failed to read).
+    pub(super) fn reconstruct_range_in_scratch(
+        &mut self,
+        op_slot: usize,
+        erased: ChunkSet,
+        targets: ChunkSet,
+        offset: usize,
+        len: usize,
+    ) {
         let codec = self.codec.expect("parity level");
         self.plan_for(erased, targets);
         let Shard { ops, plans, .. } = &mut *self;
         let plan = plans.get(&(erased, targets)).expect("just planned");
         let op = ops[op_slot].as_mut().expect("live");
-        let (sources, mut outs) = split_scratch(op, plan.sources(), plan.targets(), len);
+        assert_eq!(op.pending, 0, "scratch contents touched with IO in flight");
+        let (sources, mut outs) = split_scratch_slots(
+            &mut op.scratch,
+            op.scratch_held,
+            plan.sources(),
+            plan.targets(),
+            offset..offset + len,
+        );
         let count = plan.targets().len();
         codec
             .reconstruct_from(
@@ -573,17 +593,17 @@ pub(super) fn split_scratch<'a>(
     len: usize,
 ) -> ([&'a [u8]; MEMBERS_MAX], [&'a mut [u8]; PARITY_CHUNKS_MAX]) {
     assert_eq!(op.pending, 0, "scratch contents touched with IO in flight");
-    split_scratch_slots(&mut op.scratch, op.scratch_held, sources, targets, len)
+    split_scratch_slots(&mut op.scratch, op.scratch_held, sources, targets, 0..len)
 }
 
-/// `split_scratch` over the slots `held` names (a chunk of the plan without scratch stays an
-/// empty slice, for the caller to fill).
+/// `split_scratch` over the slots `held` names, each cut to `range` (a chunk of the plan
+/// without scratch stays an empty slice, for the caller to fill).
 fn split_scratch_slots<'a>(
     scratch: &'a mut [Option<IoBuf>],
     held: u128,
     sources: &[usize],
     targets: &[usize],
-    len: usize,
+    range: std::ops::Range<usize>,
 ) -> ([&'a [u8]; MEMBERS_MAX], [&'a mut [u8]; PARITY_CHUNKS_MAX]) {
     let mut source_refs: [&[u8]; MEMBERS_MAX] = [&[]; MEMBERS_MAX];
     let mut target_refs: [&mut [u8]; PARITY_CHUNKS_MAX] = [&mut [], &mut [], &mut []];
@@ -592,9 +612,9 @@ fn split_scratch_slots<'a>(
     for chunk in super::held_slots(held) {
         let buf = slots.take(chunk, 1)[0].as_mut().expect("a held scratch slot has its buffer");
         if let Some(t) = targets.iter().position(|&x| x == chunk) {
-            target_refs[t] = &mut buf.as_mut_slice()[..len];
+            target_refs[t] = &mut buf.as_mut_slice()[range.clone()];
         } else if let Some(s) = sources.iter().position(|&x| x == chunk) {
-            source_refs[s] = &buf.as_slice()[..len];
+            source_refs[s] = &buf.as_slice()[range.clone()];
         }
     }
     (source_refs, target_refs)
