@@ -1256,11 +1256,21 @@ impl Metadata {
         Ok(role)
     }
 
-    /// Mark the array clean (every shard has flushed and cleared its bitmap).
+    /// Mark the array clean (every shard has flushed and cleared its bitmap), in two passes,
+    /// the second recording its own count as the session's (`session_update_count`), as a
+    /// start does: the session's data writes are all done before the first, so every member
+    /// that was in service through the session has had it and is at most one pass short of
+    /// that count, whatever is cut, while a copy of a member taken while the array ran
+    /// (before this stop: a `cp` or snapshot of a member file, put back later) is two or more
+    /// short, and assembly leaves it out rather than read its old chunks.
     pub fn mark_clean(&mut self, devices: &[&dyn MetaDevice]) -> Result<(), ControlError> {
         self.check_writable()?;
         self.template.state = ArrayState::Clean;
         self.template.event += 1;
+        self.write_all(devices)?;
+        self.template.event += 1;
+        // The next pass's count (write_all counts it).
+        self.template.session_update_count = self.template.update_count + 1;
         self.write_all(devices).map(|_| ())
     }
 }

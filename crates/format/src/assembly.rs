@@ -12,8 +12,8 @@
 //! 4. A device whose member the newest view marks failed, or does not list, is stale: it is
 //!    left out with a message and never read (its data missed writes).
 //! 5. A device holding an active (or rebuilding) role whose superblock is two or more write
-//!    passes (`update_count`) short of the pass after which the last start began writing
-//!    (`session_update_count`) is a stale copy: a disk image put back, a member swapped for
+//!    passes (`update_count`) short of the pass after which the last start began writing,
+//!    or that ended the last clean stop (`session_update_count`), is a stale copy: a disk image put back, a member swapped for
 //!    an old one while the array was stopped. It is left out and never read (its role is
 //!    failed at start, to be rebuilt), or, when the array cannot start without it, assembly
 //!    is refused unless forced (then the fewest needed are used and every region resynced).
@@ -42,11 +42,13 @@
 //! a role is written first in its pass, so a cut never leaves the role named for a device
 //! whose own superblock is old. A member behind missed metadata, not data: degraded writes
 //! only ever skip members the metadata already marks failed. Its superblock is rewritten at
-//! the next update.
+//! the next update. A clean stop, after the session's last data write, makes two passes the
+//! same way (the second recording its own count as the session's), so a copy of a member
+//! taken while the array ran is two or more passes short once it has stopped clean.
 //!
-//! Limit: a copy taken while the array runs, put back after writes that made no metadata
-//! update, is not told apart (no per-write generation is kept); nor is a copy taken after the
-//! session's last update. md has the same limit.
+//! Limit: after a crash, a dirty stop, or a cut inside a clean stop's first pass, a copy
+//! taken while the array ran (after the session's last metadata update) and put back is not
+//! told apart: no per-write generation is kept. md has the same limit.
 
 use crate::superblock::{ArrayState, MemberState, Superblock};
 use crate::{FormatError, Uuid};
@@ -210,8 +212,8 @@ pub enum AssemblyError {
     },
     #[error(
         "array {array} ({level}) cannot start without {devices}: each is a stale copy of its \
-         role (its superblock is older than the array's last start, so it missed that \
-         session's writes), and {level} survives {tolerance} unavailable. \
+         role (its superblock is older than the array's last start or clean stop, so it \
+         missed that session's writes), and {level} survives {tolerance} unavailable. \
          Find the current devices, or start it anyway with --force: those roles' chunks are \
          then used as they are (data written since the copies were taken is lost or mixed \
          there) and every region is resynced"
@@ -414,7 +416,8 @@ fn place_members(
         {
             let why = format!(
                 "a stale copy of role {slot}: its superblock (event {}, update {}) is older \
-                 than the array's last start (update {}; the array is at event {}), so it \
+                 than the array's last start or clean stop (update {}; the array is at event \
+                 {}), so it \
                  missed that session's writes and its chunks are old",
                 sb.event, sb.update_count, newest.session_update_count, newest.event
             );

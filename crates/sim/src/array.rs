@@ -920,7 +920,19 @@ impl SimArray {
     /// Clean shutdown: finish everything, then every shard flushes and clears its bitmap;
     /// the array is marked clean only if every shard ends clean (otherwise it stays dirty and
     /// the next assembly resyncs what is left). Returns the members and whether it is clean.
-    pub fn shutdown_with_state(mut self) -> Result<(Vec<SimMember>, bool), ControlError> {
+    pub fn shutdown_with_state(self) -> Result<(Vec<SimMember>, bool), ControlError> {
+        self.shutdown_marking_with(|metadata, devices| {
+            let devices = dyn_devices(devices);
+            metadata.mark_clean(&devices)
+        })
+    }
+
+    /// `shutdown_with_state`, with `mark` doing the clean stop's metadata writes (a test
+    /// wraps the members to cut power in the middle of them).
+    pub fn shutdown_marking_with(
+        mut self,
+        mark: impl FnOnce(&mut Metadata, &[SimMember]) -> Result<(), ControlError>,
+    ) -> Result<(Vec<SimMember>, bool), ControlError> {
         self.run_until_idle();
         for shard in &mut self.shards {
             shard.begin_shutdown();
@@ -941,8 +953,7 @@ impl SimArray {
             }
         }
         if clean && !self.metadata_lost {
-            let devices = dyn_devices(&self.devices);
-            self.metadata.mark_clean(&devices)?;
+            mark(&mut self.metadata, &self.devices)?;
         }
         Ok((self.devices, clean && !self.metadata_lost))
     }
