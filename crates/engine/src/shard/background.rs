@@ -408,23 +408,88 @@ impl Shard {
         self.ops[op_slot].as_ref().expect("live").pending > 0
     }
 
-    /// Zero with FUA: discard and write-zeroes carry no FUA, so flush every member written.
-    /// True when IO was issued.
+    /// Zero with FUA: discard and write-zeroes carry no FUA, so the members are flushed
+    /// before it completes. The zero joins the next group of member flushes (one per
+    /// member, issued when the driver next polls for IO, so every zero whose writes complete
+    /// in one batch of completions joins it, and not before the group in flight, if any, is
+    /// done: that one was issued before these writes completed and covers nothing of them).
+    /// A long FUA trim is many stripe
+    /// zeroes finishing close together: they share flushes instead of each flushing every
+    /// member (measured: 1.1 s against 0.3 s for a whole 1 GiB RAID 6 when each flushed).
+    /// True when the zero now waits.
     pub(super) fn zero_flush_for_fua(&mut self, op_slot: usize) -> bool {
         let op = self.ops[op_slot].as_mut().expect("live");
         if op.durability != Durability::Fua || op.fua_flushed {
             return false;
         }
         op.fua_flushed = true;
-        op.serial = op.serial.wrapping_add(1);
-        let errored = op.errored;
+        op.phase = Phase::WaitFlush;
+        assert!(self.fua_waiting.len() < self.ops.len(), "a zero waits for FUA flushes twice");
+        self.fua_waiting.push(op_slot);
+        true
+    }
+
+    /// Issue a group of member flushes for the FUA zeroes waiting, unless one is in flight
+    /// (from `poll_io`).
+    pub(super) fn start_fua_flush_group(&mut self) {
+        if self.fua_group_active || self.fua_waiting.is_empty() {
+            return;
+        }
+        self.fua_group_active = true;
+        // Both lists keep their capacity: no allocation here.
+        std::mem::swap(&mut self.fua_waiting, &mut self.fua_group);
+        self.fua_group_failed = 0;
+        self.fua_group_pending = 0;
         for member in 0..self.geometry.member_count() {
             let m = u16::try_from(member).expect("fits");
-            if self.available(m) && !has(errored, member) {
-                self.issue(op_slot, member, 0, MemberIoKind::Flush);
+            if !self.available(m) {
+                continue;
             }
+            self.fua_group_pending += 1;
+            let token = Self::token(super::ORIGIN_FUA_FLUSH, 0, 0, member, 0);
+            self.ios.push_back(MemberIo {
+                token,
+                member: MemberIndex(m),
+                kind: MemberIoKind::Flush,
+            });
         }
-        self.ops[op_slot].as_ref().expect("live").pending > 0
+        if self.fua_group_pending == 0 {
+            // No member left to flush (the array has failed): the zeroes go on to say so.
+            self.finish_fua_flush_group();
+        }
+    }
+
+    pub(super) fn complete_fua_flush(&mut self, member: usize, result: Result<(), IoError>) {
+        assert!(self.fua_group_active && self.fua_group_pending > 0, "a FUA flush never issued");
+        if result.is_err() {
+            // As a zero's own write error: the member fails, and the zeroes wait for that
+            // to be durable before they complete.
+            self.fail_member(u16::try_from(member).expect("fits"), FailReason::FlushError);
+            self.fua_group_failed |= 1u64 << member;
+        }
+        self.fua_group_pending -= 1;
+        if self.fua_group_pending == 0 {
+            self.finish_fua_flush_group();
+        }
+    }
+
+    /// The group's flushes are done: its zeroes go on (`after_writes`); the next group starts
+    /// at the next `poll_io`.
+    fn finish_fua_flush_group(&mut self) {
+        // Taken out while the zeroes go on (one may finish and start another zero, which
+        // waits: `fua_group_active` holds the next group back until this one is through).
+        let mut group = std::mem::take(&mut self.fua_group);
+        let failed = self.fua_group_failed;
+        for &op_slot in &group {
+            let op = self.ops[op_slot].as_mut().expect("a waiting zero is live");
+            assert_eq!(op.phase, Phase::WaitFlush);
+            op.phase = Phase::Writing;
+            op.needs_failed |= failed;
+            self.advance(op_slot);
+        }
+        group.clear();
+        self.fua_group = group;
+        self.fua_group_active = false;
     }
 
     // ------------------------------------------------------------------------------------

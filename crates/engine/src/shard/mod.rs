@@ -82,6 +82,9 @@ const ORIGIN_OP: u64 = 1;
 const ORIGIN_FLUSH: u64 = 2;
 const ORIGIN_BITMAP: u64 = 3;
 const ORIGIN_INTERNAL_FLUSH: u64 = 4;
+/// A member flush of a group of FUA zeroes (`background::zero_flush_for_fua`); the token's
+/// chunk field holds the member.
+const ORIGIN_FUA_FLUSH: u64 = 5;
 
 /// A member's health as this shard acts on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -322,6 +325,8 @@ enum Phase {
     Probing,
     Rebuilding,
     WaitBitmap,
+    /// A FUA zero whose writes are done, waiting for the member flushes of its group.
+    WaitFlush,
     Writing,
     Repairing,
     WaitMetadata,
@@ -572,6 +577,19 @@ pub struct Shard {
     internal_flush_issued_us: u64,
     /// A member flush of the internal flush in flight failed.
     internal_flush_errors: bool,
+    /// FUA zeroes whose writes are done, waiting for the next group of member flushes (one
+    /// flush per member serves every zero that finished its writes before it was issued,
+    /// instead of a flush per member per stripe). At most one entry per op slot.
+    fua_waiting: Vec<usize>,
+    /// The zeroes the group of member flushes in flight serves (empty with none in flight;
+    /// taken out while the group finishes, see `fua_group_active`).
+    fua_group: Vec<usize>,
+    /// A group of FUA flushes is in flight (or finishing): the next waits.
+    fua_group_active: bool,
+    /// Member flushes of the group still in flight.
+    fua_group_pending: u32,
+    /// Members whose flush of the group failed (bit = member).
+    fua_group_failed: u64,
     resync_regions: Vec<u32>,
     resync_region_index: usize,
     resync_next_stripe: u64,
@@ -757,6 +775,11 @@ impl Shard {
             internal_flush_pending: 0,
             internal_flush_issued_us: 0,
             internal_flush_errors: false,
+            fua_waiting: Vec::with_capacity(ops_max),
+            fua_group: Vec::with_capacity(ops_max),
+            fua_group_active: false,
+            fua_group_pending: 0,
+            fua_group_failed: 0,
             resync_regions,
             resync_region_index: 0,
             resync_next_stripe: 0,
@@ -903,6 +926,9 @@ impl Shard {
     /// (`io_submitted`); complete it with `complete_io` if it was accepted, else with
     /// `complete_unsubmitted_io`.
     pub fn poll_io(&mut self) -> Option<MemberIo> {
+        // FUA zeroes that finished their writes since the last poll share one group of
+        // member flushes.
+        self.start_fua_flush_group();
         let mut io = self.ios.pop_front()?;
         // The one door every member IO leaves by: a read-only array writes nothing, whatever
         // path (a repair, the bitmap, a resync) would have asked for it.
@@ -1658,6 +1684,7 @@ impl Shard {
             ORIGIN_FLUSH => self.complete_flush_io(slot, chunk, completion.result),
             ORIGIN_BITMAP => self.complete_bitmap_io(chunk, completion.result),
             ORIGIN_INTERNAL_FLUSH => self.complete_internal_flush(chunk, completion.result),
+            ORIGIN_FUA_FLUSH => self.complete_fua_flush(chunk, completion.result),
             _ => panic!("completion with a token this shard never issued: {:?}", completion.token),
         }
     }
