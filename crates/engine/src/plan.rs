@@ -82,6 +82,59 @@ pub fn bit(chunk: usize) -> ChunkSet {
     1u64 << chunk
 }
 
+/// Bytes of one unit of a chunk (`Units`): a 4 KiB block, the array's own block size.
+pub const UNIT_BYTES: u32 = 4096;
+/// Words of a `Units` set: one bit per unit of the largest chunk.
+const UNIT_WORDS: usize = (flashraid_layout::CHUNK_BYTES_MAX / UNIT_BYTES) as usize / 64;
+
+/// A set of 4 KiB units of one chunk (bit `u`: bytes `u * UNIT_BYTES..`), for the few places
+/// that act on less than a chunk after an error (resync's probe of a chunk that failed to
+/// read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Units([u64; UNIT_WORDS]);
+
+impl Units {
+    /// The first `count` units.
+    pub fn first(count: usize) -> Units {
+        let mut set = Units::default();
+        for u in 0..count {
+            set.insert(u);
+        }
+        set
+    }
+
+    pub fn insert(&mut self, unit: usize) {
+        self.0[unit / 64] |= 1u64 << (unit % 64);
+    }
+
+    pub fn contains(&self, unit: usize) -> bool {
+        self.0[unit / 64] >> (unit % 64) & 1 == 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// Runs of neighbouring units, as (first unit, count), lowest first.
+    pub fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let units = UNIT_WORDS * 64;
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            while at < units && !self.contains(at) {
+                at += 1;
+            }
+            if at == units {
+                return None;
+            }
+            let first = at;
+            while at < units && self.contains(at) {
+                at += 1;
+            }
+            Some((first, at - first))
+        })
+    }
+}
+
 /// The plan for one stripe write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WritePlan {
@@ -294,5 +347,23 @@ mod tests {
             }
         }
         assert!(cases > 10_000);
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::Units;
+
+    #[test]
+    fn units_are_sets_with_runs() {
+        let mut u = Units::default();
+        assert!(u.is_empty());
+        for x in [0, 1, 2, 63, 64, 200, 255] {
+            u.insert(x);
+        }
+        assert!(u.contains(64) && !u.contains(65) && !u.is_empty());
+        assert_eq!(u.runs().collect::<Vec<_>>(), vec![(0, 3), (63, 2), (200, 1), (255, 1)]);
+        assert_eq!(Units::first(256).runs().collect::<Vec<_>>(), vec![(0, 256)]);
+        assert_eq!(Units::first(4).runs().collect::<Vec<_>>(), vec![(0, 4)]);
     }
 }

@@ -5,17 +5,12 @@
 use super::{FailReason, Health, ORIGIN_BITMAP, ORIGIN_FLUSH, ORIGIN_INTERNAL_FLUSH, OpKind};
 use super::{Phase, Shard, ShardEvent, ShutdownState, StripeEntry};
 use crate::io::{Durability, IoError, MemberIo, MemberIoKind};
-use crate::plan::{ChunkSet, bit, has};
+use crate::plan::{ChunkSet, UNIT_BYTES, Units, bit, has};
 use crate::request::{RequestError, ZeroHow};
 use flashraid_layout::{MEMBERS_MAX, MemberIndex, StripeIndex};
 
 /// How often `tick` looks for bitmap regions to clear.
 const BITMAP_SCAN_INTERVAL_US: u64 = 1000;
-/// Units resync reads a chunk that failed to read in, at most (a member IO's token names
-/// its unit in its 6-bit part field).
-const PROBE_UNITS_MAX: u32 = 64;
-/// The smallest unit resync probes: a 4 KiB block, the array's own block size.
-const PROBE_UNIT_BYTES_MIN: u32 = 4096;
 
 impl Shard {
     // ------------------------------------------------------------------------------------
@@ -664,18 +659,13 @@ impl Shard {
         true
     }
 
-    /// Bytes of a chunk one probe read covers: 4 KiB, or a 64th of a chunk above 256 KiB
-    /// (a token names at most 64 units).
-    pub(super) fn probe_unit_bytes(&self) -> u32 {
-        (self.geometry.chunk_bytes() / PROBE_UNITS_MAX).max(PROBE_UNIT_BYTES_MIN)
-    }
-
     /// Compare what was read and decide what to rewrite.
     ///
-    /// A chunk that failed to read is first read again unit by unit (`probe_unit_bytes`),
-    /// so that only the units that cannot be read count as unreadable: the rest of the
-    /// chunk may have been read by a client before resync came, and must not change now
-    /// (found in review: rewriting whole chunks did change it). Then, unit by unit:
+    /// A chunk that failed to read is first read again in 4 KiB units (`UNIT_BYTES`), so
+    /// that only the units that cannot be read count as unreadable: the rest of the chunk
+    /// may have been read by a client before resync came, and must not change now (found in
+    /// review: rewriting whole chunks did change it, and so did units larger than a block).
+    /// Then, unit by unit:
     /// - mirrors: the reference copy is the one reads of an untrusted stripe use (the
     ///   lowest member in service), or where it cannot be read, the lowest copy that can;
     ///   every other copy that differs from it or cannot be read takes its bytes (which
@@ -688,7 +678,7 @@ impl Shard {
     ///   (a write was in flight at the crash), stops resync at this stripe: its unreadable
     ///   data is not known.
     pub(super) fn resync_after_reads(&mut self, op_slot: usize) {
-        let unit = usize::try_from(self.probe_unit_bytes()).expect("fits");
+        let unit = usize::try_from(UNIT_BYTES).expect("fits");
         let units = usize::try_from(self.geometry.chunk_bytes()).expect("fits") / unit;
         let op = self.ops[op_slot].as_ref().expect("live");
         let absent = self.absent_chunks_all(op);
@@ -697,28 +687,26 @@ impl Shard {
             self.resync_probe(op_slot, failed, unit, units);
             return;
         }
-        let all_units = if units == 64 { u64::MAX } else { (1u64 << units) - 1 };
+        let all_units = Units::first(units);
         let chunks = if self.is_parity_level() {
             self.geometry.data_chunks() + self.geometry.parity_chunks()
         } else {
             self.geometry.member_count()
         };
         // Per chunk index, the units that cannot be read.
-        let mut bad = [0u64; MEMBERS_MAX];
+        let mut bad = [Units::default(); MEMBERS_MAX];
         let op = self.ops[op_slot].as_ref().expect("live");
         for (c, b) in bad.iter_mut().enumerate().take(chunks) {
-            *b = if has(absent | op.errored, c) {
-                all_units
+            if has(absent | op.errored, c) {
+                *b = all_units;
             } else if has(op.probed, c) {
-                op.units[c] & all_units
-            } else {
-                0
-            };
+                *b = op.units[c];
+            }
         }
         let decided = if self.is_parity_level() {
-            self.resync_decide_parity(op_slot, &bad, unit, units, all_units)
+            self.resync_decide_parity(op_slot, &bad, units, all_units)
         } else {
-            Some(self.resync_decide_mirror(op_slot, &bad, unit, units))
+            Some(self.resync_decide_mirror(op_slot, &bad, units))
         };
         let Some(rewrite) = decided else {
             // Stop resync here and keep this stripe and everything after it untrusted.
@@ -732,7 +720,8 @@ impl Shard {
         };
         // Counted for what is written to members in service (a member out of service is
         // skipped when the writes are issued).
-        let healed = (0..chunks).filter(|&c| has(rewrite & !absent, c) && bad[c] != 0).count();
+        let healed =
+            (0..chunks).filter(|&c| has(rewrite & !absent, c) && !bad[c].is_empty()).count();
         self.counters.errors_corrected += u64::try_from(healed).expect("fits");
         self.counters.resync_repairs += u64::from(rewrite & !absent != 0);
         let op = self.ops[op_slot].as_mut().expect("live");
@@ -746,7 +735,9 @@ impl Shard {
         }
     }
 
-    /// Read the chunks `failed` again, unit by unit, into their scratch buffers.
+    /// Read the chunks `failed` again, unit by unit, into their scratch buffers. (Up to 256
+    /// reads per chunk of 1 MiB: a fault path, beyond the IO queue's usual depth, which
+    /// then grows once.)
     fn resync_probe(&mut self, op_slot: usize, failed: ChunkSet, unit: usize, units: usize) {
         let op = self.ops[op_slot].as_mut().expect("live");
         op.probed = failed;
@@ -755,14 +746,14 @@ impl Shard {
         op.serial = op.serial.wrapping_add(1);
         let stripe = op.stripe;
         for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
-            self.ops[op_slot].as_mut().expect("live").units[c] = 0;
+            self.ops[op_slot].as_mut().expect("live").units[c] = Units::default();
             for u in 0..units {
                 let op = self.ops[op_slot].as_ref().expect("live");
                 let at = u * unit;
                 let kind = MemberIoKind::Read {
                     offset_bytes: self.member_offset(stripe, u32::try_from(at).expect("fits")),
                     ptr: Self::scratch_ptr(op, c, at),
-                    len_bytes: u32::try_from(unit).expect("fits"),
+                    len_bytes: UNIT_BYTES,
                 };
                 self.issue(op_slot, c, u, kind);
             }
@@ -775,25 +766,27 @@ impl Shard {
     fn resync_decide_parity(
         &mut self,
         op_slot: usize,
-        bad: &[u64; MEMBERS_MAX],
-        unit: usize,
+        bad: &[Units; MEMBERS_MAX],
         units: usize,
-        all_units: u64,
+        all_units: Units,
     ) -> Option<ChunkSet> {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
+        let unit = usize::try_from(UNIT_BYTES).expect("fits");
         let data: ChunkSet = (0..k).fold(0, |s, i| s | bit(i));
-        let mut rebuilt_units = 0u64;
-        for u in 0..units {
-            let erased = (0..k + m).filter(|&c| bad[c] >> u & 1 == 1).fold(0, |s, c| s | bit(c));
-            if erased & data == 0 {
-                continue;
+        let mut rebuilt_units = Units::default();
+        if (0..k).any(|i| !bad[i].is_empty()) {
+            for u in 0..units {
+                let erased = (0..k + m).filter(|&c| bad[c].contains(u)).fold(0, |s, c| s | bit(c));
+                if erased & data == 0 {
+                    continue;
+                }
+                if erased.count_ones() as usize >= m {
+                    return None; // no parity row left to check the rebuilt unit with
+                }
+                self.reconstruct_range_in_scratch(op_slot, erased, erased & data, u * unit, unit);
+                rebuilt_units.insert(u);
             }
-            if erased.count_ones() as usize >= m {
-                return None; // no parity row left to check the rebuilt unit with
-            }
-            self.reconstruct_range_in_scratch(op_slot, erased, erased & data, u * unit, unit);
-            rebuilt_units |= 1 << u;
         }
         // Parity from the data, now whole (rebuilt units included), in the extra slots.
         self.encode_parity_in_scratch(op_slot);
@@ -801,24 +794,26 @@ impl Shard {
         let (head, extra) = op.scratch.split_at(MEMBERS_MAX);
         let stored = |r: usize| head[k + r].as_ref().expect("parity").as_slice();
         let computed = |r: usize| extra[r].as_ref().expect("computed").as_slice();
-        for u in (0..units).filter(|&u| rebuilt_units >> u & 1 == 1) {
-            let range = u * unit..(u + 1) * unit;
-            // Rows the rebuild used agree by construction; the others check it.
-            let disagrees = (0..m)
-                .filter(|&r| bad[k + r] >> u & 1 == 0)
-                .any(|r| stored(r)[range.clone()] != computed(r)[range.clone()]);
-            if disagrees {
-                return None;
+        for (first, count) in rebuilt_units.runs() {
+            for u in first..first + count {
+                let range = u * unit..(u + 1) * unit;
+                // Rows the rebuild used agree by construction; the others check it.
+                let disagrees = (0..m)
+                    .filter(|&r| !bad[k + r].contains(u))
+                    .any(|r| stored(r)[range.clone()] != computed(r)[range.clone()]);
+                if disagrees {
+                    return None;
+                }
             }
         }
         let mut rewrite: ChunkSet = 0;
         for r in 0..m {
-            if bad[k + r] != 0 || stored(r) != computed(r) {
+            if !bad[k + r].is_empty() || stored(r) != computed(r) {
                 rewrite |= bit(k + r);
                 op.units[k + r] = all_units;
             }
         }
-        for i in (0..k).filter(|&i| bad[i] != 0) {
+        for i in (0..k).filter(|&i| !bad[i].is_empty()) {
             rewrite |= bit(i);
             op.units[i] = bad[i];
         }
@@ -830,14 +825,14 @@ impl Shard {
     fn resync_decide_mirror(
         &mut self,
         op_slot: usize,
-        bad: &[u64; MEMBERS_MAX],
-        unit: usize,
+        bad: &[Units; MEMBERS_MAX],
         units: usize,
     ) -> ChunkSet {
         let n = self.geometry.member_count();
+        let unit = usize::try_from(UNIT_BYTES).expect("fits");
         let stripe = self.ops[op_slot].as_ref().expect("live").stripe;
         let mut rewrite: ChunkSet = 0;
-        let mut changed = [0u64; MEMBERS_MAX];
+        let mut changed = [Units::default(); MEMBERS_MAX];
         for i in 0..self.geometry.data_chunks() {
             let op = self.ops[op_slot].as_ref().expect("live");
             let copies: ChunkSet =
@@ -845,7 +840,7 @@ impl Shard {
             let Some(reference) = self.reference_copy(stripe, i) else { continue };
             let op = self.ops[op_slot].as_mut().expect("live");
             for u in 0..units {
-                let readable = |c: usize| has(copies, c) && bad[c] >> u & 1 == 0;
+                let readable = |c: usize| has(copies, c) && !bad[c].contains(u);
                 let from = if readable(reference) {
                     Some(reference)
                 } else {
@@ -858,7 +853,7 @@ impl Shard {
                     let copy = op.scratch[o].as_mut().expect("read").as_mut_slice();
                     if !readable(o) || copy[range.clone()] != source.as_slice()[range.clone()] {
                         copy[range.clone()].copy_from_slice(&source.as_slice()[range.clone()]);
-                        changed[o] |= 1 << u;
+                        changed[o].insert(u);
                         rewrite |= bit(o);
                     }
                 }
@@ -882,8 +877,7 @@ impl Shard {
         let rewrite = self.ops[op_slot].as_ref().expect("live").repaired;
         let source: [usize; MEMBERS_MAX] =
             std::array::from_fn(|c| if parity && c >= k { MEMBERS_MAX + (c - k) } else { c });
-        let unit = self.probe_unit_bytes();
-        self.issue_unit_rewrites(op_slot, rewrite, &source, unit);
+        self.issue_unit_rewrites(op_slot, rewrite, &source, UNIT_BYTES);
     }
 
     /// Write whole chunks `rewrite` of an operation's stripe, chunk `c` from scratch buffer
@@ -897,7 +891,7 @@ impl Shard {
     ) {
         let op = self.ops[op_slot].as_mut().expect("live");
         for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
-            op.units[c] = 1;
+            op.units[c] = Units::first(1);
         }
         let chunk = self.geometry.chunk_bytes();
         self.issue_unit_rewrites(op_slot, rewrite, source, chunk);
@@ -925,20 +919,17 @@ impl Shard {
                 op.needs_failed |= failing & (1u64 << member);
                 continue;
             }
-            let mut left = op.units[c];
-            while left != 0 {
-                let first = left.trailing_zeros();
-                let run = (left >> first).trailing_ones();
-                left &= !(((1u128 << run) - 1) << first) as u64;
-                let at = first * unit_bytes;
+            let units = op.units[c];
+            for (first, count) in units.runs() {
+                let at = u32::try_from(first).expect("fits") * unit_bytes;
                 let op = self.ops[op_slot].as_ref().expect("live");
                 let kind = MemberIoKind::Write {
                     offset_bytes: self.member_offset(stripe, at),
                     ptr: Self::scratch_ptr(op, source[c], at as usize).cast_const(),
-                    len_bytes: run * unit_bytes,
+                    len_bytes: u32::try_from(count).expect("fits") * unit_bytes,
                     durability: Durability::Cached,
                 };
-                self.issue(op_slot, c, first as usize, kind);
+                self.issue(op_slot, c, first, kind);
             }
         }
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {

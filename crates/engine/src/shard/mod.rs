@@ -39,7 +39,7 @@ use crate::bitmap::{Acquired, WriteIntent};
 use crate::config::{ArrayAccess, ShardConfig};
 use crate::io::{Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
 use crate::owner::Ownership;
-use crate::plan::{ChunkRange, ChunkSet, WritePlan, bit, has};
+use crate::plan::{ChunkRange, ChunkSet, Units, WritePlan, bit, has};
 use crate::request::{
     Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow,
 };
@@ -402,9 +402,9 @@ struct Op {
     rebuild_unverified: bool,
     /// Resync: the chunks whose read failed and were read again unit by unit.
     probed: ChunkSet,
-    /// Resync: per chunk index, the units (bit = unit, `probe_unit_bytes` each) that failed
-    /// to read while probing; once resync has decided, the units to rewrite.
-    units: [u64; MEMBERS_MAX],
+    /// Resync: per chunk index, the 4 KiB units that failed to read while probing; once
+    /// resync has decided, the units to rewrite.
+    units: [Units; MEMBERS_MAX],
 }
 
 /// The slot indexes set in a `scratch_held` mask, lowest first.
@@ -454,7 +454,7 @@ impl Op {
             rebuild_verify: false,
             rebuild_unverified: false,
             probed: 0,
-            units: [0; MEMBERS_MAX],
+            units: [Units::default(); MEMBERS_MAX],
         }
     }
 }
@@ -1574,15 +1574,18 @@ impl Shard {
     // ----------------------------------------------------------------------------------
     // IO issue helpers
 
+    /// Bits: origin 60-63, epoch 56-59 (set at `poll_io`), slot 32-55, serial 16-31, part
+    /// 8-15 (a request of the op, or a resync probe's 4 KiB unit of a chunk of up to 1 MiB),
+    /// chunk 0-7.
     fn token(origin: u64, slot: usize, serial: u16, chunk: usize, part: usize) -> IoToken {
-        assert!(slot < 1 << 24 && chunk < 256 && part < 64);
+        assert!(slot < 1 << 24 && chunk < 256 && part < 256);
         let slot = u64::try_from(slot).expect("fits");
         let chunk = u64::try_from(chunk).expect("fits");
         let part = u64::try_from(part).expect("fits");
         IoToken(
             (origin << ORIGIN_SHIFT)
                 | (slot << 32)
-                | (u64::from(serial) << 14)
+                | (u64::from(serial) << 16)
                 | (part << 8)
                 | chunk,
         )
@@ -1592,8 +1595,8 @@ impl Shard {
         let t = token.0;
         let origin = t >> ORIGIN_SHIFT;
         let slot = usize::try_from((t >> 32) & 0xff_ffff).expect("fits");
-        let serial = u16::try_from((t >> 14) & 0xffff).expect("fits");
-        let part = usize::try_from((t >> 8) & 0x3f).expect("fits");
+        let serial = u16::try_from((t >> 16) & 0xffff).expect("fits");
+        let part = usize::try_from((t >> 8) & 0xff).expect("fits");
         let chunk = usize::try_from(t & 0xff).expect("fits");
         (origin, slot, serial, part, chunk)
     }
@@ -1708,7 +1711,7 @@ impl Shard {
             Err(error) => {
                 if phase == Phase::Probing {
                     // The unit, not the chunk: the rest of the chunk may still be read.
-                    op.units[chunk] |= 1u64 << part;
+                    op.units[chunk].insert(part);
                 } else {
                     op.errored |= bit(chunk);
                 }
