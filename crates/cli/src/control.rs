@@ -112,6 +112,62 @@ pub struct ControlContext {
     /// (`stop-array`, `flashraid stop`): its export withdrawn, its connections drained, the
     /// array flushed and marked clean, this control socket removed. Returns once done.
     pub stop_array: Box<dyn Fn(Withdrawal) -> ArrayStop + Send + Sync>,
+    /// Start another array in this server and serve it beside the others (`start-array`,
+    /// `flashraid start`): its members assembled with the server's settings, its export
+    /// offered on the server's listeners, its own control socket made. Returns its name and
+    /// the arrays served now, once it serves.
+    pub start_array: Box<dyn Fn(StartArray) -> Result<ArrayStarted, String> + Send + Sync>,
+}
+
+/// What `start-array` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartArray {
+    /// Members of one array (absolute paths).
+    pub members: Vec<PathBuf>,
+    /// Only the array of this name among them (as `serve --name`).
+    pub name: Option<String>,
+    /// Start it dirty and degraded, or with stale copies (as `serve --force`).
+    pub force: bool,
+}
+
+impl StartArray {
+    /// The command line: `start-array {"members":[...],"name":...,"force":...}`.
+    fn to_command(&self) -> String {
+        let members: Vec<String> =
+            self.members.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        let body = json!({ "members": members, "name": self.name, "force": self.force });
+        format!("start-array {body}")
+    }
+
+    fn from_json(text: &str) -> Result<StartArray, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let members: Vec<PathBuf> = v["members"]
+            .as_array()
+            .ok_or("no \"members\" list")?
+            .iter()
+            .map(|m| m.as_str().map(PathBuf::from).ok_or("a member is not a path"))
+            .collect::<Result<_, _>>()?;
+        if members.is_empty() || !members.iter().all(|m| m.is_absolute()) {
+            return Err("start-array needs members, as absolute paths".into());
+        }
+        let name = match &v["name"] {
+            Value::Null => None,
+            Value::String(n) => Some(n.clone()),
+            _ => return Err("\"name\" is not a string".into()),
+        };
+        Ok(StartArray { members, name, force: v["force"].as_bool().unwrap_or(false) })
+    }
+}
+
+/// What a `start-array` started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrayStarted {
+    pub name: String,
+    pub control: PathBuf,
+    /// The arrays the server serves now, this one included.
+    pub serving: Vec<String>,
+    /// Said at the start: degraded, resyncing, members left out (the server's log has all).
+    pub notes: Vec<String>,
 }
 
 /// What a `stop-array` did.
@@ -345,6 +401,20 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
             context,
             if force.is_empty() { Withdrawal::IfUnused } else { Withdrawal::Force },
         ),
+        ["start-array", ..] => {
+            let rest = trimmed.split_once(' ').map_or("", |(_, rest)| rest);
+            match StartArray::from_json(rest).and_then(|request| (context.start_array)(request)) {
+                Ok(started) => json!({
+                    "ok": true,
+                    "array_started": started.name,
+                    "control": started.control,
+                    "serving": started.serving,
+                    "notes": started.notes,
+                    "pid": std::process::id(),
+                }),
+                Err(e) => json!({ "error": e }),
+            }
+        }
         ["stop-array", force @ ..] if matches!(force, [] | ["force"]) => stop_array(
             context,
             if force.is_empty() { Withdrawal::IfUnused } else { Withdrawal::Force },
@@ -402,7 +472,8 @@ fn reply_to(line: &str, context: &ControlContext) -> Value {
         _ => json!({
             "error": format!(
                 "unknown command {:?}: try status, fail ROLE [force], stop [force], \
-                 stop-array [force], rebuild-rate BYTES_PER_S, \
+                 stop-array [force], start-array {{\"members\":[...]}}, \
+                 rebuild-rate BYTES_PER_S, \
                  rebuild-busy-rate BYTES_PER_S, rebuild-trust-parity on|off, tune KEY VALUE, scrub check|repair|stop, \
                  spare-add force|keep readd|full PATH, spare-remove PATH, \
                  replace ROLE force|keep PATH, replace-named force|keep [\"OLD\",\"NEW\"] \
@@ -1315,6 +1386,80 @@ pub fn run_rebuild(args: RebuildArgs) -> Result<()> {
 }
 
 #[derive(Args, Debug)]
+pub struct StartArgs {
+    /// An array the server serves, by name: the new array starts in that server (its
+    /// control socket is CONTROL_DIR/NAME.control).
+    #[arg(long)]
+    server: Option<String>,
+    /// The control socket of an array the server serves (instead of --server).
+    #[arg(long, conflicts_with = "server")]
+    control: Option<PathBuf>,
+    /// Only the array with this name among the members given.
+    #[arg(long)]
+    name: Option<String>,
+    /// Start it even dirty and degraded, or with stale copies of members (as `serve
+    /// --force`; see the refusal message for what that risks).
+    #[arg(long)]
+    force: bool,
+    /// Members of the array to start.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+/// `flashraid start`: start another array in a running server, beside the arrays it
+/// serves (an array stopped alone with `flashraid stop` comes back this way, on the same
+/// NBD listeners): assembled with the server's settings, exported under its name, with its
+/// own control socket in the server's control directory.
+pub fn run_start(args: StartArgs) -> Result<()> {
+    let path = find_control(args.control, args.server.as_deref()).map_err(|e| {
+        if e.to_string().starts_with(SEVERAL_ARRAYS) {
+            anyhow::anyhow!(
+                "{SEVERAL_ARRAYS}, maybe by several servers: name an array of the server to \
+                 start it in with --server (or --control)"
+            )
+        } else {
+            e
+        }
+    })?;
+    let mut members = vec![];
+    for m in &args.members {
+        members
+            .push(std::path::absolute(m).with_context(|| format!("member path {}", m.display()))?);
+    }
+    let request = StartArray { members, name: args.name, force: args.force };
+    let v = match ask_waiting(&path, &request.to_command(), Duration::from_secs(START_WAIT_S)) {
+        Ok(v) => v,
+        Err(e) if e.to_string().contains("unknown command") => bail!(
+            "{e:#}\nthis server cannot start another array (an older version): serve it with \
+             `flashraid serve` in a server of its own"
+        ),
+        Err(e) => return Err(e),
+    };
+    let serving: Vec<&str> = v["serving"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    println!(
+        "array {} started in the server (pid {}){}: export {}, control {}; the server serves: {}",
+        v["array_started"].as_str().unwrap_or("?"),
+        v["pid"],
+        if notes.is_empty() { String::new() } else { format!(", {}", notes.join(", ")) },
+        v["array_started"].as_str().unwrap_or("?"),
+        v["control"].as_str().unwrap_or("?"),
+        serving.join(", ")
+    );
+    Ok(())
+}
+
+/// Seconds `flashraid start` waits for the server's reply (an assembly reads every member's
+/// superblocks and writes two passes of them).
+const START_WAIT_S: u64 = 120;
+
+#[derive(Args, Debug)]
 pub struct StopArgs {
     /// The array's control socket (it names the array to stop).
     #[arg(long)]
@@ -1602,6 +1747,7 @@ mod tests {
             }),
             // The server serves this array only: stopping it stops the server.
             stop_array: Box::new(|_| ArrayStop::OnlyArray),
+            start_array: Box::new(|_| Err("no other array starts in this test".into())),
         };
         let thread = std::thread::spawn({
             let stop = stop.clone();

@@ -50,6 +50,9 @@ enum Command {
     /// server's other arrays serve on; a server's only array, or `--all`, stops the server
     /// as SIGTERM does. Refused while NBD clients are connected unless `--force`.
     Stop(control::StopArgs),
+    /// Start another array in a running server, beside the arrays it serves (an array
+    /// stopped alone comes back this way): `flashraid start --server SERVED MEMBER...`.
+    Start(control::StartArgs),
     /// Show the rebuild of a served array, set its rate, or wait for it with a progress bar.
     Rebuild(control::RebuildArgs),
     /// Change a served array's tunables live (stored with the array), or show them.
@@ -88,6 +91,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => control::run_status(args),
         Command::Fail(args) => control::run_fail(args),
         Command::Stop(args) => control::run_stop(args),
+        Command::Start(args) => control::run_start(args),
         Command::Rebuild(args) => control::run_rebuild(args),
         Command::Tune(args) => control::run_tune(args),
         Command::Scrub(args) => control::run_scrub(args),

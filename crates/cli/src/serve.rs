@@ -10,8 +10,14 @@
 //! hold it), its control socket removed; the others serve on. The last array left stops
 //! the server instead (SIGTERM's path). Array stops are taken one at a time (`Served`'s
 //! lock), so two at once never leave a server that serves nothing.
+//!
+//! Another array starts in a running server (`flashraid start`, the control socket's
+//! `start-array`): assembled from its members with the server's settings, its control
+//! socket made in the server's control directory, its export offered on the server's
+//! listeners. Starts are taken under the same lock as array stops, and refused once the
+//! whole server is stopping, so every array the server ever started is stopped by it.
 
-use crate::control::ArrayStop;
+use crate::control::{ArrayStarted, ArrayStop, StartArray};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use flashraid_nbd::{Export, ExportConfig, Listener, ServedExports, Server, Withdrawal};
@@ -19,8 +25,9 @@ use flashraid_runtime::{Array, ArrayStatus, OpenOptions, Stopped};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -171,9 +178,22 @@ fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(String, Vec<PathBuf>)>> {
         }
         arrays
     } else {
-        // Members given on the command line: one array per array UUID in their superblocks.
+        arrays_of(&args.members, args.name.as_deref())?
+    };
+    for (i, (name, _)) in arrays.iter().enumerate() {
+        if arrays[..i].iter().any(|(n, _)| n == name) {
+            bail!("array {name:?} is listed twice");
+        }
+    }
+    Ok(arrays)
+}
+
+/// Members grouped into arrays, one per array UUID in their superblocks (with `only`, the
+/// array of that name alone): (name, member paths).
+fn arrays_of(members: &[PathBuf], only: Option<&str>) -> Result<Vec<(String, Vec<PathBuf>)>> {
+    {
         let mut groups: Vec<(flashraid_format::Uuid, String, Vec<PathBuf>)> = vec![];
-        for path in &args.members {
+        for path in members {
             let (_, copies) = flashraid_runtime::inspect(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
             let newest = copies.iter().flatten().max_by_key(|sb| sb.event).with_context(|| {
@@ -189,7 +209,7 @@ fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(String, Vec<PathBuf>)>> {
                 }
             }
         }
-        if let Some(only) = &args.name {
+        if let Some(only) = only {
             groups.retain(|(_, name, _)| name == only);
             if groups.is_empty() {
                 bail!("no member given belongs to an array named {only:?}");
@@ -207,14 +227,8 @@ fn arrays_to_start(args: &ServeArgs) -> Result<Vec<(String, Vec<PathBuf>)>> {
                 );
             }
         }
-        groups.into_iter().map(|(_, name, members)| (name, members)).collect()
-    };
-    for (i, (name, _)) in arrays.iter().enumerate() {
-        if arrays[..i].iter().any(|(n, _)| n == name) {
-            bail!("array {name:?} is listed twice");
-        }
+        Ok(groups.into_iter().map(|(_, name, members)| (name, members)).collect())
     }
-    Ok(arrays)
 }
 
 /// Socket files this server created, removed when it ends (also on an early error). An
@@ -259,6 +273,29 @@ struct Served {
     arrays: Mutex<Vec<ServedArray>>,
     exports: ServedExports,
     sockets: Arc<SocketFiles>,
+    /// How this server opens an array (its command line's settings), for arrays started
+    /// while it runs.
+    options: OpenOptions,
+    read_only: bool,
+    /// Where the control sockets of arrays started while it runs go.
+    control_dir: PathBuf,
+    /// Connections open on the NBD server.
+    connection_count: Arc<AtomicUsize>,
+    /// Set by the first stop of the whole server (signal or `stop --all`).
+    stopping: Arc<AtomicBool>,
+    /// The control socket threads, joined when the server ends (arrays started while it
+    /// runs add theirs).
+    controls: Mutex<Vec<JoinHandle<()>>>,
+    /// How clients reach an export, for the log.
+    reach: Reach,
+}
+
+/// The listeners' addresses, as the log names them.
+struct Reach {
+    socket: Option<PathBuf>,
+    tcp: Option<SocketAddr>,
+    scheme: &'static str,
+    tls_note: &'static str,
 }
 
 impl Served {
@@ -293,6 +330,160 @@ impl Served {
         stopping.control_stop.store(true, Ordering::SeqCst);
         ArrayStop::Stopped { result: result.map_err(|e| e.to_string()), serving }
     }
+}
+
+/// Start the array `request` names in the running server and serve it beside the others
+/// (see the module). Nothing is left behind when it fails: no control socket, no export,
+/// and the array, if it had started, stopped again.
+fn start_array(served: &Arc<Served>, request: StartArray) -> Result<ArrayStarted, String> {
+    let mut arrays = served.arrays.lock().expect("not poisoned");
+    if served.stopping.load(Ordering::SeqCst) {
+        return Err("the server is stopping: start the array in a new server".into());
+    }
+    let groups =
+        arrays_of(&request.members, request.name.as_deref()).map_err(|e| format!("{e:#}"))?;
+    let (name, members) = match groups.as_slice() {
+        [one] => one.clone(),
+        several => {
+            let names: Vec<&str> = several.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(format!(
+                "the members given belong to {} arrays ({}): start one at a time (--name)",
+                several.len(),
+                names.join(", ")
+            ));
+        }
+    };
+    if arrays.iter().any(|a| a.name == name) || served.exports.names().contains(&name) {
+        return Err(format!("array {name:?} is served already by this server"));
+    }
+    let control_path = crate::control::control_path_in(&served.control_dir, &name)
+        .map_err(|e| format!("{e:#}"))?;
+    let listener = crate::control::bind(&control_path).map_err(|e| format!("{e:#}"))?;
+    served.sockets.add(control_path.clone());
+    let mut options = served.options.clone();
+    options.name = Some(name.clone());
+    if request.force {
+        options.dirty_degraded = flashraid_format::assembly::DirtyDegraded::Force;
+        options.stale_members = flashraid_format::assembly::StaleMembers::UseIfNeeded;
+    }
+    let array = match Array::open(&members, &options) {
+        Ok(array) => Arc::new(array),
+        Err(e) => {
+            served.sockets.remove(&control_path);
+            return Err(format!("cannot start array {name:?}: {e:#}"));
+        }
+    };
+    let undo = |array: Arc<Array>, why: String| {
+        served.sockets.remove(&control_path);
+        let _ = shut_down(vec![(name.clone(), array)]);
+        Err(why)
+    };
+    let status = match array.status() {
+        Ok(status) => status,
+        Err(e) => return undo(array, format!("array {name:?} started but has no status: {e}")),
+    };
+    let export = Export { name: name.clone(), read_only: served.read_only, array: array.clone() };
+    if let Err(e) = served.exports.offer(export) {
+        return undo(array, e.to_string());
+    }
+    let control_stop = Arc::new(AtomicBool::new(false));
+    arrays.push(ServedArray {
+        name: name.clone(),
+        array: array.clone(),
+        control_path: control_path.clone(),
+        control_stop: control_stop.clone(),
+    });
+    // Under the lock: the server's end joins every control thread it finds listed.
+    spawn_control(served, name.clone(), array, control_stop, listener);
+    let serving: Vec<String> = arrays.iter().map(|a| a.name.clone()).collect();
+    drop(arrays);
+    eprintln!("flashraid serve: array {name:?} started in the running server");
+    print_serving(&status, &control_path, &served.reach, served.read_only);
+    let mut notes = vec![];
+    if status.degraded {
+        notes.push("DEGRADED".to_string());
+    }
+    if status.resyncing {
+        notes.push("resyncing regions an unclean stop left dirty".to_string());
+    }
+    Ok(ArrayStarted { name, control: control_path, serving, notes })
+}
+
+/// Serve array `name`'s control socket on a thread of its own (listed in `served.controls`).
+fn spawn_control(
+    served: &Arc<Served>,
+    name: String,
+    array: Arc<Array>,
+    stop: Arc<AtomicBool>,
+    listener: std::os::unix::net::UnixListener,
+) {
+    let context = crate::control::ControlContext {
+        name: name.clone(),
+        array,
+        connections: {
+            let count = served.connection_count.clone();
+            Box::new(move || count.load(Ordering::SeqCst))
+        },
+        array_connections: Box::new({
+            let exports = served.exports.clone();
+            let name = name.clone();
+            move || exports.connections(&name).unwrap_or(0)
+        }),
+        exports: Box::new({
+            let exports = served.exports.clone();
+            move || exports.names()
+        }),
+        request_stop: Box::new({
+            let stopping = served.stopping.clone();
+            move || {
+                if !stopping.swap(true, Ordering::SeqCst) {
+                    flashraid_nbd::signals::raise_stop();
+                }
+            }
+        }),
+        stop_array: Box::new({
+            let served = served.clone();
+            move |how| {
+                // The whole server is stopping (found by review: the reply said the
+                // others serve on while the server exited).
+                if served.stopping.load(Ordering::SeqCst) {
+                    return ArrayStop::ServerStopping;
+                }
+                served.stop_array(&name, how)
+            }
+        }),
+        start_array: Box::new({
+            let served = served.clone();
+            move |request| start_array(&served, request)
+        }),
+    };
+    let thread = std::thread::Builder::new()
+        .name("flashraid-control-socket".into())
+        .spawn(move || crate::control::serve(listener, context, stop))
+        .expect("a thread for the control socket");
+    served.controls.lock().expect("not poisoned").push(thread);
+}
+
+/// Say how clients reach the array `status` describes (the server's log).
+fn print_serving(status: &ArrayStatus, control: &Path, reach: &Reach, read_only: bool) {
+    let (scheme, tls_note) = (reach.scheme, reach.tls_note);
+    println!(
+        "serving array {:?} ({}, {}, {} members{}) as export {:?}{}",
+        status.name,
+        status.level,
+        crate::array_cmds::human(status.array_bytes),
+        status.members.len(),
+        if status.degraded { ", DEGRADED" } else { "" },
+        status.name,
+        if read_only { " read-only" } else { "" },
+    );
+    if let Some(path) = &reach.socket {
+        println!("  unix: {scheme}+unix:///{}?socket={}{tls_note}", status.name, path.display());
+    }
+    if let Some(addr) = reach.tcp {
+        println!("  tcp:  {scheme}://{addr}/{}{tls_note}", status.name);
+    }
+    println!("  control: {} (flashraid status, flashraid fail, flashraid stop)", control.display());
 }
 
 /// Say in the server's log how array `name` stopped.
@@ -455,6 +646,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
             return Err(e.into());
         }
     };
+    let scheme = if tls_note.is_empty() { "nbd" } else { "nbds" };
     let served = Arc::new(Served {
         arrays: Mutex::new(
             arrays
@@ -470,91 +662,38 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         ),
         exports: server.exports(),
         sockets: sockets.clone(),
+        options,
+        read_only: args.read_only,
+        control_dir: args.control_dir.clone().unwrap_or_else(crate::control::control_dir),
+        connection_count: server.connection_counter(),
+        // Set by the first stop, by signal or by `flashraid stop`: a later `stop` raises no
+        // second SIGTERM, which would take the exit-at-once path and leave the arrays dirty
+        // (found by review: two `stop`s in a row did).
+        stopping: Arc::new(AtomicBool::new(false)),
+        controls: Mutex::new(vec![]),
+        reach: Reach { socket: args.socket.clone(), tcp: args.tcp, scheme, tls_note },
     });
     // The list holds the arrays from now on (`shut_down` takes what is left of it).
     drop(arrays);
-    // Set by the first stop, by signal or by `flashraid stop`: a later `stop` raises no
-    // second SIGTERM, which would take the exit-at-once path and leave the arrays dirty
-    // (found by review: two `stop`s in a row did).
-    let stopping = Arc::new(AtomicBool::new(false));
-    let mut controls = vec![];
-    let contexts: Vec<(String, Arc<Array>, Arc<AtomicBool>)> = served
+    let started: Vec<(String, Arc<Array>, Arc<AtomicBool>)> = served
         .arrays
         .lock()
         .expect("not poisoned")
         .iter()
         .map(|a| (a.name.clone(), a.array.clone(), a.control_stop.clone()))
         .collect();
-    for ((name, array, stop), (listener, path)) in contexts.into_iter().zip(control_listeners) {
-        let context = crate::control::ControlContext {
-            name: name.clone(),
-            array,
-            connections: {
-                let count = server.connection_counter();
-                Box::new(move || count.load(Ordering::SeqCst))
-            },
-            array_connections: Box::new({
-                let exports = server.exports();
-                let name = name.clone();
-                move || exports.connections(&name).unwrap_or(0)
-            }),
-            exports: Box::new({
-                let exports = server.exports();
-                move || exports.names()
-            }),
-            request_stop: Box::new({
-                let stopping = stopping.clone();
-                move || {
-                    if !stopping.swap(true, Ordering::SeqCst) {
-                        flashraid_nbd::signals::raise_stop();
-                    }
-                }
-            }),
-            stop_array: Box::new({
-                let served = served.clone();
-                let stopping = stopping.clone();
-                move |how| {
-                    // The whole server is stopping (found by review: the reply said the
-                    // others serve on while the server exited).
-                    if stopping.load(Ordering::SeqCst) {
-                        return ArrayStop::ServerStopping;
-                    }
-                    served.stop_array(&name, how)
-                }
-            }),
-        };
-        let thread = std::thread::Builder::new()
-            .name("flashraid-control-socket".into())
-            .spawn(move || crate::control::serve(listener, context, stop))
-            .expect("a thread for the control socket");
-        controls.push((path, thread));
+    for ((name, array, stop), (listener, _)) in started.into_iter().zip(control_listeners) {
+        spawn_control(&served, name, array, stop, listener);
     }
-    let scheme = if tls_note.is_empty() { "nbd" } else { "nbds" };
-    for (status, (control, _)) in statuses.iter().zip(&controls) {
-        println!(
-            "serving array {:?} ({}, {}, {} members{}) as export {:?}{}",
-            status.name,
-            status.level,
-            crate::array_cmds::human(status.array_bytes),
-            status.members.len(),
-            if status.degraded { ", DEGRADED" } else { "" },
-            status.name,
-            if args.read_only { " read-only" } else { "" },
-        );
-        if let Some(path) = &args.socket {
-            println!(
-                "  unix: {scheme}+unix:///{}?socket={}{tls_note}",
-                status.name,
-                path.display()
-            );
-        }
-        if let Some(addr) = args.tcp {
-            println!("  tcp:  {scheme}://{addr}/{}{tls_note}", status.name);
-        }
-        println!(
-            "  control: {} (flashraid status, flashraid fail, flashraid stop)",
-            control.display()
-        );
+    let paths: Vec<PathBuf> = served
+        .arrays
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|a| a.control_path.clone())
+        .collect();
+    for (status, control) in statuses.iter().zip(&paths) {
+        print_serving(status, control, &served.reach, args.read_only);
     }
     if args.read_only {
         println!("SIGTERM or Ctrl-C stops: in-flight IO finishes; nothing is written.");
@@ -565,7 +704,9 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         );
     }
     let signal = signals.wait();
-    stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    // From now on no array starts in this server (`start_array` checks under the list's
+    // lock, which the end below takes).
+    served.stopping.store(true, Ordering::SeqCst);
     eprintln!(
         "flashraid serve: signal {signal}: draining connections (a second signal exits at once)"
     );
@@ -585,7 +726,10 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     for array in &left {
         array.control_stop.store(true, Ordering::SeqCst);
     }
-    for (_, thread) in controls {
+    // Every array started is in `left` (a start holds the list's lock until it is listed,
+    // its control thread with it), so every control thread is here too.
+    let controls = std::mem::take(&mut *served.controls.lock().expect("not poisoned"));
+    for thread in controls {
         let _ = thread.join();
     }
     // Every control thread has ended; so has any array stop (its lock is free).

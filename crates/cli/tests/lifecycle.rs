@@ -261,6 +261,101 @@ fn stopping_one_array_leaves_the_others_serving() {
     }
 }
 
+/// An array stopped alone starts again in the running server (`flashraid start --server`),
+/// on the same NBD listener, beside the array it serves on; what it must refuse (an array
+/// served already, members of two arrays, a device that is no member) leaves no control
+/// socket and changes nothing; the server's stop stops the started array clean too.
+#[test]
+fn a_stopped_array_starts_again_in_the_running_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let control_dir = dir.join("control");
+    let a = create(dir, "a", "5", 3);
+    let b = create(dir, "b", "1", 2);
+    let config = dir.join("arrays.conf");
+    let line = |name: &str, members: &[PathBuf]| {
+        let paths: Vec<&str> = members.iter().map(|p| p.to_str().unwrap()).collect();
+        format!("{name} {}\n", paths.join(" "))
+    };
+    std::fs::write(&config, line("a", &a) + &line("b", &b)).unwrap();
+    let nbd = dir.join("nbd.sock");
+    let (a_control, b_control) = (control_dir.join("a.control"), control_dir.join("b.control"));
+    let mut server = serve(
+        &control_dir,
+        &["--config", config.to_str().unwrap(), "--socket", nbd.to_str().unwrap()],
+        &[&a_control, &b_control],
+    );
+    Client::open(&nbd, "a").write(0, &[0xa1; 65536]);
+    let mut on_b = Client::open(&nbd, "b");
+    on_b.write(0, &[0xb1; 65536]);
+    succeeds(&control_dir, &["stop", "--name", "a"]);
+    assert!(!a_control.exists() && server.running());
+
+    let start = |extra: &[&str], members: &[PathBuf]| -> Vec<String> {
+        let mut args: Vec<String> = ["start", "--server", "b"].map(String::from).to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(members.iter().map(|p| p.to_str().unwrap().to_string()));
+        args
+    };
+    fn args(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    // Refusals first: nothing started, no control socket left behind.
+    let served_already = fails(&control_dir, &args(&start(&[], &b)));
+    assert!(served_already.contains("array \"b\" is served already"), "{served_already}");
+    let both: Vec<PathBuf> = a.iter().chain(&b).cloned().collect();
+    let two = fails(&control_dir, &args(&start(&[], &both)));
+    assert!(two.contains("belong to 2 arrays") && two.contains("--name"), "{two}");
+    let stray = dir.join("stray");
+    std::fs::write(&stray, vec![0u8; 1 << 20]).unwrap();
+    let not_member = fails(&control_dir, &args(&start(&[], &[stray])));
+    assert!(not_member.contains("no valid flashraid superblock"), "{not_member}");
+    assert!(!a_control.exists(), "a refused start left a control socket");
+    let status = succeeds(&control_dir, &["status", "--json", "--name", "b"]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["nbd"]["exports"], serde_json::json!(["b"]), "{status}");
+
+    // A starts again in the same server, reached on the same NBD socket.
+    let started = succeeds(&control_dir, &args(&start(&[], &a)));
+    assert!(
+        started.contains("array a started in the server") && started.contains("serves: b, a"),
+        "{started}"
+    );
+    assert!(a_control.exists(), "A's control socket was not made");
+    let mut on_a = Client::open(&nbd, "a");
+    assert_eq!(on_a.read(0, 65536), vec![0xa1; 65536]);
+    on_a.write(65536, &[0xa2; 65536]);
+    let status = succeeds(&control_dir, &["status", "--json", "--name", "a"]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!((status["name"].as_str(), status["state"].as_str()), (Some("a"), Some("optimal")));
+    assert_eq!(status["nbd"]["exports"], serde_json::json!(["b", "a"]), "{status}");
+    assert_eq!(on_b.read(0, 65536), vec![0xb1; 65536], "B's client was disturbed");
+    let again = fails(&control_dir, &args(&start(&[], &a)));
+    assert!(again.contains("served already"), "{again}");
+
+    // The whole server's stop stops A (started later) clean too.
+    drop((on_a, on_b));
+    succeeds(&control_dir, &["stop", "--all", "--name", "b"]);
+    assert!(!server.running(), "the server did not exit");
+    for member in a.iter().chain(&b) {
+        let states = recorded_states(&control_dir, member);
+        assert!(states.iter().all(|s| s == "Clean"), "{}: {states:?}", member.display());
+    }
+    // Its data was kept: A assembles clean on its own.
+    let (a_nbd, a_alone) = (dir.join("a.sock"), dir.join("alone.control"));
+    let mut alone = serve(
+        &control_dir,
+        &["--control", a_alone.to_str().unwrap(), "--socket", a_nbd.to_str().unwrap()]
+            .into_iter()
+            .chain(a.iter().map(|p| p.to_str().unwrap()))
+            .collect::<Vec<_>>(),
+        &[&a_alone],
+    );
+    assert_eq!(Client::open(&a_nbd, "a").read(65536, 65536), vec![0xa2; 65536]);
+    succeeds(&control_dir, &["stop", "--control", a_alone.to_str().unwrap()]);
+    assert!(!alone.running());
+}
+
 /// Every member file's contents, hashed.
 fn member_sums(members: &[PathBuf]) -> Vec<u64> {
     use std::hash::Hasher;

@@ -10,6 +10,6 @@ pub mod signals;
 pub mod tls;
 
 pub use server::{
-    ConnectionError, Export, ExportConfig, Listener, ServedExports, Server, WithdrawError,
-    Withdrawal, serve_connection,
+    ConnectionError, Export, ExportConfig, Listener, OfferError, ServedExports, Server,
+    WithdrawError, Withdrawal, serve_connection,
 };

@@ -250,8 +250,16 @@ pub enum WithdrawError {
     InUse(usize),
 }
 
+/// Why an export was not offered.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OfferError {
+    #[error("an export named {0:?} is served already")]
+    Taken(String),
+}
+
 /// The exports of a running server, for other threads (the control sockets): what is
-/// offered, how many connections use each, and taking one out while the others serve on.
+/// offered, how many connections use each, taking one out while the others serve on, and
+/// offering another.
 #[derive(Clone, Debug)]
 pub struct ServedExports(Arc<Catalog>);
 
@@ -266,6 +274,21 @@ impl ServedExports {
         let list = self.0.list();
         let offered = list.iter().find(|o| o.export.name == name)?;
         Some(offered.connections.load(Ordering::SeqCst))
+    }
+
+    /// Offer `export` beside the others from now on (an array started in the running
+    /// server): the next client to ask for its name reaches it.
+    pub fn offer(&self, export: Export) -> Result<(), OfferError> {
+        let mut list = self.0.list();
+        if list.iter().any(|o| o.export.name == export.name) {
+            return Err(OfferError::Taken(export.name));
+        }
+        list.push(Offered {
+            export,
+            connections: Arc::new(AtomicUsize::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+        });
+        Ok(())
     }
 
     /// Stop offering export `name`: it leaves the list at once (a client negotiating now no

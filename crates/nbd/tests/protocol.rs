@@ -851,6 +851,24 @@ fn one_export_is_withdrawn_while_the_other_serves_on() {
     assert_eq!(on_b.write(4096, &[0xb2; 4096]), 0);
     let mut again = open_export(&socket, "b");
     assert_eq!(again.read(4096, 4096), (0, vec![0xb2; 4096]));
+    // Offered again (an array started in the running server): listed, and reached by name;
+    // a name already served is refused.
+    let export = |name: &str, array: &Arc<Array>| flashraid_nbd::Export {
+        name: name.into(),
+        read_only: false,
+        array: array.clone(),
+    };
+    served.offer(export("a", &a)).unwrap();
+    assert_eq!(
+        served.offer(export("b", &a)).unwrap_err(),
+        flashraid_nbd::OfferError::Taken("b".into())
+    );
+    assert_eq!(listed(&socket), ["b", "a"]);
+    let mut back = open_export(&socket, "a");
+    assert_eq!(back.read(0, 4096), (0, vec![0xa1; 4096]));
+    assert_eq!(served.connections("a"), Some(1));
+    drop(back);
+    drop(served.withdraw("a", Withdrawal::Force).unwrap());
     Arc::try_unwrap(a).unwrap().shutdown().unwrap();
     drop((on_b, again));
     server.stop();
