@@ -13,8 +13,9 @@
 //!    left out with a message and never read (its data missed writes).
 //! 5. A device holding an active (or rebuilding) role whose superblock is two or more write
 //!    passes (`update_count`) short of the pass after which the last start began writing,
-//!    or that ended the last clean stop (`session_update_count`), is a stale copy: a disk image put back, a member swapped for
-//!    an old one while the array was stopped. It is left out and never read (its role is
+//!    or that ended the last clean stop (`session_update_count`), is a stale copy: a disk
+//!    image put back, a member swapped for an old one while the array was stopped, a copy
+//!    of a member taken while it ran. It is left out and never read (its role is
 //!    failed at start, to be rebuilt), or, when the array cannot start without it, assembly
 //!    is refused unless forced (then the fewest needed are used and every region resynced).
 //! 6. Two devices claiming one role: refused.
