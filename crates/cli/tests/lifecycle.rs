@@ -170,10 +170,18 @@ impl Client {
     }
 }
 
-#[test]
-fn stopping_one_array_leaves_the_others_serving() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+/// One server of two arrays from `--config` on member files in `dir`: "a" (RAID 5 x3) and
+/// "b" (RAID 1 x2), exported on one NBD socket.
+struct TwoArrays {
+    server: Server,
+    control_dir: PathBuf,
+    a: Vec<PathBuf>,
+    b: Vec<PathBuf>,
+    nbd: PathBuf,
+    a_control: PathBuf,
+}
+
+fn two_arrays(dir: &Path) -> TwoArrays {
     let control_dir = dir.join("control");
     let a = create(dir, "a", "5", 3);
     let b = create(dir, "b", "1", 2);
@@ -185,11 +193,19 @@ fn stopping_one_array_leaves_the_others_serving() {
     std::fs::write(&config, line("a", &a) + &line("b", &b)).unwrap();
     let nbd = dir.join("nbd.sock");
     let (a_control, b_control) = (control_dir.join("a.control"), control_dir.join("b.control"));
-    let mut server = serve(
+    let server = serve(
         &control_dir,
         &["--config", config.to_str().unwrap(), "--socket", nbd.to_str().unwrap()],
         &[&a_control, &b_control],
     );
+    TwoArrays { server, control_dir, a, b, nbd, a_control }
+}
+
+#[test]
+fn stopping_one_array_leaves_the_others_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let TwoArrays { mut server, control_dir, a, b, nbd, a_control, .. } = two_arrays(dir);
     let mut on_a = Client::open(&nbd, "a");
     let mut on_b = Client::open(&nbd, "b");
     on_a.write(0, &[0xa1; 65536]);
@@ -269,22 +285,7 @@ fn stopping_one_array_leaves_the_others_serving() {
 fn a_stopped_array_starts_again_in_the_running_server() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let control_dir = dir.join("control");
-    let a = create(dir, "a", "5", 3);
-    let b = create(dir, "b", "1", 2);
-    let config = dir.join("arrays.conf");
-    let line = |name: &str, members: &[PathBuf]| {
-        let paths: Vec<&str> = members.iter().map(|p| p.to_str().unwrap()).collect();
-        format!("{name} {}\n", paths.join(" "))
-    };
-    std::fs::write(&config, line("a", &a) + &line("b", &b)).unwrap();
-    let nbd = dir.join("nbd.sock");
-    let (a_control, b_control) = (control_dir.join("a.control"), control_dir.join("b.control"));
-    let mut server = serve(
-        &control_dir,
-        &["--config", config.to_str().unwrap(), "--socket", nbd.to_str().unwrap()],
-        &[&a_control, &b_control],
-    );
+    let TwoArrays { mut server, control_dir, a, b, nbd, a_control, .. } = two_arrays(dir);
     Client::open(&nbd, "a").write(0, &[0xa1; 65536]);
     let mut on_b = Client::open(&nbd, "b");
     on_b.write(0, &[0xb1; 65536]);

@@ -11,14 +11,14 @@
 //! chunk sizes, bad blocks, a member gone at its first probe read) checks that no readable
 //! data block changes and nothing panics.
 use flashraid_engine::{
-    IoError, MemberCompletion, MemberIoKind, RequestId, Shard, ShardConfig, ShardEvent, ShardOp,
-    ShardRequest,
+    IoError, MemberCompletion, MemberIo, MemberIoKind, RequestId, Shard, ShardConfig, ShardEvent,
+    ShardOp, ShardRequest,
 };
 use flashraid_iobuf::IoBuf;
 use flashraid_layout::{ArrayOffset, Geometry, Level, MemberIndex, StripeIndex};
 
 mod common;
-use common::{DATA_OFFSET, ios, setup_with};
+use common::{DATA_OFFSET, ios, pattern, setup_with};
 
 struct Mem {
     data: Vec<Vec<u8>>,
@@ -32,13 +32,52 @@ impl Mem {
     fn overlaps_bad(&self, m: usize, at: u64, len: u64) -> bool {
         self.bad[m].iter().any(|&(b, l)| b < at + len && at < b + l)
     }
+
+    /// Do `io` on the member's bytes.
+    fn perform(&mut self, io: &MemberIo) -> Result<(), IoError> {
+        let m = io.member.get();
+        match io.kind {
+            MemberIoKind::Read { offset_bytes, ptr, len_bytes } => {
+                if self.overlaps_bad(m, offset_bytes, u64::from(len_bytes)) {
+                    // What a failed read leaves: garbage.
+                    // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
+                    // leaves alone until the IO completes.
+                    unsafe { std::ptr::write_bytes(ptr, 0xee, len_bytes as usize) };
+                    return Err(IoError::Media);
+                }
+                let src = &self.data[m][offset_bytes as usize..][..len_bytes as usize];
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
+            }
+            MemberIoKind::Write { offset_bytes, ptr, len_bytes, .. } => {
+                let dst = &mut self.data[m][offset_bytes as usize..][..len_bytes as usize];
+                // SAFETY: the shard keeps the `len_bytes` behind `ptr` unchanged until the IO
+                // completes.
+                unsafe { std::ptr::copy_nonoverlapping(ptr, dst.as_mut_ptr(), dst.len()) };
+                let (lo, hi) = (offset_bytes, offset_bytes + u64::from(len_bytes));
+                self.bad[m].retain(|&(b, l)| !(lo <= b && b + l <= hi));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// Run the shard's IO against `mem` (reads of a bad range fail with Media; a write heals the
 /// bad ranges it covers) until it issues no more, ticking the clock.
 fn drive(s: &mut Shard, mem: &mut Mem, now: &mut u64) {
+    drive_with(s, mem, now, &mut |_| None);
+}
+
+/// `drive`, with `fault` answering an IO first where it returns a result (a member gone).
+fn drive_with(
+    s: &mut Shard,
+    mem: &mut Mem,
+    now: &mut u64,
+    fault: &mut dyn FnMut(&MemberIo) -> Option<Result<(), IoError>>,
+) {
     let mut empty = 0;
-    for _ in 0..10_000 {
+    for _ in 0..100_000 {
         *now += 1000;
         s.tick(*now);
         let batch = ios(s);
@@ -51,30 +90,7 @@ fn drive(s: &mut Shard, mem: &mut Mem, now: &mut u64) {
         }
         empty = 0;
         for io in batch {
-            let m = io.member.get();
-            let r = match io.kind {
-                MemberIoKind::Read { offset_bytes, ptr, len_bytes } => {
-                    if mem.overlaps_bad(m, offset_bytes, u64::from(len_bytes)) {
-                        Err(IoError::Media)
-                    } else {
-                        let src = &mem.data[m][offset_bytes as usize..][..len_bytes as usize];
-                        // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
-                        // leaves alone until the IO completes.
-                        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
-                        Ok(())
-                    }
-                }
-                MemberIoKind::Write { offset_bytes, ptr, len_bytes, .. } => {
-                    let dst = &mut mem.data[m][offset_bytes as usize..][..len_bytes as usize];
-                    // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
-                    // leaves alone until the IO completes.
-                    unsafe { std::ptr::copy_nonoverlapping(ptr, dst.as_mut_ptr(), dst.len()) };
-                    let (lo, hi) = (offset_bytes, offset_bytes + u64::from(len_bytes));
-                    mem.bad[m].retain(|&(b, l)| !(lo <= b && b + l <= hi));
-                    Ok(())
-                }
-                _ => Ok(()),
-            };
+            let r = fault(&io).unwrap_or_else(|| mem.perform(&io));
             s.complete_io(MemberCompletion { token: io.token, result: r });
         }
         let failed: Vec<MemberIndex> = std::iter::from_fn(|| s.poll_event())
@@ -88,18 +104,6 @@ fn drive(s: &mut Shard, mem: &mut Mem, now: &mut u64) {
         }
     }
     panic!("never settled");
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn read(s: &mut Shard, mem: &mut Mem, now: &mut u64, offset: u64, len: u32) -> Vec<u8> {
@@ -239,69 +243,21 @@ fn random_case(level: Level, n: usize, chunk: u64, seed: u64, gone_on_probe: boo
     }
     let gone = (0..n).find(|&m| !mem.bad[m].is_empty()).unwrap_or(0);
     let mut gone_now = false;
-    let mut empty = 0;
-    for _ in 0..100_000 {
-        now += 1000;
-        s.tick(now);
-        let batch = ios(&mut s);
-        if batch.is_empty() {
-            empty += 1;
-            if empty > 5 {
-                break;
+    drive_with(&mut s, &mut mem, &mut now, &mut |io| {
+        let m = io.member.get();
+        match io.kind {
+            MemberIoKind::Read { len_bytes, .. }
+                if gone_on_probe && m == gone && u64::from(len_bytes) < chunk =>
+            {
+                gone_now = true;
+                Some(Err(IoError::Gone))
             }
-            continue;
+            _ if gone_now && m == gone => Some(Err(IoError::Gone)),
+            _ => None,
         }
-        empty = 0;
-        for io in batch {
-            let m = io.member.get();
-            let r = match io.kind {
-                MemberIoKind::Read { len_bytes, .. }
-                    if gone_on_probe && m == gone && (len_bytes as u64) < chunk =>
-                {
-                    gone_now = true;
-                    Err(IoError::Gone)
-                }
-                _ if gone_now && m == gone => Err(IoError::Gone),
-                MemberIoKind::Read { offset_bytes, ptr, len_bytes } => {
-                    if mem.overlaps_bad(m, offset_bytes, u64::from(len_bytes)) {
-                        // What a failed read leaves: garbage.
-                        // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
-                        // leaves alone until the IO completes.
-                        unsafe { std::ptr::write_bytes(ptr, 0xee, len_bytes as usize) };
-                        Err(IoError::Media)
-                    } else {
-                        let src = &mem.data[m][offset_bytes as usize..][..len_bytes as usize];
-                        // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
-                        // leaves alone until the IO completes.
-                        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
-                        Ok(())
-                    }
-                }
-                MemberIoKind::Write { offset_bytes, ptr, len_bytes, .. } => {
-                    let dst = &mut mem.data[m][offset_bytes as usize..][..len_bytes as usize];
-                    // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
-                    // leaves alone until the IO completes.
-                    unsafe { std::ptr::copy_nonoverlapping(ptr, dst.as_mut_ptr(), dst.len()) };
-                    let (lo, hi) = (offset_bytes, offset_bytes + u64::from(len_bytes));
-                    mem.bad[m].retain(|&(b, l)| !(lo <= b && b + l <= hi));
-                    Ok(())
-                }
-                _ => Ok(()),
-            };
-            s.complete_io(MemberCompletion { token: io.token, result: r });
-        }
-        let failed: Vec<MemberIndex> = std::iter::from_fn(|| s.poll_event())
-            .filter_map(|e| match e {
-                ShardEvent::MemberFailed { member, .. } => Some(member),
-                _ => None,
-            })
-            .collect();
-        if !failed.is_empty() {
-            s.apply_failed(&failed);
-        }
-    }
+    });
     let c = s.counters();
-    if std::env::var("REVIEW_VERBOSE").is_ok() {
+    if std::env::var("FLASHRAID_VERBOSE").is_ok() {
         eprintln!(
             "{what}: gone_now {gone_now} corrected {} stripes {} left bad {:?}",
             c.errors_corrected, c.resync_stripes, mem.bad

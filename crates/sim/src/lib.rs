@@ -32,6 +32,20 @@ fn seeds_from(default_count: u64, var: impl Fn(&str) -> Option<String>) -> Vec<u
     (first..first.saturating_add(count)).collect()
 }
 
+/// `len` bytes of a fixed pseudo-random pattern per `seed` (xorshift): test data that a
+/// read of the wrong place or version cannot match by chance.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// The redundant levels the lifecycle simulations cover, each at its smallest useful width.
 pub const REDUNDANT_LEVELS: [(flashraid_layout::Level, usize); 5] = [
     (flashraid_layout::Level::Raid1, 3),

@@ -2,19 +2,7 @@
 //! its tolerance of member failures, and a clean shutdown reassembles clean.
 
 use flashraid_layout::Level;
-use flashraid_sim::{SimArray, SimOptions};
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use flashraid_sim::{SimArray, SimOptions, pattern};
 
 fn levels() -> Vec<(Level, usize)> {
     vec![

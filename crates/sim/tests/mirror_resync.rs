@@ -40,7 +40,7 @@
 use flashraid_engine::ArrayOp;
 use flashraid_format::assembly::DirtyDegraded;
 use flashraid_layout::{ArrayOffset, Geometry, Level, Location, MemberIndex, Role, StripeIndex};
-use flashraid_sim::{SimArray, SimMember, SimOptions, Ticket};
+use flashraid_sim::{SimArray, SimMember, SimOptions, Ticket, pattern};
 
 const CHUNK: u64 = 4096;
 /// The bitmap region size `SimArray::create` uses (member bytes per region).
@@ -49,18 +49,6 @@ const REGION_BYTES: u64 = 1 << 20;
 /// its first stripe) reaches them last.
 const TARGET_STRIPES: u64 = 8;
 const FIRST_STRIPE: u64 = REGION_BYTES / CHUNK - TARGET_STRIPES;
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// One scenario: a mirror level and which members hold NEW (rather than OLD) after the crash.
 struct Case {

@@ -24,7 +24,7 @@
 use flashraid_engine::{ArrayOp, Durability};
 use flashraid_format::assembly::DirtyDegraded;
 use flashraid_layout::{ArrayOffset, Level, Location, MemberIndex, Role, StripeIndex};
-use flashraid_sim::{SimArray, SimOptions};
+use flashraid_sim::{SimArray, SimOptions, pattern};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
@@ -211,18 +211,6 @@ fn resync_over_bad_sectors_where_writes_were_in_flight_never_invents_data() {
 const CHUNK: u64 = 8192;
 /// An even stripe near the end of bitmap region 0 (resync walks the region from its start).
 const TARGET: u64 = REGION_BYTES / CHUNK - 2;
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// OLD durable over data position 0 of `TARGET`, NEW written over it (cached) and then lost
 /// at power loss from the member holding that chunk's first copy only (kept everywhere

@@ -70,3 +70,16 @@ pub fn ios(shard: &mut Shard) -> Vec<MemberIo> {
     }
     batch
 }
+
+/// `len` bytes of a fixed pseudo-random pattern per `seed` (xorshift).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
