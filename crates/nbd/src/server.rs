@@ -129,8 +129,13 @@ struct Catalog {
     offered: Mutex<Vec<Offered>>,
     /// Whether a client asking for "" gets the only export: decided at the start (one export
     /// then), so an export left alone by a withdrawal does not become the default of a
-    /// client that a server of several refused before.
-    default_export: bool,
+    /// client that a server of several refused before; given up for good when another is
+    /// offered (found by review: the first withdrawn, "" reached the one offered later).
+    /// Read and written under `offered`'s lock.
+    default_export: AtomicBool,
+    /// The server stops: nothing more is offered (a connection that claimed an export offered
+    /// after `stop_all` would never be told to end). Set under `offered`'s lock.
+    stopped: AtomicBool,
     tls: Option<crate::tls::TlsSetup>,
     connection_threads: bool,
 }
@@ -185,7 +190,8 @@ impl Catalog {
             })
             .collect();
         Catalog {
-            default_export: offered.len() == 1,
+            default_export: AtomicBool::new(offered.len() == 1),
+            stopped: AtomicBool::new(false),
             offered: Mutex::new(offered),
             tls: config.tls,
             connection_threads: config.connection_threads,
@@ -198,7 +204,7 @@ impl Catalog {
 
     fn find<'a>(&self, list: &'a [Offered], asked: &str) -> Option<&'a Offered> {
         match list {
-            [only] if asked.is_empty() && self.default_export => Some(only),
+            [only] if asked.is_empty() && self.default_export.load(Ordering::SeqCst) => Some(only),
             list => list.iter().find(|o| o.export.name == asked),
         }
     }
@@ -226,7 +232,9 @@ impl Catalog {
 
     /// Tell every connection to end (the server stops).
     fn stop_all(&self) {
-        for offered in self.list().iter() {
+        let list = self.list();
+        self.stopped.store(true, Ordering::SeqCst);
+        for offered in list.iter() {
             offered.stop.store(true, Ordering::SeqCst);
         }
     }
@@ -255,6 +263,8 @@ pub enum WithdrawError {
 pub enum OfferError {
     #[error("an export named {0:?} is served already")]
     Taken(String),
+    #[error("the server is stopping")]
+    Stopping,
 }
 
 /// The exports of a running server, for other threads (the control sockets): what is
@@ -278,11 +288,17 @@ impl ServedExports {
 
     /// Offer `export` beside the others from now on (an array started in the running
     /// server): the next client to ask for its name reaches it.
+    /// With it there are two or more names over the server's life, so "" names no export
+    /// from now on.
     pub fn offer(&self, export: Export) -> Result<(), OfferError> {
         let mut list = self.0.list();
+        if self.0.stopped.load(Ordering::SeqCst) {
+            return Err(OfferError::Stopping);
+        }
         if list.iter().any(|o| o.export.name == export.name) {
             return Err(OfferError::Taken(export.name));
         }
+        self.0.default_export.store(false, Ordering::SeqCst);
         list.push(Offered {
             export,
             connections: Arc::new(AtomicUsize::new(0)),

@@ -869,9 +869,12 @@ fn one_export_is_withdrawn_while_the_other_serves_on() {
     assert_eq!(served.connections("a"), Some(1));
     drop(back);
     drop(served.withdraw("a", Withdrawal::Force).unwrap());
-    Arc::try_unwrap(a).unwrap().shutdown().unwrap();
     drop((on_b, again));
     server.stop();
+    // Nothing is offered once the server stops (a connection to it would never be told to
+    // end, and the server's join would wait for it).
+    assert_eq!(served.offer(export("a", &a)).unwrap_err(), flashraid_nbd::OfferError::Stopping);
+    Arc::try_unwrap(a).unwrap().shutdown().unwrap();
     server.join();
     Arc::try_unwrap(b).unwrap().shutdown().unwrap();
 }

@@ -433,14 +433,16 @@ impl Shard {
         self.fua_group_active = true;
         // Both lists keep their capacity: no allocation here.
         std::mem::swap(&mut self.fua_waiting, &mut self.fua_group);
-        self.fua_group_failed = 0;
-        self.fua_group_pending = 0;
+        // A member failing now is not flushed, and may hold these zeroes unflushed: they
+        // wait for its failure to be durable (found by review: they completed without).
+        self.fua_group_failed = self.failing_mask();
+        self.fua_group_members = 0;
         for member in 0..self.geometry.member_count() {
             let m = u16::try_from(member).expect("fits");
             if !self.available(m) {
                 continue;
             }
-            self.fua_group_pending += 1;
+            self.fua_group_members |= 1u64 << member;
             let token = Self::token(super::ORIGIN_FUA_FLUSH, 0, 0, member, 0);
             self.ios.push_back(MemberIo {
                 token,
@@ -448,22 +450,44 @@ impl Shard {
                 kind: MemberIoKind::Flush,
             });
         }
-        if self.fua_group_pending == 0 {
+        if self.fua_group_members == 0 {
             // No member left to flush (the array has failed): the zeroes go on to say so.
             self.finish_fua_flush_group();
         }
     }
 
     pub(super) fn complete_fua_flush(&mut self, member: usize, result: Result<(), IoError>) {
-        assert!(self.fua_group_active && self.fua_group_pending > 0, "a FUA flush never issued");
-        if result.is_err() {
+        let bit = 1u64 << member;
+        if self.completing_stale || !self.fua_group_active || self.fua_group_members & bit == 0 {
+            // From a device the role has left, or a flush written off when its member was
+            // durably failed: it no longer counts.
+            return;
+        }
+        if let Err(error) = result {
             // As a zero's own write error: the member fails, and the zeroes wait for that
             // to be durable before they complete.
-            self.fail_member(u16::try_from(member).expect("fits"), FailReason::FlushError);
-            self.fua_group_failed |= 1u64 << member;
+            let reason =
+                if error == IoError::Gone { FailReason::Gone } else { FailReason::FlushError };
+            self.fail_member(u16::try_from(member).expect("fits"), reason);
+            self.fua_group_failed |= bit;
         }
-        self.fua_group_pending -= 1;
-        if self.fua_group_pending == 0 {
+        self.fua_group_members &= !bit;
+        if self.fua_group_members == 0 {
+            self.finish_fua_flush_group();
+        }
+    }
+
+    /// Members durably failed: the group's flushes they hold are not waited for any more (a
+    /// stalled member's flush may never come back, and nothing on it is relied on now;
+    /// found by review: one hung flush held every later FUA zero of the shard).
+    pub(super) fn write_off_fua_flushes(&mut self, failed: &[MemberIndex]) {
+        if !self.fua_group_active || self.fua_group_members == 0 {
+            return;
+        }
+        for m in failed {
+            self.fua_group_members &= !(1u64 << m.get());
+        }
+        if self.fua_group_members == 0 {
             self.finish_fua_flush_group();
         }
     }

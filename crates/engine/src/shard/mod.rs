@@ -586,9 +586,12 @@ pub struct Shard {
     fua_group: Vec<usize>,
     /// A group of FUA flushes is in flight (or finishing): the next waits.
     fua_group_active: bool,
-    /// Member flushes of the group still in flight.
-    fua_group_pending: u32,
-    /// Members whose flush of the group failed (bit = member).
+    /// Members whose flush of the group is still awaited (bit = member). A member durably
+    /// failed meanwhile is written off (`apply_failed`): a flush it holds may never come back.
+    fua_group_members: u64,
+    /// Members the group's zeroes must see durably failed before they complete: those
+    /// failing when the group started (their zeroes may sit unflushed in their caches), and
+    /// those whose flush of the group failed (bit = member).
     fua_group_failed: u64,
     resync_regions: Vec<u32>,
     resync_region_index: usize,
@@ -778,7 +781,7 @@ impl Shard {
             fua_waiting: Vec::with_capacity(ops_max),
             fua_group: Vec::with_capacity(ops_max),
             fua_group_active: false,
-            fua_group_pending: 0,
+            fua_group_members: 0,
             fua_group_failed: 0,
             resync_regions,
             resync_region_index: 0,
@@ -1486,6 +1489,7 @@ impl Shard {
             }
         }
         self.health_changed();
+        self.write_off_fua_flushes(failed);
         let waiting = std::mem::take(&mut self.waiting_metadata);
         for op_slot in waiting {
             self.advance(op_slot);
