@@ -1206,3 +1206,33 @@ fn a_hung_member_flush_does_not_block_later_fua_zeroes() {
     );
     drop(stuck);
 }
+
+/// Found by review (2026-11-25): on an array failed past its tolerance a write is refused
+/// with `ArrayFailed`, but a zero (trim or write-zeroes, with FUA or not) was answered Ok,
+/// though nothing it asked for could be kept. Both at submission and for a zero in flight
+/// when the array fails.
+#[test]
+fn a_zero_on_a_failed_array_is_refused_like_a_write() {
+    for durability in [Durability::Fua, Durability::Cached] {
+        for failed in [vec![1, 2], vec![0, 1, 2, 3]] {
+            let mut s = shard(Level::Raid5, 4, &failed, &[]);
+            assert!(s.array_failed());
+            let op = ShardOp::Zero { stripe: StripeIndex(1), how: ZeroHow::Discard, durability };
+            s.submit(ShardRequest { id: RequestId(1), op, buf: None }).unwrap();
+            settle(&mut s, |_| Ok(()));
+            let r = replies(&mut s);
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].result, Err(RequestError::ArrayFailed), "{failed:?}");
+        }
+        // In flight when the second member fails.
+        let mut s = shard(Level::Raid5, 4, &[1], &[]);
+        let op = ShardOp::Zero { stripe: StripeIndex(1), how: ZeroHow::WriteZeroes, durability };
+        s.submit(ShardRequest { id: RequestId(2), op, buf: None }).unwrap();
+        settle(&mut s, |io| if io.member.get() == 2 { Err(IoError::Media) } else { Ok(()) });
+        s.apply_failed(&[MemberIndex(2)]);
+        settle(&mut s, |_| Ok(()));
+        let r = replies(&mut s);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].result, Err(RequestError::ArrayFailed), "{durability:?}");
+    }
+}

@@ -1076,6 +1076,10 @@ impl Shard {
                 if self.is_read_only() {
                     return Err(RequestError::ReadOnly);
                 }
+                // As a write (found by review: a zero on a failed array was answered Ok).
+                if self.array_failed() {
+                    return Err(RequestError::ArrayFailed);
+                }
                 return Ok(());
             }
         };
@@ -1992,7 +1996,7 @@ impl Shard {
             self.bitmap.release(region, self.now_us);
         }
         let kind = self.ops[op_slot].as_ref().expect("live").kind;
-        if self.array_failed() && kind == OpKind::Write {
+        if self.array_failed() && matches!(kind, OpKind::Write | OpKind::Zero { .. }) {
             self.ops[op_slot].as_mut().expect("live").result = Err(RequestError::ArrayFailed);
         }
         self.finish_op(op_slot);
