@@ -664,12 +664,18 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
         sockets: sockets.clone(),
         options,
         read_only: args.read_only,
-        // Beside the one `--control` names, if given (a directory this server can write).
-        control_dir: args
-            .control_dir
-            .clone()
-            .or_else(|| args.control.as_ref().and_then(|p| p.parent()).map(Path::to_path_buf))
-            .unwrap_or_else(crate::control::control_dir),
+        // Beside the one `--control` names, if given (a directory this server can write);
+        // absolute, since the `start` reply names the socket to a client elsewhere.
+        control_dir: {
+            let dir = args
+                .control_dir
+                .clone()
+                .or_else(|| args.control.as_ref().and_then(|p| p.parent()).map(Path::to_path_buf))
+                .unwrap_or_else(crate::control::control_dir);
+            // (`--control a.control`: its parent is "", the working directory.)
+            let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+            std::path::absolute(&dir).unwrap_or(dir)
+        },
         connection_count: server.connection_counter(),
         // Set by the first stop, by signal or by `flashraid stop`: a later `stop` raises no
         // second SIGTERM, which would take the exit-at-once path and leave the arrays dirty
