@@ -1,6 +1,12 @@
-//! Everything that is not a read or a write of data: flushes, zeroing whole stripes, the
-//! write-intent bitmap's IO, time, background resync after an unclean shutdown, and the
-//! clean shutdown sequence.
+//! Everything that is not a read or a write of data: flushes, zeroing whole stripes (and
+//! the groups of member flushes FUA zeroes share), the write-intent bitmap's IO, time,
+//! background resync after an unclean shutdown (reading a chunk that failed to read again
+//! in 4 KiB units, to rewrite only those that cannot be read), and the clean shutdown
+//! sequence.
+//!
+//! Limits: the FUA flush groups hold at most one entry per op slot (`fua_waiting`,
+//! `fua_group`, allocated at start); a resync probe queues up to 256 reads per chunk of
+//! 1 MiB, beyond the IO queue's usual depth (a fault path: the queue grows once).
 
 use super::{FailReason, Health, ORIGIN_BITMAP, ORIGIN_FLUSH, ORIGIN_INTERNAL_FLUSH, OpKind};
 use super::{Phase, Shard, ShardEvent, ShutdownState, StripeEntry};

@@ -320,7 +320,7 @@ enum Phase {
     /// Waiting for scratch buffers.
     Starved,
     Reading,
-    /// Resync: chunks whose read failed are read again in units (`probe_unit_bytes`), to
+    /// Resync: chunks whose read failed are read again in 4 KiB units (`UNIT_BYTES`), to
     /// tell the units that cannot be read from those that can.
     Probing,
     Rebuilding,
