@@ -106,32 +106,9 @@ struct Client(UnixStream);
 
 impl Client {
     fn open(socket: &Path, export: &str) -> Client {
-        let mut s = UnixStream::connect(socket).unwrap();
-        s.set_read_timeout(Some(WAIT_MAX)).unwrap();
-        let mut greeting = [0u8; 18];
-        s.read_exact(&mut greeting).unwrap();
-        assert_eq!(greeting, proto::greeting());
-        let flags = proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES;
-        s.write_all(&flags.to_be_bytes()).unwrap();
-        let mut go = (export.len() as u32).to_be_bytes().to_vec();
-        go.extend_from_slice(export.as_bytes());
-        go.extend_from_slice(&0u16.to_be_bytes());
-        let mut option = proto::IHAVEOPT.to_be_bytes().to_vec();
-        option.extend_from_slice(&proto::OPT_GO.to_be_bytes());
-        option.extend_from_slice(&(go.len() as u32).to_be_bytes());
-        option.extend_from_slice(&go);
-        s.write_all(&option).unwrap();
-        loop {
-            let mut header = [0u8; 20];
-            s.read_exact(&mut header).unwrap();
-            let kind = u32::from_be_bytes(header[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(header[16..20].try_into().unwrap());
-            s.read_exact(&mut vec![0u8; len as usize]).unwrap();
-            match kind {
-                proto::REP_ACK => return Client(s),
-                proto::REP_INFO => {}
-                other => panic!("export {export:?} refused: reply {other:#x}"),
-            }
+        match negotiate(socket, export) {
+            Ok(s) => Client(s),
+            Err(reply) => panic!("export {export:?} refused: reply {reply:#x}"),
         }
     }
 
@@ -357,13 +334,14 @@ fn a_stopped_array_starts_again_in_the_running_server() {
     assert!(!alone.running());
 }
 
-/// Ask for `export` with NBD_OPT_GO: `true` if the server accepts it (ACK), `false` if it
-/// refuses it with an error reply.
-fn export_accepted(socket: &Path, export: &str) -> bool {
+/// Ask for `export` with NBD_OPT_GO: the connection in transmission if the server accepts it
+/// (ACK), else the kind of its error reply.
+fn negotiate(socket: &Path, export: &str) -> Result<UnixStream, u32> {
     let mut s = UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(WAIT_MAX)).unwrap();
     let mut greeting = [0u8; 18];
     s.read_exact(&mut greeting).unwrap();
+    assert_eq!(greeting, proto::greeting());
     let flags = proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES;
     s.write_all(&flags.to_be_bytes()).unwrap();
     let mut go = (export.len() as u32).to_be_bytes().to_vec();
@@ -381,19 +359,18 @@ fn export_accepted(socket: &Path, export: &str) -> bool {
         let len = u32::from_be_bytes(header[16..20].try_into().unwrap());
         s.read_exact(&mut vec![0u8; len as usize]).unwrap();
         match kind {
-            proto::REP_ACK => return true,
+            proto::REP_ACK => return Ok(s),
             proto::REP_INFO => {}
-            _ => return false,
+            other => return Err(other),
         }
     }
 }
 
-/// REVIEW (74dad89): a server started with one array (A) answers the default export ("")
-/// with A. `flashraid start` offers B beside it, then `flashraid stop --name a` leaves B
-/// alone in the catalog, and the default export now reaches B: a client that wrote A through
-/// the default name (nbd-client and qemu do when no name is given) writes B. The catalog's
-/// rule (`default_export`, decided at the start) kept exactly this from happening with
-/// withdrawals only.
+/// Whether the server accepts a client asking for `export`.
+fn export_accepted(socket: &Path, export: &str) -> bool {
+    negotiate(socket, export).is_ok()
+}
+
 /// Found by review (2026-11-25): a server started with one array offers it as the default
 /// export ("", what nbd-client and qemu ask for without a name); after another array was
 /// started in it and the first stopped alone, "" reached the other array, so writes meant

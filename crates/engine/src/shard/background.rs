@@ -414,10 +414,9 @@ impl Shard {
     /// member, issued when the driver next polls for IO, so every zero whose writes complete
     /// in one batch of completions joins it, and not before the group in flight, if any, is
     /// done: that one was issued before these writes completed and covers nothing of them).
-    /// A long FUA trim is many stripe
-    /// zeroes finishing close together: they share flushes instead of each flushing every
-    /// member (measured: 1.1 s against 0.3 s for a whole 1 GiB RAID 6 when each flushed).
-    /// True when the zero now waits.
+    /// A long FUA trim is many stripe zeroes finishing close together: they share flushes
+    /// instead of each flushing every member (docs/PERFORMANCE.md, "FUA zeroes share member
+    /// flushes in the engine"). True when the zero now waits.
     pub(super) fn zero_flush_for_fua(&mut self, op_slot: usize) -> bool {
         let op = self.ops[op_slot].as_mut().expect("live");
         if op.durability != Durability::Fua || op.fua_flushed {
@@ -714,7 +713,7 @@ impl Shard {
         let absent = self.absent_chunks_all(op);
         let failed = op.errored & !absent;
         if failed != 0 && op.probed == 0 && units > 1 {
-            self.resync_probe(op_slot, failed, unit, units);
+            self.resync_probe(op_slot, failed, units);
             return;
         }
         let all_units = Units::first(units);
@@ -768,7 +767,8 @@ impl Shard {
     /// Read the chunks `failed` again, unit by unit, into their scratch buffers. (Up to 256
     /// reads per chunk of 1 MiB: a fault path, beyond the IO queue's usual depth, which
     /// then grows once.)
-    fn resync_probe(&mut self, op_slot: usize, failed: ChunkSet, unit: usize, units: usize) {
+    fn resync_probe(&mut self, op_slot: usize, failed: ChunkSet, units: usize) {
+        let unit = usize::try_from(UNIT_BYTES).expect("fits");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.probed = failed;
         op.errored &= !failed;
