@@ -271,6 +271,12 @@ struct ServedArray {
 /// time, so the last array left is always known (and stops the server instead).
 struct Served {
     arrays: Mutex<Vec<ServedArray>>,
+    /// Held for a whole `start_array`: starts are taken one at a time, so two starts of the
+    /// same members never assemble it twice. A start holds `arrays` only to check names and
+    /// to list what it started, not through its assembly, so a stop or the server's end
+    /// does not wait for an assembly (and a start that finds the server stopping when it
+    /// comes to list its array stops it again).
+    starting: Mutex<()>,
     exports: ServedExports,
     sockets: Arc<SocketFiles>,
     /// How this server opens an array (its command line's settings), for arrays started
@@ -336,9 +342,10 @@ impl Served {
 /// (see the module). Nothing is left behind when it fails: no control socket, no export,
 /// and the array, if it had started, stopped again.
 fn start_array(served: &Arc<Served>, request: StartArray) -> Result<ArrayStarted, String> {
-    let mut arrays = served.arrays.lock().expect("not poisoned");
+    const STOPPING: &str = "the server is stopping: start the array in a new server";
+    let _one_start = served.starting.lock().expect("not poisoned");
     if served.stopping.load(Ordering::SeqCst) {
-        return Err("the server is stopping: start the array in a new server".into());
+        return Err(STOPPING.into());
     }
     let groups =
         arrays_of(&request.members, request.name.as_deref()).map_err(|e| format!("{e:#}"))?;
@@ -353,7 +360,13 @@ fn start_array(served: &Arc<Served>, request: StartArray) -> Result<ArrayStarted
             ));
         }
     };
-    if arrays.iter().any(|a| a.name == name) || served.exports.names().contains(&name) {
+    let served_already = |arrays: &[ServedArray]| {
+        arrays.iter().any(|a| a.name == name) || served.exports.names().contains(&name)
+    };
+    // Checked before the assembly, which would fail on members an array of this server
+    // holds open (and lock them), and again when listing; between the two only a stop can
+    // change the list, and a stop only takes names out.
+    if served_already(&served.arrays.lock().expect("not poisoned")) {
         return Err(format!("array {name:?} is served already by this server"));
     }
     let control_path = crate::control::control_path_in(&served.control_dir, &name)
@@ -382,8 +395,17 @@ fn start_array(served: &Arc<Served>, request: StartArray) -> Result<ArrayStarted
         Ok(status) => status,
         Err(e) => return undo(array, format!("array {name:?} started but has no status: {e}")),
     };
+    let mut arrays = served.arrays.lock().expect("not poisoned");
+    // The server's end sets `stopping` before it takes the list: a start that sees it clear
+    // here lists its array before the end takes the list, and the end stops it with the rest.
+    if served.stopping.load(Ordering::SeqCst) {
+        drop(arrays);
+        return undo(array, STOPPING.into());
+    }
+    assert!(!served_already(&arrays), "array {name:?} listed while its start held `starting`");
     let export = Export { name: name.clone(), read_only: served.read_only, array: array.clone() };
     if let Err(e) = served.exports.offer(export) {
+        drop(arrays);
         return undo(array, e.to_string());
     }
     let control_stop = Arc::new(AtomicBool::new(false));
@@ -648,6 +670,7 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     };
     let scheme = if tls_note.is_empty() { "nbd" } else { "nbds" };
     let served = Arc::new(Served {
+        starting: Mutex::new(()),
         arrays: Mutex::new(
             arrays
                 .iter()
@@ -737,8 +760,9 @@ pub fn run_serve(args: ServeArgs) -> Result<()> {
     for array in &left {
         array.control_stop.store(true, Ordering::SeqCst);
     }
-    // Every array started is in `left` (a start holds the list's lock until it is listed,
-    // its control thread with it), so every control thread is here too.
+    // Every array started is in `left` (a start lists its array and its control thread
+    // under the list's lock, and only while `stopping` is clear; one still assembling stops
+    // its array again), so every control thread is here too.
     let controls = std::mem::take(&mut *served.controls.lock().expect("not poisoned"));
     for thread in controls {
         let _ = thread.join();
