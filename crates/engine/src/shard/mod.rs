@@ -64,9 +64,9 @@ const _: () = assert!(OP_SCRATCH_MAX <= 128);
 /// Reconstruction plans kept (patterns of up to three erasures); the cache is emptied when
 /// full rather than grown.
 const PLAN_CACHE_MAX: usize = 1024;
-/// Read-only arrays: the bad stripes remembered per member, so a repeated read of one is
-/// not counted as a new read error (`Shard::note_read_error`).
-const READ_ONLY_BAD_STRIPES_MAX: usize = 16;
+/// The stripes of a member's last read errors remembered, so a repeated read of one is not
+/// counted as a new read error (`Shard::note_read_error`).
+const BAD_STRIPES_SEEN_MAX: usize = 16;
 /// Times an operation re-plans after member errors before giving up on a read.
 const REPLANS_MAX: u32 = PARITY_CHUNKS_MAX as u32 + 1;
 
@@ -531,12 +531,16 @@ pub struct Shard {
     missed_offset_bytes: u64,
     members: Vec<MemberSetup>,
     read_errors: Vec<u32>,
-    /// Read-only arrays: per member, the stripes of its last `READ_ONLY_BAD_STRIPES_MAX`
-    /// read errors (a ring; `None`: empty). A read-only array rewrites no bad range, so a
-    /// client reading one bad sector again and again (a copy tool retrying) would count
-    /// each read as a new error and fail a member that has one bad sector (found by
-    /// review); a repeat of a stripe in the ring is not counted again.
-    read_only_bad_stripes: Vec<[Option<StripeIndex>; READ_ONLY_BAD_STRIPES_MAX]>,
+    /// Per member, the stripes of its last `BAD_STRIPES_SEEN_MAX` read errors that nothing
+    /// has written since (packed at the front, newest first; `None`: empty). A bad range
+    /// that is not rewritten (a read-only array; no redundancy left to rebuild it from, on a
+    /// degraded array or under a stalled rebuild that retries) fails again at every read,
+    /// and a client retrying (a copy tool) or a rebuild's retries would count each read as a
+    /// new error and fail a member that has one bad sector (found by review, first
+    /// read-only, then degraded: on a degraded RAID 5 that failed the array). A repeat of a
+    /// stripe in the ring is not counted again; a write to the member's chunk there takes
+    /// the stripe out (`issue`), so a range that still fails after its repair counts again.
+    bad_stripes_seen: Vec<[Option<StripeIndex>; BAD_STRIPES_SEEN_MAX]>,
     /// Per member: the epoch of the device holding its role (bumped when a device takes the
     /// role over, `start_rebuild`), stamped into each IO's token by `poll_io` and carried by
     /// failure and stall reports.
@@ -755,7 +759,7 @@ impl Shard {
                     * flashraid_format::bitmap::BITMAP_BLOCK_BYTES as u64,
             members: setup.members,
             read_errors: vec![0; n],
-            read_only_bad_stripes: vec![[None; READ_ONLY_BAD_STRIPES_MAX]; n],
+            bad_stripes_seen: vec![[None; BAD_STRIPES_SEEN_MAX]; n],
             member_epoch: vec![0; n],
             member_ios_outstanding: vec![0; n * EPOCHS],
             member_progress_us: vec![0; n],
@@ -1513,20 +1517,31 @@ impl Shard {
             return;
         }
         let m = usize::from(member);
-        if self.is_read_only() {
-            // The same bad range read again is the same error (nothing rewrote it); a new
-            // stripe takes the oldest entry's place.
-            let seen = &mut self.read_only_bad_stripes[m];
-            if seen.contains(&Some(stripe)) {
-                return;
-            }
-            seen.rotate_right(1);
-            seen[0] = Some(stripe);
+        // The same bad range read again, not written since, is the same error; a new
+        // stripe takes the oldest entry's place.
+        let seen = &mut self.bad_stripes_seen[m];
+        if seen.contains(&Some(stripe)) {
+            return;
         }
+        seen.rotate_right(1);
+        seen[0] = Some(stripe);
         self.read_errors[m] += 1;
-        if self.read_errors[m] > self.config.member_read_errors_max {
+        if self.read_errors[m] > self.config.member_read_errors_max && !self.failing_fails(m) {
             self.fail_member(member, FailReason::ReadErrors);
         }
+    }
+
+    /// Whether failing member `m` too would leave a stripe with more members out than the
+    /// level survives. A member is never failed for read errors then: the array would stop
+    /// serving everything for the sake of the ranges it cannot read, which then fail alone
+    /// (md keeps the last member that can serve a RAID 1 the same way). Judged from this
+    /// shard's view; two shards failing two members at once can still pass the tolerance.
+    fn failing_fails(&self, m: usize) -> bool {
+        let mut out = [false; flashraid_layout::MEMBERS_MAX];
+        for (o, (i, member)) in out.iter_mut().zip(self.members.iter().enumerate()) {
+            *o = i == m || member.health != Health::Active;
+        }
+        !self.geometry.survives(&out[..self.members.len()])
     }
 
     /// Members (as a bitmask) not durably failed but not in service.
@@ -1624,7 +1639,24 @@ impl Shard {
             MemberIoKind::Write { .. } => self.counters.member_writes += 1,
             _ => {}
         }
+        if !matches!(kind, MemberIoKind::Read { .. } | MemberIoKind::Flush) {
+            let stripe = op.stripe;
+            self.forget_bad_stripe(usize::from(member), stripe);
+        }
         self.ios.push_back(MemberIo { token, member: MemberIndex(member), kind });
+    }
+
+    /// Something writes `member`'s chunk of `stripe`: a read error there afterwards is news
+    /// again (see `bad_stripes_seen`).
+    fn forget_bad_stripe(&mut self, member: usize, stripe: StripeIndex) {
+        let seen = &mut self.bad_stripes_seen[member];
+        if seen[0].is_none() {
+            return; // empty, as it nearly always is: one load per write
+        }
+        if let Some(i) = seen.iter().position(|s| *s == Some(stripe)) {
+            seen[i..].rotate_left(1);
+            *seen.last_mut().expect("a fixed ring") = None;
+        }
     }
 
     /// Pointer `offset` bytes into scratch buffer `index` of an op.

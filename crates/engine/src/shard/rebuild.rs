@@ -152,6 +152,7 @@ impl Shard {
         self.members[m].zeroes_after_discard = zeroes_after_discard;
         self.zero_unsupported[m] = false;
         self.read_errors[m] = 0;
+        self.bad_stripes_seen[m] = Default::default();
         self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
         self.rebuild = Some(RebuildState {
             member: member.0,
