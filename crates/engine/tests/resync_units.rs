@@ -11,100 +11,13 @@
 //! chunk sizes, bad blocks, a member gone at its first probe read) checks that no readable
 //! data block changes and nothing panics.
 use flashraid_engine::{
-    IoError, MemberCompletion, MemberIo, MemberIoKind, RequestId, Shard, ShardConfig, ShardEvent,
-    ShardOp, ShardRequest,
+    IoError, MemberIoKind, RequestId, Shard, ShardConfig, ShardOp, ShardRequest,
 };
 use flashraid_iobuf::IoBuf;
-use flashraid_layout::{ArrayOffset, Geometry, Level, MemberIndex, StripeIndex};
+use flashraid_layout::{ArrayOffset, Geometry, Level, StripeIndex};
 
 mod common;
-use common::{DATA_OFFSET, ios, pattern, setup_with};
-
-struct Mem {
-    data: Vec<Vec<u8>>,
-    bad: Vec<Vec<(u64, u64)>>,
-}
-
-impl Mem {
-    fn new(n: usize, bytes: u64) -> Self {
-        Self { data: vec![vec![0u8; bytes as usize]; n], bad: vec![vec![]; n] }
-    }
-    fn overlaps_bad(&self, m: usize, at: u64, len: u64) -> bool {
-        self.bad[m].iter().any(|&(b, l)| b < at + len && at < b + l)
-    }
-
-    /// Do `io` on the member's bytes.
-    fn perform(&mut self, io: &MemberIo) -> Result<(), IoError> {
-        let m = io.member.get();
-        match io.kind {
-            MemberIoKind::Read { offset_bytes, ptr, len_bytes } => {
-                if self.overlaps_bad(m, offset_bytes, u64::from(len_bytes)) {
-                    // What a failed read leaves: garbage.
-                    // SAFETY: `ptr` is the shard's buffer of `len_bytes` for this IO, which it
-                    // leaves alone until the IO completes.
-                    unsafe { std::ptr::write_bytes(ptr, 0xee, len_bytes as usize) };
-                    return Err(IoError::Media);
-                }
-                let src = &self.data[m][offset_bytes as usize..][..len_bytes as usize];
-                // SAFETY: as above.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
-            }
-            MemberIoKind::Write { offset_bytes, ptr, len_bytes, .. } => {
-                let dst = &mut self.data[m][offset_bytes as usize..][..len_bytes as usize];
-                // SAFETY: the shard keeps the `len_bytes` behind `ptr` unchanged until the IO
-                // completes.
-                unsafe { std::ptr::copy_nonoverlapping(ptr, dst.as_mut_ptr(), dst.len()) };
-                let (lo, hi) = (offset_bytes, offset_bytes + u64::from(len_bytes));
-                self.bad[m].retain(|&(b, l)| !(lo <= b && b + l <= hi));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
-/// Run the shard's IO against `mem` (reads of a bad range fail with Media; a write heals the
-/// bad ranges it covers) until it issues no more, ticking the clock.
-fn drive(s: &mut Shard, mem: &mut Mem, now: &mut u64) {
-    drive_with(s, mem, now, &mut |_| None);
-}
-
-/// `drive`, with `fault` answering an IO first where it returns a result (a member gone).
-fn drive_with(
-    s: &mut Shard,
-    mem: &mut Mem,
-    now: &mut u64,
-    fault: &mut dyn FnMut(&MemberIo) -> Option<Result<(), IoError>>,
-) {
-    let mut empty = 0;
-    for _ in 0..100_000 {
-        *now += 1000;
-        s.tick(*now);
-        let batch = ios(s);
-        if batch.is_empty() {
-            empty += 1;
-            if empty > 5 {
-                return;
-            }
-            continue;
-        }
-        empty = 0;
-        for io in batch {
-            let r = fault(&io).unwrap_or_else(|| mem.perform(&io));
-            s.complete_io(MemberCompletion { token: io.token, result: r });
-        }
-        let failed: Vec<MemberIndex> = std::iter::from_fn(|| s.poll_event())
-            .filter_map(|e| match e {
-                ShardEvent::MemberFailed { member, .. } => Some(member),
-                _ => None,
-            })
-            .collect();
-        if !failed.is_empty() {
-            s.apply_failed(&failed);
-        }
-    }
-    panic!("never settled");
-}
+use common::{DATA_OFFSET, Mem, drive, drive_with, pattern, setup_with};
 
 fn read(s: &mut Shard, mem: &mut Mem, now: &mut u64, offset: u64, len: u32) -> Vec<u8> {
     s.submit(ShardRequest {

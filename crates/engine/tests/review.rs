@@ -794,8 +794,9 @@ fn a_read_only_shard_scrubs_without_writing() {
         setup.access = ArrayAccess::ReadOnly;
         let mut s = Shard::new(setup).unwrap();
         s.start_scrub(false, 0);
-        // The first read of member 1 fails (a media error); every other read succeeds.
-        let failed = std::cell::Cell::new(false);
+        // Member 1's first chunk read fails (a media error), and so does its first 4 KiB
+        // when read again (a bad sector); every other read succeeds.
+        let failed = std::cell::Cell::new(None);
         for _ in 0..10_000 {
             let batch = ios(&mut s);
             if batch.is_empty() {
@@ -805,10 +806,17 @@ fn a_read_only_shard_scrubs_without_writing() {
                 assert!(matches!(io.kind, MemberIoKind::Read { .. }), "{level}: {io:?}");
             }
             complete(&mut s, batch, |io| {
-                if io.member == MemberIndex(1) && !failed.replace(true) {
-                    Err(IoError::Media)
-                } else {
-                    Ok(())
+                let MemberIoKind::Read { offset_bytes, .. } = io.kind else { return Ok(()) };
+                if io.member != MemberIndex(1) {
+                    return Ok(());
+                }
+                match failed.get() {
+                    None => {
+                        failed.set(Some(offset_bytes));
+                        Err(IoError::Media)
+                    }
+                    Some(bad) if bad == offset_bytes => Err(IoError::Media),
+                    Some(_) => Ok(()),
                 }
             });
         }

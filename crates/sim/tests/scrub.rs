@@ -38,7 +38,8 @@ fn setup(level: Level, members: usize, seed: u64) -> (SimArray, Vec<u8>, StdRng)
 }
 
 /// Flip bytes of the chunk `member` holds in `stripe`, silently (current and durable).
-fn corrupt(array: &SimArray, stripe: u64, member: usize, rng: &mut StdRng) {
+/// Returns the member offset of the first byte flipped.
+fn corrupt(array: &SimArray, stripe: u64, member: usize, rng: &mut StdRng) -> u64 {
     let g = array.geometry();
     let data_offset = array.metadata().superblock().data_offset_bytes;
     let at = data_offset + g.member_offset(StripeIndex(stripe), 0).0;
@@ -49,6 +50,7 @@ fn corrupt(array: &SimArray, stripe: u64, member: usize, rng: &mut StdRng) {
         state.current[offset + b] ^= 0xa5;
         state.durable[offset + b] ^= 0xa5;
     }
+    offset as u64
 }
 
 fn read_all(array: &mut SimArray, model: &[u8]) -> bool {
@@ -187,10 +189,11 @@ fn run_degraded(level: Level, members: usize, out: usize, seed: u64) {
     assert!(read_all(&mut array, &model), "{level} seed {seed}: data after the degraded scrub");
     // Silent corruption of one chunk in service, in distinct stripes: counted by a check
     // and by a repair scrub alike, never repaired (and nothing else is written).
-    let mut corrupted = vec![];
+    let (mut corrupted, mut corrupted_at) = (vec![], vec![]);
     for &stripe in &stripes[4..7] {
         corrupted.push(in_service[rng.random_range(0..in_service.len())]);
-        corrupt(&array, stripe, *corrupted.last().unwrap(), &mut rng);
+        let at = corrupt(&array, stripe, *corrupted.last().unwrap(), &mut rng);
+        corrupted_at.push(at & !4095);
     }
     // The check after the repair scrub still finds all three: nothing was rewritten.
     for repair in [false, true, false] {
@@ -199,20 +202,22 @@ fn run_degraded(level: Level, members: usize, out: usize, seed: u64) {
         assert_eq!(found.mismatches, 3, "{level} seed {seed} repair {repair}: {found:?}");
         assert_eq!((found.repaired, found.located), (0, 0), "{level} seed {seed}: {found:?}");
     }
-    // A bad sector in a corrupted stripe, with a parity row left to check the rebuilt
-    // chunk: what the other chunks say cannot be trusted, so it is counted, not rewritten
-    // (found in review: it was rebuilt from the corrupted chunk and written, two silent
-    // errors where there had been one detectable). With no row left (as many erasures as
-    // parity chunks) the rewrite cannot be checked: reads of it would reconstruct the same.
+    // A bad sector in a corrupted stripe, in the 4 KiB unit the corruption is in, with a
+    // parity row left to check the rebuilt unit: what the other chunks say cannot be
+    // trusted there, so it is counted, not rewritten (found in review: it was rebuilt from
+    // the corrupted chunk and written, two silent errors where there had been one
+    // detectable). With no row left (as many erasures as parity chunks) the rewrite cannot
+    // be checked: reads of it would reconstruct the same.
     if out + 1 < g.parity_chunks() {
         let stripe = stripes[4];
         let other = *in_service.iter().find(|&&r| r != corrupted[0]).unwrap();
-        array.role_device(other).unwrap().state().bad_ranges.push((chunk_at(stripe), 4096));
+        let bad = corrupted_at[0];
+        array.role_device(other).unwrap().state().bad_ranges.push((bad, 4096));
         let (found, _) = array.scrub(true);
         assert_eq!(found.mismatches, 3, "{level} seed {seed}: {found:?}");
         assert_eq!(found.read_errors_repaired, 0, "{level} seed {seed}: {found:?}");
         let left = array.role_device(other).unwrap().state().bad_ranges.clone();
-        assert_eq!(left, vec![(chunk_at(stripe), 4096)], "{level} seed {seed}: rewritten");
+        assert_eq!(left, vec![(bad, 4096)], "{level} seed {seed}: rewritten");
     }
     // One more member out: as many out as parity chunks, and the scrub says it cannot check.
     if out + 1 == g.parity_chunks() {
@@ -245,15 +250,29 @@ fn a_healthy_scrub_does_not_rewrite_a_bad_sector_from_a_corrupted_stripe() {
             let data_offset = array.metadata().superblock().data_offset_bytes;
             let at = data_offset + g.member_offset(StripeIndex(stripe), 0).0;
             let corrupted = g.data_member(StripeIndex(stripe), 0, 0).get();
-            corrupt(&array, stripe, corrupted, &mut rng);
+            let unit = corrupt(&array, stripe, corrupted, &mut rng) & !4095;
             assert!(chunk_differs(&array, stripe, corrupted, &model));
             let bad = (corrupted + 1) % members;
-            array.role_device(bad).unwrap().state().bad_ranges.push((at, 4096));
+            array.role_device(bad).unwrap().state().bad_ranges.push((unit, 4096));
             let (found, _) = array.scrub(false);
             assert_eq!(found.mismatches, 1, "{level} seed {seed}: {found:?}");
             assert_eq!(found.read_errors_repaired, 0, "{level} seed {seed}: {found:?}");
             let left = array.role_device(bad).unwrap().state().bad_ranges.clone();
-            assert_eq!(left, vec![(at, 4096)], "{level} seed {seed}: rewritten from bad data");
+            assert_eq!(left, vec![(unit, 4096)], "{level} seed {seed}: rewritten from bad data");
+            // In another unit of the same chunk, the bad sector is rebuilt and checked by
+            // the rows there, which agree: it is rewritten, and the mismatch still counted.
+            let chunk = u64::from(g.chunk_bytes());
+            if chunk > 4096 {
+                array.role_device(bad).unwrap().state().bad_ranges.clear();
+                // The unit before (the flipped bytes start in `unit` and run forward).
+                let elsewhere = at + (unit - at + chunk - 4096) % chunk;
+                array.role_device(bad).unwrap().state().bad_ranges.push((elsewhere, 4096));
+                let (found, _) = array.scrub(false);
+                assert_eq!(found.mismatches, 1, "{level} seed {seed}: {found:?}");
+                assert_eq!(found.read_errors_repaired, 1, "{level} seed {seed}: {found:?}");
+                let left = array.role_device(bad).unwrap().state().bad_ranges.clone();
+                assert!(left.is_empty(), "{level} seed {seed}: not rewritten: {left:?}");
+            }
         }
     }
 }

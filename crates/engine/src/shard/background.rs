@@ -713,7 +713,7 @@ impl Shard {
         let absent = self.absent_chunks_all(op);
         let failed = op.errored & !absent;
         if failed != 0 && op.probed == 0 && units > 1 {
-            self.resync_probe(op_slot, failed, units);
+            self.probe_units(op_slot, failed, units);
             return;
         }
         let all_units = Units::first(units);
@@ -767,7 +767,7 @@ impl Shard {
     /// Read the chunks `failed` again, unit by unit, into their scratch buffers. (Up to 256
     /// reads per chunk of 1 MiB: a fault path, beyond the IO queue's usual depth, which
     /// then grows once.)
-    fn resync_probe(&mut self, op_slot: usize, failed: ChunkSet, units: usize) {
+    pub(super) fn probe_units(&mut self, op_slot: usize, failed: ChunkSet, units: usize) {
         let unit = usize::try_from(UNIT_BYTES).expect("fits");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.probed = failed;
@@ -910,26 +910,11 @@ impl Shard {
         self.issue_unit_rewrites(op_slot, rewrite, &source, UNIT_BYTES);
     }
 
-    /// Write whole chunks `rewrite` of an operation's stripe, chunk `c` from scratch buffer
-    /// `source[c]`. A member that left service since the reads is skipped (the op then waits
-    /// for its failure to be durable).
-    pub(super) fn issue_chunk_rewrites(
-        &mut self,
-        op_slot: usize,
-        rewrite: ChunkSet,
-        source: &[usize; MEMBERS_MAX],
-    ) {
-        let op = self.ops[op_slot].as_mut().expect("live");
-        for c in (0..MEMBERS_MAX).filter(|&c| has(rewrite, c)) {
-            op.units[c] = Units::first(1);
-        }
-        let chunk = self.geometry.chunk_bytes();
-        self.issue_unit_rewrites(op_slot, rewrite, source, chunk);
-    }
-
-    /// `issue_chunk_rewrites` of the units `op.units[c]` (`unit_bytes` each) of each chunk,
-    /// one write per run of neighbouring units.
-    fn issue_unit_rewrites(
+    /// Write the units `op.units[c]` (`unit_bytes` each) of each chunk `c` of `rewrite`,
+    /// from scratch buffer `source[c]`, one write per run of neighbouring units. A member
+    /// that left service since the reads is skipped (the op then waits for its failure to
+    /// be durable).
+    pub(super) fn issue_unit_rewrites(
         &mut self,
         op_slot: usize,
         rewrite: ChunkSet,

@@ -1848,7 +1848,7 @@ impl Shard {
                 | OpKind::Scrub,
                 Phase::Writing,
             ) => self.after_writes(op_slot),
-            (OpKind::Scrub, Phase::Reading) => self.scrub_after_reads(op_slot),
+            (OpKind::Scrub, Phase::Reading | Phase::Probing) => self.scrub_after_reads(op_slot),
             (OpKind::Scrub, Phase::WaitBitmap) => self.scrub_issue(op_slot),
             (OpKind::Rebuild, Phase::Reading) => self.rebuild_after_reads(op_slot),
             (OpKind::Resync, Phase::Reading | Phase::Probing) => self.resync_after_reads(op_slot),

@@ -5,16 +5,21 @@
 //! other operation, so a write can never slip between its reads and its repair.
 //!
 //! What is repaired:
-//! - a chunk that fails to read: reconstructed from the others and rewritten (a read error is
-//!   repaired whether or not the scrub repairs mismatches), unless the stripe's other parity
-//!   rows disagree with it (below);
+//! - a chunk that fails to read is read again in 4 KiB units, and only the units that fail
+//!   again are reconstructed from the others and rewritten (a read error is repaired whether
+//!   or not the scrub repairs mismatches), unless the stripe's other parity rows disagree
+//!   there (below); the readable rest of the chunk is never written (found by review: whole-
+//!   chunk rewrites turned a stale parity row into wrong data beside one bad sector);
 //! - a mismatch on RAID 6 and 7.3: the one chunk whose replacement makes the stripe
 //!   consistent again is located from the syndromes (trying each chunk as the erased one) and
 //!   only it is rewritten; if no single chunk explains it, parity is recomputed from the data
 //!   and the stripe counted as not located;
 //! - a mismatch on RAID 5: it cannot be located (any one chunk could explain it): parity is
 //!   recomputed from the data, as md does;
-//! - mirrors: the value most copies hold wins (ties: the lowest member, resync's reference).
+//! - mirrors, unit by unit (4 KiB): the value most readable copies hold wins (ties: the
+//!   lowest member); a copy's unreadable unit is rewritten only where most readable copies
+//!   agree on it (found by review: whole-chunk votes copied a corrupted copy over a bad
+//!   sector, and let one copy outvote two that were right at every byte).
 //!
 //! Read-only (`ArrayAccess::ReadOnly`, `serve --read-only`): only a check runs, and it writes
 //! nothing. A chunk that fails to read is still reconstructed, so the stripe is checked
@@ -23,11 +28,14 @@
 //! bitmap bit is set, since no stripe is written. The scrub's cursor lives in memory only,
 //! on every array. `scrub_after_reads` asserts that a read-only shard rewrites nothing.
 //!
-//! A chunk rebuilt for a read error is written only if the parity rows the rebuild did not
-//! erase agree with it (when fewer chunks are erased than there are parity rows): one
-//! rebuilt from a source that is itself silently wrong would be wrong too. If they disagree
-//! the stripe counts as a mismatch and nothing is written. With as many chunks erased as
-//! parity rows the rewrite cannot be checked.
+//! A unit rebuilt for a read error is written only if the parity rows the rebuild did not
+//! erase agree with it there (when fewer chunks are erased at that unit than there are
+//! parity rows): one rebuilt from a source that is itself silently wrong would be wrong too.
+//! If they disagree the stripe counts as a mismatch and that unit is not written. With as
+//! many chunks erased as parity rows the rewrite cannot be checked (it writes what a read
+//! would reconstruct). In a stripe with read errors the other units are checked too and a
+//! mismatch there counted, but only the units that failed to read are written: a repair
+//! scrub after it repairs the mismatch.
 //!
 //! Degraded (parity levels with fewer members out of service than parity chunks: RAID 6 with
 //! one, 7.3 with one or two): the missing chunks are computed from the others and parity
@@ -49,7 +57,7 @@
 
 use super::pace::Pace;
 use super::{Health, OpKind, Shard, ShardEvent, ShutdownState, StripeEntry};
-use crate::plan::{ChunkSet, bit, has};
+use crate::plan::{ChunkSet, UNIT_BYTES, Units, bit, has};
 use flashraid_layout::{MEMBERS_MAX, StripeIndex};
 use flashraid_parity::Stores;
 
@@ -285,7 +293,15 @@ impl Shard {
     }
 
     /// Every chunk is read (or failed to): decide what to rewrite. The chunks to rewrite get
-    /// their correct contents in their own scratch buffers.
+    /// their correct contents in their own scratch buffers, and `op.units` says which 4 KiB
+    /// units of each to write.
+    ///
+    /// A chunk that failed to read is first read again in 4 KiB units (`UNIT_BYTES`, as
+    /// resync does), so that only the units that cannot be read are rebuilt and rewritten:
+    /// the readable rest of the chunk is the member's and is never written over with what
+    /// the others say (found by review: a check scrub rewrote whole chunks around one bad
+    /// sector, turning a stale parity row into wrong data, and on mirrors copying a
+    /// corrupted copy over a good one's readable bytes).
     pub(super) fn scrub_after_reads(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
         if self.stripe_needs_resync(op.stripe) {
@@ -296,18 +312,34 @@ impl Shard {
             self.finish_op(op_slot);
             return;
         }
-        // Chunks that failed to read, or whose member is not in service (`absent`: out since
-        // before the scrub, or since it started).
+        let units = usize::try_from(self.geometry.chunk_bytes() / UNIT_BYTES).expect("fits");
+        // Chunks whose member is not in service (`absent`: out since before the scrub, or
+        // since it started), and those that failed to read.
         let absent = self.absent_chunks_all(op);
-        let errored = op.errored | absent;
+        let failed = op.errored & !absent;
+        if failed != 0 && op.probed == 0 && units > 1 {
+            self.probe_units(op_slot, failed, units);
+            return;
+        }
+        // Per chunk index, the units not read.
+        let all_units = Units::first(units);
+        let mut bad = [Units::default(); MEMBERS_MAX];
+        for (c, b) in bad.iter_mut().enumerate() {
+            if has(absent | op.errored, c) {
+                *b = all_units;
+            } else if has(op.probed, c) {
+                *b = op.units[c];
+            }
+        }
         let rewrite = if self.is_parity_level() {
-            self.scrub_parity(op_slot, errored, absent)
+            self.scrub_parity(op_slot, &bad, absent, units)
         } else {
-            self.scrub_mirror(op_slot, errored, absent)
+            self.scrub_mirror(op_slot, &bad, absent, units)
         };
         // Read-only, nothing is ever rewritten: not a read error, not a mismatch (and so no
         // bitmap bit is set either). `poll_io` asserts it again for every member IO.
         assert!(rewrite == 0 || !self.is_read_only(), "a read-only scrub would rewrite");
+        assert!(rewrite & absent == 0, "a scrub would write a member out of service");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.repaired = rewrite;
         if rewrite == 0 {
@@ -319,42 +351,27 @@ impl Shard {
         }
     }
 
-    /// `erased`: every chunk not read (read errors and `absent` ones, whose member is out of
-    /// service and is never written).
-    fn scrub_parity(&mut self, op_slot: usize, erased: ChunkSet, absent: ChunkSet) -> ChunkSet {
+    /// Parity levels. `bad`: per chunk, the units not read (every unit of an `absent`
+    /// chunk, whose member is out of service and is never written).
+    fn scrub_parity(
+        &mut self,
+        op_slot: usize,
+        bad: &[Units; MEMBERS_MAX],
+        absent: ChunkSet,
+        units: usize,
+    ) -> ChunkSet {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
         let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
-        if erased.count_ones() as usize > m {
+        let read_errors: ChunkSet = (0..k + m)
+            .filter(|&c| !bad[c].is_empty() && !has(absent, c))
+            .fold(0, |s, c| s | bit(c));
+        if read_errors != 0 {
+            return self.scrub_parity_read_errors(op_slot, bad, read_errors, units);
+        }
+        if absent.count_ones() as usize > m {
             self.tally(|t| t.unreadable += 1);
             return 0;
-        }
-        let read_errors = erased & !absent;
-        if read_errors != 0 {
-            // Read errors: rebuild those chunks in place and rewrite them (absent ones are
-            // computed too, as sources need, and never written).
-            self.reconstruct_in_scratch(op_slot, erased, erased, len);
-            // The rebuilt chunks agree with the parity rows the plan used, by construction.
-            // With fewer erasures than parity rows, the rows left check them: a chunk
-            // rebuilt from a source that is itself silently wrong must not be written (found
-            // in review: it turned one detectable error into two silent ones). With as many
-            // erasures as rows nothing is left to check with, and the rewrite is unverified.
-            if (erased.count_ones() as usize) < m && self.parity_rows_disagree(op_slot, erased) {
-                // Its read errors are said too (found by review: only the mismatch was).
-                self.tally(|t| {
-                    t.mismatches += 1;
-                    t.read_errors_left += u64::from(read_errors.count_ones());
-                });
-                return 0;
-            }
-            if self.is_read_only() {
-                // Reported, not rewritten: nothing is written to a read-only array.
-                self.tally(|t| t.read_errors_left += u64::from(read_errors.count_ones()));
-                return 0;
-            }
-            self.tally(|t| t.read_errors_repaired += u64::from(read_errors.count_ones()));
-            self.counters.errors_corrected += u64::from(read_errors.count_ones());
-            return read_errors;
         }
         if absent != 0 {
             self.scrub_degraded(op_slot, absent, len);
@@ -375,7 +392,7 @@ impl Shard {
         self.tally(|t| t.repaired += 1);
         let op = self.ops[op_slot].as_mut().expect("live");
         let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
-        match located {
+        let rewrite = match located {
             Some((chunk, contents)) => {
                 head[chunk].as_mut().expect("chunk").as_mut_slice().copy_from_slice(&contents);
                 bit(chunk)
@@ -393,7 +410,106 @@ impl Shard {
                 }
                 rewrite
             }
+        };
+        for c in (0..k + m).filter(|&c| has(rewrite, c)) {
+            op.units[c] = Units::first(units);
         }
+        rewrite
+    }
+
+    /// Parity levels, a stripe with units that failed to read (`read_errors`: the chunks
+    /// with such units), unit by unit. The units not read (`bad`, every unit of the `absent`
+    /// chunks included) are rebuilt from as many parity rows as are missing there, and
+    /// parity is computed from the data so rebuilt. Where a row is left over it must agree:
+    /// a unit rebuilt from a source that is itself silently wrong would be wrong too (found
+    /// in review: it turned one detectable error into two silent ones), so a unit whose
+    /// check fails is counted as a mismatch and not written. With as many units missing as
+    /// rows the rewrite cannot be checked, and it writes what a read would reconstruct; with
+    /// more the unit is unreadable and left alone. The units read everywhere are checked
+    /// the same way, and a mismatch there is counted; it is repaired by a later repair scrub
+    /// (this one writes only units that failed to read). Only the units decided are written.
+    fn scrub_parity_read_errors(
+        &mut self,
+        op_slot: usize,
+        bad: &[Units; MEMBERS_MAX],
+        read_errors: ChunkSet,
+        units: usize,
+    ) -> ChunkSet {
+        let k = self.geometry.data_chunks();
+        let m = self.geometry.parity_chunks();
+        let unit = usize::try_from(UNIT_BYTES).expect("fits");
+        let data: ChunkSet = (0..k).fold(0, |s, i| s | bit(i));
+        let erased_at =
+            |u: usize| (0..k + m).filter(|&c| bad[c].contains(u)).fold(0, |s, c| s | bit(c));
+        let (mut unreadable, mut mismatch) = (false, false);
+        // First every data unit that can be rebuilt, so that parity is computed from whole
+        // data; runs of units with the same chunks missing are rebuilt in one call.
+        let mut u = 0;
+        while u < units {
+            let erased = erased_at(u);
+            let mut end = u + 1;
+            while end < units && erased_at(end) == erased {
+                end += 1;
+            }
+            if erased.count_ones() as usize > m {
+                unreadable |= erased & read_errors != 0;
+            } else if erased & data != 0 {
+                let (at, len) = (u * unit, (end - u) * unit);
+                self.reconstruct_range_in_scratch(op_slot, erased, erased & data, at, len);
+            }
+            u = end;
+        }
+        self.encode_parity_in_scratch(op_slot);
+        let read_only = self.is_read_only();
+        let op = self.ops[op_slot].as_mut().expect("live");
+        let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
+        let mut decided = [Units::default(); MEMBERS_MAX];
+        for u in 0..units {
+            let erased = erased_at(u);
+            if erased.count_ones() as usize > m {
+                continue;
+            }
+            let range = u * unit..(u + 1) * unit;
+            // Rows the rebuild used agree by construction; the others check it.
+            let disagrees = (0..m).filter(|&r| !has(erased, k + r)).any(|r| {
+                head[k + r].as_ref().expect("parity").as_slice()[range.clone()]
+                    != extra[r].as_ref().expect("computed").as_slice()[range.clone()]
+            });
+            if disagrees {
+                mismatch = true;
+                continue;
+            }
+            for c in (0..k + m).filter(|&c| has(erased & read_errors, c)) {
+                if c >= k {
+                    let computed = &extra[c - k].as_ref().expect("computed").as_slice();
+                    head[c].as_mut().expect("parity").as_mut_slice()[range.clone()]
+                        .copy_from_slice(&computed[range.clone()]);
+                }
+                decided[c].insert(u);
+            }
+        }
+        // Counted by chunk: repaired when every unit of it that failed is written.
+        let (mut repaired, mut left) = (0u64, 0u64);
+        let mut rewrite: ChunkSet = 0;
+        for c in (0..k + m).filter(|&c| has(read_errors, c)) {
+            if !read_only && decided[c] == bad[c] {
+                repaired += 1;
+            } else {
+                left += 1;
+            }
+            if !read_only && !decided[c].is_empty() {
+                rewrite |= bit(c);
+                op.units[c] = decided[c];
+            }
+        }
+        self.tally(|t| {
+            t.read_errors_repaired += repaired;
+            t.read_errors_left += left;
+            t.mismatches += u64::from(mismatch);
+            t.unreadable += u64::from(unreadable);
+        });
+        self.counters.errors_corrected += repaired;
+        rewrite
     }
 
     /// A stripe with `absent` chunks (fewer than the parity chunks) and no read error: the
@@ -465,16 +581,28 @@ impl Shard {
         found
     }
 
-    /// Mirrors: each data position's copies are compared; the value most readable copies
-    /// hold wins (ties: the lowest member). Unreadable copies are rewritten (but never on a
-    /// read-only array), disagreeing ones in repair mode.
-    /// `absent`: copies on members out of service (never written, not counted as repaired).
-    fn scrub_mirror(&mut self, op_slot: usize, errored: ChunkSet, absent: ChunkSet) -> ChunkSet {
-        let mut rewrite: ChunkSet = 0;
-        let mut mismatch = false;
-        let mut unreadable = false;
-        let read_only = self.is_read_only();
+    /// Mirrors, unit by unit (4 KiB): each data position's readable copies are compared;
+    /// the value most of them hold wins (ties: the lowest member). A copy that differs is a
+    /// mismatch, rewritten in repair mode. A unit a copy cannot read is rewritten (never on a
+    /// read-only array) only when most readable copies agree on it: where they disagree,
+    /// which one to copy is not known (found by review: a corrupted copy was copied over a
+    /// good copy's bad sector, and whole-chunk votes let a copy wrong in one place outvote
+    /// two copies right at every byte). A unit no copy can read is left alone.
+    /// `bad`: per member, the units not read (every unit of an `absent` copy, on a member
+    /// out of service, never written).
+    fn scrub_mirror(
+        &mut self,
+        op_slot: usize,
+        bad: &[Units; MEMBERS_MAX],
+        absent: ChunkSet,
+        units: usize,
+    ) -> ChunkSet {
         let n = self.geometry.member_count();
+        let unit = usize::try_from(UNIT_BYTES).expect("fits");
+        let read_only = self.is_read_only();
+        let repairs = self.scrub_repairs();
+        let (mut mismatch, mut unreadable) = (false, false);
+        let mut decided = [Units::default(); MEMBERS_MAX];
         let members = |set: ChunkSet| (0..n).filter(move |&o| has(set, o));
         for c in 0..n {
             let op = self.ops[op_slot].as_ref().expect("live");
@@ -485,66 +613,79 @@ impl Shard {
             if c != copies.trailing_zeros() as usize {
                 continue; // each data position once, from its first copy
             }
-            let readable = copies & !errored;
-            if readable == 0 {
-                unreadable = true;
-                continue;
-            }
-            let buf = |o: usize| op.scratch[o].as_ref().expect("read").as_slice();
-            let winner = members(readable)
-                .max_by_key(|&a| {
-                    (members(readable).filter(|&b| buf(b) == buf(a)).count(), usize::MAX - a)
-                })
-                .expect("readable");
-            let mut mine: ChunkSet = 0;
-            for o in members(copies) {
-                if has(errored, o) {
-                    if !read_only {
-                        mine |= bit(o);
-                    }
-                } else if buf(o) != buf(winner) {
-                    mismatch = true;
-                    if self.scrub_repairs() {
-                        mine |= bit(o);
+            let op = self.ops[op_slot].as_mut().expect("live");
+            for u in 0..units {
+                let range = u * unit..(u + 1) * unit;
+                let readable =
+                    members(copies).filter(|&o| !bad[o].contains(u)).fold(0, |s, o| s | bit(o));
+                if readable == 0 {
+                    unreadable = true;
+                    continue;
+                }
+                let buf =
+                    |o: usize| &op.scratch[o].as_ref().expect("read").as_slice()[range.clone()];
+                let votes = |a: usize| members(readable).filter(|&b| buf(b) == buf(a)).count();
+                let winner = members(readable)
+                    .max_by_key(|&a| (votes(a), usize::MAX - a))
+                    .expect("readable");
+                let majority = 2 * votes(winner) > readable.count_ones() as usize;
+                let mut mine: ChunkSet = 0;
+                for o in members(copies & !absent) {
+                    if bad[o].contains(u) {
+                        if majority && !read_only {
+                            mine |= bit(o);
+                        }
+                    } else if buf(o) != buf(winner) {
+                        mismatch = true;
+                        if repairs {
+                            mine |= bit(o);
+                        }
                     }
                 }
+                // The rewritten copies take the winner's bytes.
+                let source = op.scratch[winner].take().expect("read");
+                for o in members(mine) {
+                    op.scratch[o].as_mut().expect("read").as_mut_slice()[range.clone()]
+                        .copy_from_slice(&source.as_slice()[range.clone()]);
+                    decided[o].insert(u);
+                }
+                op.scratch[winner] = Some(source);
             }
-            // The rewritten copies take the winner's contents.
-            let op = self.ops[op_slot].as_mut().expect("live");
-            let source = op.scratch[winner].take().expect("read");
-            for o in members(mine) {
-                op.scratch[o]
-                    .as_mut()
-                    .expect("read")
-                    .as_mut_slice()
-                    .copy_from_slice(source.as_slice());
-            }
-            op.scratch[winner] = Some(source);
-            rewrite |= mine;
         }
-        let read_errors = u64::from((errored & !absent).count_ones());
-        self.tally(|t| {
-            if read_only {
-                t.read_errors_left += read_errors;
-            } else {
-                t.read_errors_repaired += read_errors;
+        // Read errors counted by copy: repaired when every unit of it that failed is written.
+        let (mut repaired, mut left) = (0u64, 0u64);
+        let mut rewrite: ChunkSet = 0;
+        let op = self.ops[op_slot].as_mut().expect("live");
+        for o in (0..n).filter(|&o| !has(absent, o)) {
+            if !bad[o].is_empty() {
+                let all_written = (0..units).all(|u| !bad[o].contains(u) || decided[o].contains(u));
+                if all_written {
+                    repaired += 1;
+                } else {
+                    left += 1;
+                }
             }
+            if !decided[o].is_empty() {
+                rewrite |= bit(o);
+                op.units[o] = decided[o];
+            }
+        }
+        self.tally(|t| {
+            t.read_errors_repaired += repaired;
+            t.read_errors_left += left;
             t.mismatches += u64::from(mismatch);
             t.unreadable += u64::from(unreadable);
+            t.repaired += u64::from(mismatch && repairs);
         });
-        if mismatch && self.scrub_repairs() {
-            self.tally(|t| t.repaired += 1);
-        }
-        if !read_only {
-            self.counters.errors_corrected += read_errors;
-        }
+        self.counters.errors_corrected += repaired;
         rewrite
     }
 
-    /// Write the chunks `scrub_after_reads` corrected, from their own scratch buffers.
+    /// Write the units of the chunks `scrub_after_reads` corrected (`op.units`), from
+    /// their own scratch buffers.
     pub(super) fn scrub_issue(&mut self, op_slot: usize) {
         let rewrite = self.ops[op_slot].as_ref().expect("live").repaired;
         let source: [usize; MEMBERS_MAX] = std::array::from_fn(|c| c);
-        self.issue_chunk_rewrites(op_slot, rewrite, &source);
+        self.issue_unit_rewrites(op_slot, rewrite, &source, UNIT_BYTES);
     }
 }
