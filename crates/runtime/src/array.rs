@@ -802,6 +802,7 @@ impl Array {
             detached_slots: Vec::new(),
             preferred_spare: None,
             takeover_partial: None,
+            replace_deferred: false,
             copy: None,
             stopping_copier: None,
             erasing: Vec::new(),
@@ -1305,6 +1306,9 @@ struct Controller {
     /// The role whose copy is done: the next takeover of exactly that role by
     /// `preferred_spare` is partial.
     takeover_partial: Option<MemberIndex>,
+    /// A replace recorded in the superblocks waits for resync to finish before its copy
+    /// starts over (`resume_replace`); said once in the event log.
+    replace_deferred: bool,
     /// A `replace` copying the old member to the new device.
     copy: Option<RunningCopy>,
     /// A copier told to stop that has not said it stopped: it may still write its device
@@ -1408,6 +1412,14 @@ pub const UNVERIFIABLE_STALL: &str = "it lies in a region an unclean shutdown le
      `flashraid rebuild --trust-parity` lets the rebuild write its reconstruction anyway, as \
      md does after a forced start: a stripe that was being written at that shutdown then \
      gets a wrong chunk on the replacement, and every other stripe its redundancy back";
+
+/// Why `replace` is refused while stripes an unclean shutdown left dirty are not all
+/// resynced: when its copy ends, the old member leaves service, and those stripes would then
+/// be degraded and untrusted (found by review: flushed data became unreadable, and on
+/// mirrors a range read other bytes with no write in between).
+const RESYNC_PENDING_REPLACE: &str = "stripes an unclean shutdown left dirty are not all \
+    resynced yet (resync is running, or stopped: see `status` and its events); replace once \
+    it is done: until then the old member's chunks are needed as they are";
 
 /// How long `spare remove` waits for the erase of the spare's superblocks before it answers
 /// (a device that does not answer holds its own thread, not the controller).
@@ -1713,7 +1725,12 @@ impl Controller {
                 Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
                     self.metadata.note_errors_corrected(member, 1);
                 }
-                Some(ToController::Event(_, ShardEvent::ResyncDone)) => {}
+                Some(ToController::Event(_, ShardEvent::ResyncDone)) => {
+                    // One shard's resync is done; a replace waiting for all of them goes on.
+                    if self.replace_deferred {
+                        self.resume_replace();
+                    }
+                }
                 Some(ToController::FailMember(role, guard, reply)) => {
                     let _ = reply.send(self.fail_by_operator(role, guard));
                 }
@@ -2338,6 +2355,9 @@ impl Controller {
         }
         if self.copy.is_some() {
             return Err(ArrayError::Other("a replace is running; one at a time".into()));
+        }
+        if self.resync_pending() {
+            return Err(ArrayError::Other(RESYNC_PENDING_REPLACE.into()));
         }
         if let Some(c) = &self.stopping_copier {
             return Err(ArrayError::Other(format!(
@@ -3014,7 +3034,25 @@ impl Controller {
     /// no longer can, the record is cleared and the event log says why.
     fn resume_replace(&mut self) {
         let Some((role, device)) = self.metadata.replacing() else { return };
+        if self.copy.is_some() {
+            return;
+        }
         let name = self.devices[device].name();
+        if self.resync_pending() && self.metadata.role_device(role.get()).is_some() {
+            // Found by review: the copy resumed at once, and its swap took the old member
+            // out while resync still needed it (below); it waits for resync instead, and
+            // `ResyncDone` brings it back here.
+            if !self.replace_deferred {
+                self.replace_deferred = true;
+                let message = format!(
+                    "the replace of member {} by {name} was interrupted by a stop; it starts                      over once resync after the unclean shutdown is done",
+                    role.get()
+                );
+                self.events.record(&self.metadata, "replace-deferred", &message);
+            }
+            return;
+        }
+        self.replace_deferred = false;
         let why_not = if self.metadata.role_device(role.get()).is_none() {
             Some("the member it replaced is out of service".to_string())
         } else if matches!(self.devices[device], MemberDevice::Memory(_)) {
@@ -3302,6 +3340,11 @@ impl Controller {
                 self.take_spare_if_wanted();
             }
         }
+    }
+
+    /// Some shard still has stripes to resync (`Shard::resync_pending`).
+    fn resync_pending(&self) -> bool {
+        self.shard_statuses().iter().any(|s| s.resync_pending)
     }
 
     fn shard_statuses(&self) -> Vec<ShardStatus> {

@@ -69,6 +69,8 @@ pub struct ShardStatus {
     pub counters: ShardCounters,
     pub health: Vec<Health>,
     pub resyncing: bool,
+    /// `Shard::resync_pending`.
+    pub resync_pending: bool,
     pub bitmap_regions_set: usize,
     /// Merged member reads that failed and were read again part by part (io_uring only).
     pub member_reads_retried: u64,
@@ -812,6 +814,7 @@ impl Reactor {
                 .map(|m| self.shard.member_health(MemberIndex(u16::try_from(m).expect("fits"))))
                 .collect(),
             resyncing: self.shard.is_resyncing(),
+            resync_pending: self.shard.resync_pending(),
             bitmap_regions_set: self.shard.bitmap_regions_set(),
             member_reads_retried: match &self.driver {
                 Backend::Uring(d) => d.reads_retried(),

@@ -522,6 +522,9 @@ impl SimArray {
     /// rebuild of those regions (like `flashraid replace`).
     pub fn start_replace(&mut self, role: usize, spare: usize) {
         assert!(self.metadata.spare_devices().contains(&spare), "not a spare");
+        // The runtime refuses (and a resumed replace waits) until resync is done: the swap
+        // at the copy's end would leave the stripes still to resync degraded and untrusted.
+        assert!(!self.resync_pending(), "a replace while resync is pending");
         let old = self.metadata.role_device(role).expect("role held");
         for shard in &mut self.shards {
             shard.set_copy_recording(true);
@@ -558,6 +561,11 @@ impl SimArray {
             self.fail_member(r);
         }
         self.run_until_idle();
+    }
+
+    /// Some shard still has stripes an unclean shutdown left to resync (running or stopped).
+    pub fn resync_pending(&self) -> bool {
+        self.shards.iter().any(|s| s.resync_pending())
     }
 
     /// Whether a replace is still copying.

@@ -904,6 +904,14 @@ impl Shard {
             || (self.resync_region_index < self.resync_regions.len() && !self.resync_stalled())
     }
 
+    /// Stripes an unclean shutdown left dirty are not all resynced yet: resync is running,
+    /// or stopped (a member out, a stripe it could not vouch for), and those stripes are
+    /// still untrusted. A member taken out of service now would leave them degraded and
+    /// unverifiable, so the runtime does not swap a replaced member out until it is false.
+    pub fn resync_pending(&self) -> bool {
+        self.resync_in_flight > 0 || self.resync_region_index < self.resync_regions.len()
+    }
+
     /// Background work (rebuild, scrub, resync) has operations in flight.
     pub fn background_busy(&self) -> bool {
         self.resync_in_flight > 0
