@@ -50,44 +50,13 @@ fn member_failed_events(array: &SimArray) -> Vec<String> {
         .collect()
 }
 
-/// A degraded RAID 5 (one member out, no spare) with one bad sector on a member in service:
-
-/// that sector cannot be reconstructed, so a read of it fails (`Unreadable`) and nothing is
-
-/// rewritten. A client that retries the read (a copy tool, a filesystem retrying) reads the
-
-/// same unrewritten bad sector again and again; each read must not count as a new error
-
-/// that, past `member_read_errors_max`, fails the member, which fails the whole array and
-
-/// makes every other block unreadable.
-
-/// RAID 5 with a hot spare rebuilding a failed role, and one bad sector on a surviving
-
-/// member: the rebuild stalls at that stripe and retries every `rebuild_stall_retry_us`
-
-/// (documented: "it stalls there ... tries again"). Each retry re-reads the same unrewritten
-
-/// bad sector and counts a new read error, so after `member_read_errors_max` retries the
-
-/// source member is failed, and the array (already missing the role being rebuilt) fails.
-
 /// RAID 1 with three copies. Member 2 has a bad sector in the first 4 KiB of a chunk; member
-
 /// 0 has silent corruption in the last 4 KiB of the same chunk; member 1 is intact. Every
-
-/// byte of the chunk is held right by at least two readable copies. A *check* scrub (which
-
-/// must only rewrite read errors, from what the stripe vouches for) rewrites member 2's whole
-
-/// chunk from member 0 (the tie-break winner once member 2's chunk is dropped from the vote
-
-/// as a whole), so member 2's readable, correct last 4 KiB now hold member 0's corruption:
-
-/// one corrupted copy became two. A repair scrub afterwards then copies the corruption
-
-/// onto member 1 as well (majority of whole chunks), and the data is gone from every copy.
-
+/// byte of the chunk is held right by at least two readable copies. A *check* scrub rewrites
+/// only member 2's unreadable unit, from the copies that agree there; its readable, correct
+/// last 4 KiB keep their bytes. (Whole-chunk decisions rewrote member 2's chunk from member
+/// 0, the tie-break winner, so one corrupted copy became two, and a repair scrub then lost
+/// the data from every copy.)
 #[test]
 fn raid1_x3_check_scrub_does_not_spread_one_corrupted_copy_over_a_bad_sector_copy() {
     let mut o = SimOptions::new(3, Level::Raid1, 3);
@@ -118,15 +87,10 @@ fn raid1_x3_check_scrub_does_not_spread_one_corrupted_copy_over_a_bad_sector_cop
 }
 
 /// RAID 1 with three copies, two of them silently corrupted in different places (member 0
-
 /// in the first 4 KiB of a chunk, member 1 in the last 4 KiB), member 2 intact. Every byte
-
-/// has a two-copy majority holding the right value, but the vote is over whole chunks: all
-
-/// three differ, the tie goes to the lowest member, and a repair scrub copies member 0's
-
-/// corruption over the two copies that held those bytes right.
-
+/// has a two-copy majority holding the right value, and the vote, unit by unit, keeps it.
+/// (With a vote over whole chunks all three differed, the tie went to the lowest member,
+/// and a repair scrub copied member 0's corruption over the two copies that were right.)
 #[test]
 fn raid1_x3_repair_does_not_overwrite_a_per_byte_majority() {
     let mut o = SimOptions::new(4, Level::Raid1, 3);
@@ -151,19 +115,10 @@ fn raid1_x3_repair_does_not_overwrite_a_per_byte_majority() {
 }
 
 /// RAID 5, a stripe whose parity chunk was silently corrupted (a lost write), and a bad
-
 /// 4 KiB sector at the start of one of its data chunks. Before the scrub, the rest of that
-
-/// data chunk reads right (straight from its member). A *check* scrub rewrites the whole
-
-/// data chunk from its reconstruction (which uses the bad parity), not just the unreadable
-
-/// 4 KiB: the readable, correct 12 KiB beside the bad sector are overwritten with garbage.
-
-/// (Resync reads a failed chunk again in 4 KiB units for exactly this reason; a client read
-
-/// of the bad sector rewrites only what it read.)
-
+/// data chunk reads right (straight from its member), and still does after a check scrub,
+/// which rewrites only the unreadable 4 KiB. (A whole-chunk rewrite from the reconstruction,
+/// which uses the bad parity, overwrote the readable, correct 12 KiB beside it.)
 #[test]
 fn raid5_check_scrub_rewrites_only_the_unreadable_sector_not_the_readable_rest() {
     let mut o = SimOptions::new(5, Level::Raid5, 4);
@@ -226,13 +181,9 @@ fn stripe_members(array: &SimArray, stripe: u64) -> Vec<usize> {
 }
 
 /// RAID 7.3 with two chunks of one stripe silently corrupted (data+data, data+parity,
-
 /// parity+parity), 4 KiB and 1 MiB chunks: nothing can locate two, so a repair must never
-
 /// change a data chunk (parity follows the data, as documented), and a single corrupted
-
 /// chunk per stripe (data or parity) is located and repaired exactly.
-
 #[test]
 fn raid73_two_corrupted_chunks_are_not_located_and_data_is_never_rewritten() {
     for chunk in [4u64 << 10, 256 << 10] {
@@ -273,9 +224,7 @@ fn raid73_two_corrupted_chunks_are_not_located_and_data_is_never_rewritten() {
 }
 
 /// Corruption plus a failed member on RAID 6 and 7.3: a degraded scrub counts the mismatch
-
 /// and writes nothing, check or repair; reads of other stripes stay right.
-
 #[test]
 fn degraded_scrub_with_corruption_writes_nothing() {
     for (level, n, out) in
@@ -335,11 +284,8 @@ fn degraded_scrub_with_corruption_writes_nothing() {
 }
 
 /// Scrub racing with writes to the same stripes: writes are queued (long IO delays) when a
-
 /// repair scrub starts; every write must land, the data must equal the model, and a check
-
 /// afterwards finds nothing.
-
 #[test]
 fn scrub_racing_with_writes_keeps_every_write() {
     for (level, n) in [
@@ -392,15 +338,10 @@ fn scrub_racing_with_writes_keeps_every_write() {
 }
 
 /// Reads (partial chunks, whole chunks, across chunks) with bad sectors on several members
-
 /// of one stripe, at 4 KiB and 256 KiB chunks: within the level's redundancy the read
-
 /// returns the model and every member's data afterwards equals what it held (the rewrite
-
 /// puts back exactly the right bytes, and only heals); beyond it the read fails and nothing
-
 /// is written.
-
 #[test]
 fn reads_with_bad_sectors_on_several_members_of_a_stripe() {
     for (level, n) in [
@@ -476,11 +417,8 @@ fn reads_with_bad_sectors_on_several_members_of_a_stripe() {
 }
 
 /// A scrub of stripes with bad sectors on several members: within redundancy all are
-
 /// rewritten with the right bytes; beyond it the stripe counts as unreadable and nothing
-
 /// is written.
-
 #[test]
 fn scrub_with_bad_sectors_on_several_members_of_a_stripe() {
     for (level, n) in [
@@ -544,32 +482,9 @@ fn scrub_with_bad_sectors_on_several_members_of_a_stripe() {
     }
 }
 
-/// RAID 7.3 cut with writes in flight, then two roles lost before resync vouched for the
-
-/// dirty regions (two hot spares). Rebuilding the first role with the second still out
-
-/// leaves one parity row the reconstruction does not need: docs/safety.md says a rebuild
-
-/// "checks each stripe of those regions against a parity row it does not need for the
-
-/// reconstruction (RAID 6 and 7.3 with a row to spare)" and stalls only "where no row is
-
-/// left to check with (RAID 5, or RAID 6 with two roles out) or the check fails". So a stall
-
-/// for `Unverifiable` may only come at a stripe the writes in flight touched (where the check
-
-/// can fail). The engine stalls at the first untrusted stripe whatever it holds
-
-/// (rebuild.rs: "Another chunk is missing too: nothing left to check the reconstruction
-
-/// with"), pushing the operator to `--trust-parity`, which then writes unverified chunks.
-
-/// Minor (reporting): a mirror position no copy can read is left alone, yet the scrub
-
-/// counts its chunks in `read_errors_repaired` (and `errors_corrected`), so status says the
-
-/// bad sectors were repaired while nothing was written.
-
+/// A mirror position no copy can read is left alone, and counted as unreadable, not in
+/// `read_errors_repaired` (which said the bad sectors were repaired while nothing was
+/// written).
 #[test]
 fn mirror_scrub_does_not_count_unrepaired_read_errors_as_repaired() {
     let mut o = SimOptions::new(6, Level::Raid1, 2);
@@ -593,11 +508,8 @@ fn mirror_scrub_does_not_count_unrepaired_read_errors_as_repaired() {
 }
 
 /// Writes (partial chunks, RMW and reconstruct-write shapes) into stripes with bad sectors
-
 /// on up to the tolerance's members: the data reads back and parity stays consistent (a
-
 /// check scrub, after the bad ranges are cleared, finds nothing).
-
 #[test]
 fn writes_over_bad_sectors_on_several_members_keep_parity_right() {
     for (level, n) in [
@@ -665,18 +577,6 @@ fn writes_over_bad_sectors_on_several_members_keep_parity_right() {
         }
     }
 }
-
-/// Read path: RAID 6, a stripe whose P chunk is silently stale over its first 8 KiB (a lost
-
-/// write) and a bad 4 KiB sector in block 1 of data chunk 0. A client reads the whole data
-
-/// chunk (16 KiB): the IO fails as a whole, the whole segment is rebuilt from P, and blocks
-
-/// 0, 2 and 3, which read fine from the member, are returned wrong and written back wrong.
-
-/// Reading the failed segment again in 4 KiB units (as resync does) would return and keep
-
-/// them right; Q was there to tell the rebuild was wrong, too.
 
 fn flip(array: &SimArray, member: usize, at: u64, len: usize) {
     let device = array.role_device(member).unwrap();

@@ -515,12 +515,17 @@ impl Shard {
                 self.rebuild_lost(op_slot);
                 return true;
             }
-            if untrusted && erased == bit(target) {
+            // Verified where a parity row is left over once every missing chunk is rebuilt
+            // (RAID 6 with the target alone missing, 7.3 with one more: found by review, 7.3
+            // stalled there), and where only the target is missing (a parity target is
+            // recomputed from the data; RAID 5 cannot check a data target, and says so).
+            let m = self.geometry.parity_chunks();
+            if untrusted && (erased == bit(target) || (erased.count_ones() as usize) < m) {
                 return self.begin_rebuild_verified(op_slot, target, erased);
             }
             if untrusted {
-                // Another chunk is missing too: nothing left to check the reconstruction
-                // with.
+                // As many chunks missing as parity rows: nothing left to check the
+                // reconstruction with.
                 if !self.rebuild_trust_parity {
                     self.rebuild_lost_unverifiable(op_slot);
                     return true;
@@ -585,7 +590,7 @@ impl Shard {
     /// reconstructing from parity could invent data. Read every chunk still there; the
     /// target is written only if the stripe proves consistent (see `rebuild_verify`).
     fn begin_rebuild_verified(&mut self, op_slot: usize, target: usize, erased: ChunkSet) -> bool {
-        assert_eq!(erased, bit(target), "only the target is missing");
+        assert!(has(erased, target), "the target is missing");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.rebuild_erased = erased;
         op.rebuild_targets = bit(target);
@@ -594,44 +599,51 @@ impl Shard {
         self.begin_resync(op_slot)
     }
 
-    /// Untrusted stripe, every available chunk read: parity target: recompute it from the
-    /// data (what resync would write); data target: reconstruct it and keep it only if every
-    /// parity row then agrees with the data (which needs a second parity row: on RAID 5 the
-    /// stripe cannot be checked and the rebuild stops there rather than guess).
+    /// Untrusted stripe, every available chunk read. The missing data chunks (the target's
+    /// and any other's) are rebuilt from as many parity rows, parity is recomputed from the
+    /// data, and the target is kept only if every parity row not missing then agrees (a row
+    /// the rebuild did not use checks it). A parity target with no other chunk missing is
+    /// what resync would write: parity from the data, nothing to check. With nothing left to
+    /// check with (RAID 5, a data target) the rebuild stops there rather than guess, unless
+    /// the operator trusts parity.
     fn rebuild_verify(&mut self, op_slot: usize) -> bool {
         let k = self.geometry.data_chunks();
         let m = self.geometry.parity_chunks();
         let len = usize::try_from(self.geometry.chunk_bytes()).expect("fits");
         let op = self.ops[op_slot].as_ref().expect("live");
         let target = op.rebuild_targets.trailing_zeros() as usize;
-        if target < k {
-            if m < 2 && !self.rebuild_trust_parity {
+        let erased = op.rebuild_erased;
+        let data_erased = erased & ((1 << k) - 1);
+        let spare_row = (erased.count_ones() as usize) < m;
+        if data_erased != 0 {
+            if !spare_row && !self.rebuild_trust_parity {
                 return false;
             }
-            self.reconstruct_in_scratch(op_slot, bit(target), bit(target), len);
-            if m < 2 {
-                // Nothing to check it with; written because the operator allowed it.
+            self.reconstruct_in_scratch(op_slot, erased, data_erased, len);
+            if !spare_row {
+                // Nothing to check it with (every row left agrees by construction); written
+                // because the operator allowed it.
                 self.ops[op_slot].as_mut().expect("live").rebuild_unverified = true;
-                return true;
             }
         }
-        // Parity from the data (the reconstructed chunk included) into the extra slots.
+        // Parity from the data (the rebuilt chunks included) into the extra slots.
         self.encode_parity_in_scratch(op_slot);
         let op = self.ops[op_slot].as_mut().expect("live");
         let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
-        if target >= k {
-            let computed = extra[target - k].as_ref().expect("computed").as_slice();
-            head[target].as_mut().expect("target").as_mut_slice().copy_from_slice(computed);
-            return true;
-        }
-        let agrees = (0..m).all(|r| {
+        let agrees = (0..m).filter(|&r| !has(erased, k + r)).all(|r| {
             head[k + r].as_ref().expect("parity").as_slice()
                 == extra[r].as_ref().expect("computed").as_slice()
         });
+        if target >= k {
+            let computed = extra[target - k].as_ref().expect("computed").as_slice();
+            head[target].as_mut().expect("target").as_mut_slice().copy_from_slice(computed);
+            if data_erased == 0 {
+                return true;
+            }
+        }
         if !agrees && self.rebuild_trust_parity {
             // The stripe disagrees with itself (a write in flight at the crash); the
-            // reconstruction from the first parity row is written because the operator
-            // allowed it.
+            // reconstruction is written because the operator allowed it.
             op.rebuild_unverified = true;
             return true;
         }
