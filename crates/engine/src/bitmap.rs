@@ -37,8 +37,10 @@ struct Region {
     on_disk: bool,
     /// Writes acquired and not released.
     writes_active: u32,
-    /// When the last write was released.
+    /// When the last write was released (for the clearing delay).
     last_release_us: u64,
+    /// `WriteIntent::releases` at the last write's release (for flushes: see there).
+    last_release: u64,
     /// A member flush issued after the last release has completed.
     flushed: bool,
 }
@@ -75,8 +77,15 @@ pub(crate) struct WriteIntent {
     /// Memory differs from the last image started.
     changed: bool,
     clear_delay_us: u64,
-    /// When the internal flush in flight (if any) was issued.
-    flush_issued_us: Option<u64>,
+    /// Write releases so far. A flush covers the writes released before it was issued,
+    /// which it tells by this count, not by the clock: writes complete within the same
+    /// microsecond as a flush is issued, before or after it (found by review: a write
+    /// released in the turn that issued the clearing flush, at the same time stamp, counted
+    /// as covered by it, and its region was cleared with the write still in a member's
+    /// cache; a power cut then left the stripe's parity stale with no resync).
+    releases: u64,
+    /// The release count when the flush in flight (if any) was issued.
+    flush_issued_at: Option<u64>,
     buf: IoBuf,
     /// The missed-write map in memory (its `sequence` is that of the last image started).
     missed: BitmapBlock,
@@ -111,7 +120,8 @@ impl WriteIntent {
             in_flight: false,
             changed: false,
             clear_delay_us,
-            flush_issued_us: None,
+            releases: 0,
+            flush_issued_at: None,
             buf: IoBuf::new(flashraid_format::bitmap::BITMAP_BLOCK_BYTES),
             missed: missed_block,
             missed_changed: false,
@@ -212,6 +222,9 @@ impl WriteIntent {
         assert!(r.writes_active > 0, "bitmap release without acquire");
         r.writes_active -= 1;
         r.last_release_us = now_us;
+        self.releases += 1;
+        let releases = self.releases;
+        self.region(region).last_release = releases;
     }
 
     pub fn is_durable(&self, target: u64) -> bool {
@@ -220,7 +233,7 @@ impl WriteIntent {
 
     /// Whether an internal member flush would let some region be cleared.
     pub fn wants_flush(&self, now_us: u64) -> bool {
-        self.flush_issued_us.is_none()
+        self.flush_issued_at.is_none()
             && self.regions.iter().any(|r| {
                 r.on_disk
                     && r.writes_active == 0
@@ -229,21 +242,23 @@ impl WriteIntent {
             })
     }
 
-    /// A member flush (ours or a client's) was issued at `now_us`.
-    pub fn flush_issued(&mut self, now_us: u64) {
-        self.flush_issued_us.get_or_insert(now_us);
+    /// A member flush (ours or a client's) is issued now, before any write completing after
+    /// it is released; returns its mark for `flush_completed`.
+    pub fn flush_issued(&mut self) -> u64 {
+        self.flush_issued_at.get_or_insert(self.releases);
+        self.releases
     }
 
-    /// The flush issued at `issued_us` completed on every available member: writes released
-    /// before then are durable.
-    pub fn flush_completed(&mut self, issued_us: u64) {
+    /// The flush `flush_issued` marked `issued` completed on every available member: the
+    /// writes released before it was issued are durable.
+    pub fn flush_completed(&mut self, issued: u64) {
         for r in &mut self.regions {
-            if r.writes_active == 0 && r.last_release_us <= issued_us {
+            if r.writes_active == 0 && r.last_release <= issued {
                 r.flushed = true;
             }
         }
-        if self.flush_issued_us == Some(issued_us) {
-            self.flush_issued_us = None;
+        if self.flush_issued_at == Some(issued) {
+            self.flush_issued_at = None;
         }
     }
 
@@ -370,8 +385,8 @@ mod tests {
         b.start_image();
         b.image_written();
         b.release(3, 100);
-        b.flush_issued(2000);
-        b.flush_completed(2000);
+        let issued = b.flush_issued();
+        b.flush_completed(issued);
         b.clear_idle(2000, &|_| false);
         b
     }
@@ -420,8 +435,8 @@ mod tests {
         assert!(b.wants_flush(2000));
         b.clear_idle(2000, &|_| false);
         assert_eq!(b.set_regions(), 1);
-        b.flush_issued(2000);
-        b.flush_completed(2000);
+        let issued = b.flush_issued();
+        b.flush_completed(issued);
         b.clear_idle(2000, &|_| false);
         assert_eq!(b.set_regions(), 0);
         // The clear reaches the disk with the next image.
@@ -437,12 +452,41 @@ mod tests {
         b.start_image();
         b.image_written();
         b.release(3, 100);
-        b.flush_issued(150);
+        let issued = b.flush_issued();
         b.acquire(3);
         b.release(3, 200);
-        b.flush_completed(150);
+        b.flush_completed(issued);
         b.clear_idle(5000, &|_| false);
         assert_eq!(b.set_regions(), 1, "the write at 200 was not covered by the flush at 150");
+    }
+
+    /// Found by review: a write released in the same microsecond as the flush was issued,
+    /// but after it (the reactor's turn issues the clearing flush, then takes completions,
+    /// all at one time stamp), counted as covered by the flush, and its region was cleared
+    /// with the write still in a member's cache.
+    #[test]
+    fn a_write_released_after_the_flush_in_the_same_microsecond_keeps_the_region() {
+        let mut b = intent();
+        b.acquire(3);
+        b.start_image();
+        b.image_written();
+        b.acquire(3);
+        b.release(3, 100);
+        let issued = b.flush_issued();
+        b.release(3, 100);
+        b.flush_completed(issued);
+        b.clear_idle(5000, &|_| false);
+        assert_eq!(
+            b.set_regions(),
+            1,
+            "a write released after the flush was issued is not durable"
+        );
+        let issued = b.flush_issued();
+        b.flush_completed(issued);
+        b.clear_idle(5000, &|_| false);
+        assert!(b.start_image().is_some(), "the next flush covers it");
+        b.image_written();
+        assert!(b.is_clear());
     }
 
     /// Review finding: a write acquired while an image clearing its region was in flight went
@@ -486,8 +530,8 @@ mod tests {
         b.image_written();
         b.release(1, 10);
         b.release(2, 10);
-        b.flush_issued(20);
-        b.flush_completed(20);
+        let issued = b.flush_issued();
+        b.flush_completed(issued);
         b.clear_flushed(&|r| r == 2);
         // 1 cleared; 2 kept (resync); 3 still has a write active.
         assert_eq!(b.set_regions(), 2);
@@ -496,8 +540,8 @@ mod tests {
     #[test]
     fn resyncing_regions_are_kept() {
         let mut b = blocks(10, &[2, 4], 0);
-        b.flush_issued(0);
-        b.flush_completed(0);
+        let issued = b.flush_issued();
+        b.flush_completed(issued);
         b.clear_idle(10, &|r| r == 4);
         assert_eq!(b.set_regions(), 1);
     }
@@ -512,8 +556,8 @@ mod tests {
         assert_eq!(b.start_image().map(|(k, _)| k), Some(ImageKind::WriteIntent));
         b.image_written();
         b.release(3, 100);
-        b.flush_issued(2000);
-        b.flush_completed(2000);
+        let issued = b.flush_issued();
+        b.flush_completed(issued);
         b.clear_idle(2000, &|_| false);
         assert_eq!(b.set_regions(), 0);
         assert_eq!(b.missed_regions(), 1);

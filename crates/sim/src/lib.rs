@@ -46,6 +46,31 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The contents write `id` puts in 4 KiB array block `block`: a header naming both, then bytes
+/// derived from them, so a block read back identifies the write it came from.
+pub fn block_pattern(id: u64, block: u64) -> Vec<u8> {
+    let mut out = vec![0u8; 4096];
+    out[..8].copy_from_slice(&id.to_le_bytes());
+    out[8..16].copy_from_slice(&block.to_le_bytes());
+    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ block.wrapping_add(1);
+    for byte in &mut out[16..] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *byte = x as u8;
+    }
+    out
+}
+
+/// Which write a block came from (0: never written), or `None` if it is no write's pattern.
+pub fn identify(data: &[u8], block: u64) -> Option<u64> {
+    if data.iter().all(|&b| b == 0) {
+        return Some(0);
+    }
+    let id = u64::from_le_bytes(data[..8].try_into().unwrap());
+    (data == block_pattern(id, block).as_slice()).then_some(id)
+}
+
 /// The redundant levels the lifecycle simulations cover, each at its smallest useful width.
 pub const REDUNDANT_LEVELS: [(flashraid_layout::Level, usize); 5] = [
     (flashraid_layout::Level::Raid1, 3),

@@ -17,36 +17,11 @@
 use flashraid_engine::{ArrayOp, Durability};
 use flashraid_format::assembly::DirtyDegraded;
 use flashraid_layout::{ArrayOffset, Level, StripeIndex};
-use flashraid_sim::{SimArray, SimMember, SimOptions, Ticket};
+use flashraid_sim::{SimArray, SimMember, SimOptions, Ticket, block_pattern, identify};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const BLOCK: usize = 4096;
-
-/// The contents write `id` puts in array block `block`: a header naming both, then bytes
-/// derived from them, so a block read back identifies the write it came from.
-fn block_pattern(id: u64, block: u64) -> Vec<u8> {
-    let mut out = vec![0u8; BLOCK];
-    out[..8].copy_from_slice(&id.to_le_bytes());
-    out[8..16].copy_from_slice(&block.to_le_bytes());
-    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ block.wrapping_add(1);
-    for byte in &mut out[16..] {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *byte = x as u8;
-    }
-    out
-}
-
-/// Which write a block came from (0: never written), or `None` if it is no write's pattern.
-fn identify(data: &[u8], block: u64) -> Option<u64> {
-    if data.iter().all(|&b| b == 0) {
-        return Some(0);
-    }
-    let id = u64::from_le_bytes(data[..8].try_into().unwrap());
-    (data == block_pattern(id, block).as_slice()).then_some(id)
-}
 
 /// One block's write history: (write id, acknowledged at this ack number if acknowledged).
 #[derive(Clone, Default)]

@@ -100,11 +100,10 @@ impl Shard {
             self.finish_request(slot, Err(RequestError::ArrayFailed));
             return;
         }
-        let now = self.now_us;
+        let issued = self.bitmap.flush_issued();
         let request = self.requests[slot].as_mut().expect("live");
         request.pending = u32::try_from(members.len()).expect("fits");
-        request.issued_us = now;
-        self.bitmap.flush_issued(now);
+        request.flush_issued_at = issued;
         for m in members {
             let token = Self::token(ORIGIN_FLUSH, slot, 0, usize::from(m), 0);
             self.ios.push_back(MemberIo {
@@ -133,7 +132,7 @@ impl Shard {
         if !request.member_errors {
             // Every write released before the flush was issued is durable on every member
             // still in service: their bitmap regions may be cleared.
-            let issued = request.issued_us;
+            let issued = request.flush_issued_at;
             self.bitmap.flush_completed(issued);
         }
         self.finish_flush(slot);
@@ -153,7 +152,6 @@ impl Shard {
     }
 
     fn start_internal_flush(&mut self) {
-        let now = self.now_us;
         let members: Vec<u16> = (0..self.geometry.member_count())
             .map(|m| u16::try_from(m).expect("fits"))
             .filter(|&m| self.available(m))
@@ -161,8 +159,7 @@ impl Shard {
         if members.is_empty() {
             return;
         }
-        self.bitmap.flush_issued(now);
-        self.internal_flush_issued_us = now;
+        self.internal_flush_issued_at = self.bitmap.flush_issued();
         self.internal_flush_pending = u32::try_from(members.len()).expect("fits");
         for m in members {
             let token = Self::token(ORIGIN_INTERNAL_FLUSH, 0, 0, usize::from(m), 0);
@@ -184,7 +181,7 @@ impl Shard {
             // A failed member flush proves nothing durable: the regions wait for the next
             // flush, which no longer includes that member.
             if !std::mem::take(&mut self.internal_flush_errors) {
-                self.bitmap.flush_completed(self.internal_flush_issued_us);
+                self.bitmap.flush_completed(self.internal_flush_issued_at);
             }
             self.tick(self.now_us);
         }

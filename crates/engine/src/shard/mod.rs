@@ -509,10 +509,11 @@ struct Request {
     /// Address of byte 0 of `buf`, taken once when the request arrived (before any IO).
     base: usize,
     next_in_stripe: Option<usize>,
-    /// Flush: member flushes in flight; `issued_us` for the bitmap; whether a member's flush
-    /// failed (its writes may not be durable).
+    /// Flush: member flushes in flight; the bitmap's mark when it was issued
+    /// (`WriteIntent::flush_issued`); whether a member's flush failed (its writes may not be
+    /// durable).
     pending: u32,
-    issued_us: u64,
+    flush_issued_at: u64,
     member_errors: bool,
 }
 
@@ -578,7 +579,8 @@ pub struct Shard {
     bitmap: WriteIntent,
     bitmap_pending: u32,
     internal_flush_pending: u32,
-    internal_flush_issued_us: u64,
+    /// The bitmap's mark for the internal flush in flight (`WriteIntent::flush_issued`).
+    internal_flush_issued_at: u64,
     /// A member flush of the internal flush in flight failed.
     internal_flush_errors: bool,
     /// FUA zeroes whose writes are done, waiting for the next group of member flushes (one
@@ -780,7 +782,7 @@ impl Shard {
             bitmap,
             bitmap_pending: 0,
             internal_flush_pending: 0,
-            internal_flush_issued_us: 0,
+            internal_flush_issued_at: 0,
             internal_flush_errors: false,
             fua_waiting: Vec::with_capacity(ops_max),
             fua_group: Vec::with_capacity(ops_max),
@@ -1051,7 +1053,7 @@ impl Shard {
             base,
             next_in_stripe: None,
             pending: 0,
-            issued_us: self.now_us,
+            flush_issued_at: 0,
             member_errors: false,
         });
         if self.shutdown != ShutdownState::Running {
