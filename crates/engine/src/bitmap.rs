@@ -249,6 +249,15 @@ impl WriteIntent {
         self.releases
     }
 
+    /// The flush `flush_issued` marked `issued` failed on a member: it proves nothing durable,
+    /// and the next flush may be issued (found by review: the mark stayed, so no clearing
+    /// flush was issued again and every region written after it stayed dirty until a stop).
+    pub fn flush_failed(&mut self, issued: u64) {
+        if self.flush_issued_at == Some(issued) {
+            self.flush_issued_at = None;
+        }
+    }
+
     /// The flush `flush_issued` marked `issued` completed on every available member: the
     /// writes released before it was issued are durable.
     pub fn flush_completed(&mut self, issued: u64) {

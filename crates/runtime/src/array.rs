@@ -1727,7 +1727,7 @@ impl Controller {
                 }
                 Some(ToController::Event(_, ShardEvent::ResyncDone)) => {
                     // One shard's resync is done; a replace waiting for all of them goes on.
-                    if self.replace_deferred {
+                    if self.replace_deferred && shutdown.is_none() {
                         self.resume_replace();
                     }
                 }
@@ -2578,6 +2578,21 @@ impl Controller {
     fn cancel_replace(&mut self) -> Result<(), ArrayError> {
         if self.copy.is_some() {
             self.abandon_copy("cancelled by the operator");
+            return Ok(());
+        }
+        if let Some((role, device)) = self.metadata.replacing().filter(|_| self.replace_deferred)
+        {
+            // Waiting for resync (which may have stopped for good at a stripe it cannot
+            // vouch for): given up like a running one (found by review: it could not be).
+            self.replace_deferred = false;
+            self.clear_replacing(device);
+            let message = format!(
+                "the replace of member {} by {}, waiting for resync, is cancelled by the \
+                 operator: it stays a hot spare",
+                role.get(),
+                self.devices[device].name()
+            );
+            self.events.record(&self.metadata, "replace-abandoned", &message);
             return Ok(());
         }
         if let Some(r) = self.rebuild.as_ref().filter(|_| self.metadata.rebuild_is_partial()) {

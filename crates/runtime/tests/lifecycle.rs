@@ -1884,3 +1884,41 @@ fn a_replace_waits_for_resync_after_an_unclean_stop() {
     array.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A replace waiting for resync (recorded, its copy not yet started over) can be cancelled
+/// like a running one (found by review: `cancel_replace` said no replace was running, and a
+/// resync stopped for good would have left it waiting forever): the new device stays a
+/// spare, and nothing is copied once resync is done.
+#[test]
+fn a_replace_waiting_for_resync_can_be_cancelled() {
+    let dir = scratch_dir("resync-cancel");
+    let mut paths = raid5_files(&dir, "w", "resync-cancel");
+    let mut opts = options(2 << 20);
+    let array = Array::open(&paths, &opts).unwrap();
+    let size = array.size_bytes();
+    let mut session = array.session().unwrap();
+    let model = fill(&mut session, size, 51);
+    let new = dir.join("w-new");
+    std::fs::File::create(&new).unwrap().set_len(24 << 20).unwrap();
+    array.replace(1, &new, flashraid_control::Overwrite::Refuse).unwrap();
+    wait_for(&array, "the copy under way", |s| s.rebuild.as_ref().is_some_and(|r| r.copying));
+    session.write(0, &model[..1 << 20]).unwrap();
+    session.flush().unwrap();
+    drop(session);
+    drop(array); // a crash during the copy, with a region dirty
+    paths.push(new.clone());
+    opts.config.resync_rate_bytes_per_s = 1 << 20; // resync still running below
+    let array = Array::open(&paths, &opts).unwrap();
+    assert!(array.status().unwrap().resyncing);
+    array.cancel_replace().unwrap();
+    let status = wait_for(&array, "resync", |s| !s.resyncing);
+    assert!(status.rebuild.is_none(), "a cancelled replace started: {status:#?}");
+    assert!(status.spares.iter().any(|s| s.as_str() == new.to_str().unwrap()), "{status:#?}");
+    let kinds: Vec<&str> = status.events.iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&"replace-abandoned"), "{kinds:?}");
+    let mut session = array.session().unwrap();
+    check(&mut session, &model, "after the cancel");
+    drop(session);
+    array.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -129,10 +129,12 @@ impl Shard {
         if request.pending > 0 {
             return;
         }
-        if !request.member_errors {
+        let issued = request.flush_issued_at;
+        if request.member_errors {
+            self.bitmap.flush_failed(issued);
+        } else {
             // Every write released before the flush was issued is durable on every member
             // still in service: their bitmap regions may be cleared.
-            let issued = request.flush_issued_at;
             self.bitmap.flush_completed(issued);
         }
         self.finish_flush(slot);
@@ -180,7 +182,9 @@ impl Shard {
         if self.internal_flush_pending == 0 {
             // A failed member flush proves nothing durable: the regions wait for the next
             // flush, which no longer includes that member.
-            if !std::mem::take(&mut self.internal_flush_errors) {
+            if std::mem::take(&mut self.internal_flush_errors) {
+                self.bitmap.flush_failed(self.internal_flush_issued_at);
+            } else {
                 self.bitmap.flush_completed(self.internal_flush_issued_at);
             }
             self.tick(self.now_us);

@@ -65,8 +65,9 @@ const _: () = assert!(OP_SCRATCH_MAX <= 128);
 /// full rather than grown.
 const PLAN_CACHE_MAX: usize = 1024;
 /// The stripes of a member's last read errors remembered, so a repeated read of one is not
-/// counted as a new read error (`Shard::note_read_error`).
-const BAD_STRIPES_SEEN_MAX: usize = 16;
+/// counted as a new read error (`Shard::note_read_error`): as many as a stalled rebuild's
+/// window retries at once (found by review: 16 let its retries count again).
+const BAD_STRIPES_SEEN_MAX: usize = 64;
 /// Times an operation re-plans after member errors before giving up on a read.
 const REPLANS_MAX: u32 = PARITY_CHUNKS_MAX as u32 + 1;
 
@@ -1542,11 +1543,18 @@ impl Shard {
     }
 
     /// Whether failing member `m` too would leave a stripe with more members out than the
-    /// level survives. A member is never failed for read errors then: the array would stop
-    /// serving everything for the sake of the ranges it cannot read, which then fail alone
-    /// (md keeps the last member that can serve a RAID 1 the same way). Judged from this
-    /// shard's view; two shards failing two members at once can still pass the tolerance.
+    /// level survives, or stripes resync has not vouched for yet (never reconstructed, so
+    /// they need every member: found by review, a RAID 5 whose resync stopped at a bad
+    /// sector lost its readable blocks when reads of other bad sectors failed the member).
+    /// A member is never failed for read errors then: the array would stop serving
+    /// everything, or those stripes, for the sake of the ranges it cannot read, which then
+    /// fail alone (md keeps the last member that can serve a RAID 1 the same way). Judged
+    /// from this shard's view; two shards failing two members at once can still pass the
+    /// tolerance.
     fn failing_fails(&self, m: usize) -> bool {
+        if self.resync_pending() {
+            return true;
+        }
         let mut out = [false; flashraid_layout::MEMBERS_MAX];
         for (o, (i, member)) in out.iter_mut().zip(self.members.iter().enumerate()) {
             *o = i == m || member.health != Health::Active;

@@ -152,7 +152,7 @@ impl Shard {
         self.members[m].zeroes_after_discard = zeroes_after_discard;
         self.zero_unsupported[m] = false;
         self.read_errors[m] = 0;
-        self.bad_stripes_seen[m] = Default::default();
+        self.bad_stripes_seen[m] = [None; super::BAD_STRIPES_SEEN_MAX];
         self.rebuild_generation = self.rebuild_generation.wrapping_add(1);
         self.rebuild = Some(RebuildState {
             member: member.0,
@@ -520,7 +520,11 @@ impl Shard {
             // stalled there), and where only the target is missing (a parity target is
             // recomputed from the data; RAID 5 cannot check a data target, and says so).
             let m = self.geometry.parity_chunks();
-            if untrusted && (erased == bit(target) || (erased.count_ones() as usize) < m) {
+            let data_whole = erased & ((1 << self.geometry.data_chunks()) - 1) == 0;
+            // (Every data chunk readable: a parity target is what resync would write.)
+            if untrusted
+                && (erased == bit(target) || data_whole || (erased.count_ones() as usize) < m)
+            {
                 return self.begin_rebuild_verified(op_slot, target, erased);
             }
             if untrusted {
