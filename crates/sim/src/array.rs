@@ -440,6 +440,26 @@ impl SimArray {
         data
     }
 
+    /// The member byte offset of `stripe`'s chunks (the data area's start included).
+    pub fn chunk_offset(&self, stripe: u64) -> u64 {
+        self.metadata.superblock().data_offset_bytes
+            + self.geometry.member_offset(StripeIndex(stripe), 0).0
+    }
+
+    /// The role holding data chunk `index` of `stripe` (its first copy on mirrors).
+    pub fn data_role(&self, stripe: u64, index: usize) -> usize {
+        self.geometry.data_member(StripeIndex(stripe), index, 0).get()
+    }
+
+    /// `MemberFailed` events so far, formatted (for assertions that none came).
+    pub fn member_failures(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter(|e| matches!(e, ShardEvent::MemberFailed { .. }))
+            .map(|e| format!("{e:?}"))
+            .collect()
+    }
+
     /// Write `len` bytes drawn from `rng` at `at` and record them in `model` (the bytes the
     /// array must hold).
     pub fn write_random(

@@ -4,10 +4,10 @@
 //! the count of a degraded RAID 5's member reached the limit and failed the array).
 use flashraid_control::Init;
 use flashraid_engine::{ArrayOp, RequestError, ShardEvent};
-use flashraid_layout::{ArrayOffset, Level, Location, MemberIndex, Role, StripeIndex};
+use flashraid_layout::{ArrayOffset, Level, Location, StripeIndex};
 use flashraid_sim::{SimArray, SimOptions};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 fn opts(seed: u64, level: Level, n: usize) -> SimOptions {
     let mut o = SimOptions::new(seed, level, n);
@@ -17,35 +17,9 @@ fn opts(seed: u64, level: Level, n: usize) -> SimOptions {
 fn setup(o: SimOptions) -> (SimArray, Vec<u8>) {
     let mut rng = StdRng::seed_from_u64(o.seed);
     let mut array = SimArray::create(o).unwrap();
-    let mut model = vec![0u8; array.array_bytes() as usize];
-    rng.fill(model.as_mut_slice());
-    for (i, piece) in model.chunks(256 << 10).enumerate() {
-        array.write((i as u64) << 18, piece).unwrap();
-    }
-    array.flush().unwrap();
+    let model = array.fill_random(&mut rng);
     array.run_until_idle();
     (array, model)
-}
-/// Member byte offset of `stripe`'s chunks.
-fn chunk_at(a: &SimArray, stripe: u64) -> u64 {
-    a.metadata().superblock().data_offset_bytes
-        + a.geometry().member_offset(StripeIndex(stripe), 0).0
-}
-fn data_member(a: &SimArray, stripe: u64, index: usize) -> usize {
-    let g = a.geometry();
-    (0..g.member_count())
-        .find(|&m| {
-            matches!(g.role(StripeIndex(stripe), MemberIndex(m as u16)),
-            Role::Data { index: i, .. } if i == index)
-        })
-        .unwrap()
-}
-fn failures(a: &SimArray) -> Vec<String> {
-    a.events
-        .iter()
-        .filter(|e| matches!(e, ShardEvent::MemberFailed { .. }))
-        .map(|e| format!("{e:?}"))
-        .collect()
 }
 
 #[test]
@@ -57,9 +31,9 @@ fn a_degraded_raid5_read_retried_on_one_bad_sector_does_not_fail_the_array() {
     array.run_until_idle();
     let g = array.geometry();
     let stripe = 5u64;
-    let index = (0..g.data_chunks()).find(|&i| data_member(&array, stripe, i) != 0).unwrap();
-    let member = data_member(&array, stripe, index);
-    array.role_device(member).unwrap().state().bad_ranges.push((chunk_at(&array, stripe), 4096));
+    let index = (0..g.data_chunks()).find(|&i| array.data_role(stripe, i) != 0).unwrap();
+    let member = array.data_role(stripe, index);
+    array.role_device(member).unwrap().state().bad_ranges.push((array.chunk_offset(stripe), 4096));
     let loc = Location { stripe: StripeIndex(stripe), data_index: index, offset_in_chunk_bytes: 0 };
     let offset = g.array_offset(loc).0;
     for attempt in 0..20 {
@@ -72,10 +46,10 @@ fn a_degraded_raid5_read_retried_on_one_bad_sector_does_not_fail_the_array() {
     // needs the bad sector).
     let other = offset + 2 * g.stripe_data_bytes();
     let got = array.read(other, 4096).unwrap_or_else(|e| {
-        panic!("the rest of the array must stay readable: {e}; {:?}", failures(&array))
+        panic!("the rest of the array must stay readable: {e}; {:?}", array.member_failures())
     });
     assert!(got == model[other as usize..other as usize + 4096]);
-    assert!(failures(&array).is_empty(), "{:?}", failures(&array));
+    assert!(array.member_failures().is_empty(), "{:?}", array.member_failures());
 }
 
 #[test]
@@ -92,8 +66,7 @@ fn read_errors_never_fail_a_member_the_array_cannot_do_without() {
         let member = 2;
         let mut bad_offsets = vec![];
         for stripe in 1..9u64 {
-            let Some(index) =
-                (0..g.data_chunks()).find(|&i| data_member(&array, stripe, i) == member)
+            let Some(index) = (0..g.data_chunks()).find(|&i| array.data_role(stripe, i) == member)
             else {
                 continue; // parity on member 2 in this stripe
             };
@@ -102,7 +75,7 @@ fn read_errors_never_fail_a_member_the_array_cannot_do_without() {
                 .unwrap()
                 .state()
                 .bad_ranges
-                .push((chunk_at(&array, stripe), 4096));
+                .push((array.chunk_offset(stripe), 4096));
             let loc = Location {
                 stripe: StripeIndex(stripe),
                 data_index: index,
@@ -121,7 +94,7 @@ fn read_errors_never_fail_a_member_the_array_cannot_do_without() {
             array.run_until_idle();
         }
         if degraded {
-            assert!(failures(&array).is_empty(), "{:?}", failures(&array));
+            assert!(array.member_failures().is_empty(), "{:?}", array.member_failures());
             let other = bad_offsets[0] + 2 * g.stripe_data_bytes() - 4096;
             let other = (10 * g.stripe_data_bytes()).max(other);
             assert!(
@@ -129,9 +102,9 @@ fn read_errors_never_fail_a_member_the_array_cannot_do_without() {
             );
         } else {
             assert!(
-                failures(&array).iter().any(|f| f.contains("ReadErrors")),
+                array.member_failures().iter().any(|f| f.contains("ReadErrors")),
                 "a healthy array fails the member past the limit: {:?}",
-                failures(&array)
+                array.member_failures()
             );
         }
     }
@@ -145,15 +118,19 @@ fn a_stalled_rebuild_retrying_does_not_fail_its_source_member() {
     o.config.member_read_errors_max = 8;
     let (mut array, _) = setup(o);
     let stripe = 5u64;
-    let mut member = data_member(&array, stripe, 0);
+    let mut member = array.data_role(stripe, 0);
     if member == 0 {
-        member = data_member(&array, stripe, 1);
+        member = array.data_role(stripe, 1);
     }
-    array.role_device(member).unwrap().state().bad_ranges.push((chunk_at(&array, stripe), 4096));
+    array.role_device(member).unwrap().state().bad_ranges.push((array.chunk_offset(stripe), 4096));
     array.fail_member(0); // the spare takes role 0; its rebuild stalls at `stripe`
     array.run_steps(200 * 20);
     assert!(array.events.iter().any(|e| matches!(e, ShardEvent::RebuildStalled { .. })));
-    assert!(failures(&array).is_empty(), "retries failed source {member}: {:?}", failures(&array));
+    assert!(
+        array.member_failures().is_empty(),
+        "retries failed source {member}: {:?}",
+        array.member_failures()
+    );
 }
 
 // ---- Bug 2: scrub rewrites a whole chunk around one bad sector (check scrubs too).

@@ -5,8 +5,8 @@
 //! review: the first four tests failed against whole-chunk rewrites and votes.)
 
 use flashraid_control::Init;
-use flashraid_engine::{ArrayOp, ShardEvent};
-use flashraid_layout::{ArrayOffset, Level, Location, MemberIndex, Role, StripeIndex};
+use flashraid_engine::ArrayOp;
+use flashraid_layout::{ArrayOffset, Level, Location, StripeIndex};
 use flashraid_sim::{SimArray, SimOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -15,39 +15,9 @@ fn setup_with(mut o: SimOptions, seed: u64) -> (SimArray, Vec<u8>, StdRng) {
     let mut rng = StdRng::seed_from_u64(seed);
     o.init = Init::Zero;
     let mut array = SimArray::create(o).unwrap();
-    let mut model = vec![0u8; array.array_bytes() as usize];
-    rng.fill(model.as_mut_slice());
-    for (i, piece) in model.chunks(256 << 10).enumerate() {
-        array.write((i as u64) << 18, piece).unwrap();
-    }
-    array.flush().unwrap();
+    let model = array.fill_random(&mut rng);
     array.run_until_idle();
     (array, model, rng)
-}
-
-fn chunk_at(array: &SimArray, stripe: u64) -> u64 {
-    let g = array.geometry();
-    array.metadata().superblock().data_offset_bytes + g.member_offset(StripeIndex(stripe), 0).0
-}
-
-/// The member holding data chunk `index` of `stripe`.
-fn data_member(array: &SimArray, stripe: u64, index: usize) -> usize {
-    let g = array.geometry();
-    (0..g.member_count())
-        .find(|&m| {
-            matches!(g.role(StripeIndex(stripe), MemberIndex(m as u16)),
-                Role::Data { index: i, .. } if i == index)
-        })
-        .unwrap()
-}
-
-fn member_failed_events(array: &SimArray) -> Vec<String> {
-    array
-        .events
-        .iter()
-        .filter(|e| matches!(e, ShardEvent::MemberFailed { .. }))
-        .map(|e| format!("{e:?}"))
-        .collect()
 }
 
 /// RAID 1 with three copies. Member 2 has a bad sector in the first 4 KiB of a chunk; member
@@ -67,7 +37,7 @@ fn raid1_x3_check_scrub_does_not_spread_one_corrupted_copy_over_a_bad_sector_cop
     let g = array.geometry();
     let chunk = u64::from(g.chunk_bytes());
     let stripe = 7u64;
-    let at = chunk_at(&array, stripe);
+    let at = array.chunk_offset(stripe);
     let tail = at + chunk - 4096;
     let good_tail = member_bytes(&array, 1, tail, 4096);
     assert!(good_tail == member_bytes(&array, 2, tail, 4096));
@@ -101,7 +71,7 @@ fn raid1_x3_repair_does_not_overwrite_a_per_byte_majority() {
     let g = array.geometry();
     let chunk = u64::from(g.chunk_bytes());
     let stripe = 9u64;
-    let at = chunk_at(&array, stripe);
+    let at = array.chunk_offset(stripe);
     flip(&array, 0, at + 10, 8);
     flip(&array, 1, at + chunk - 100, 8);
     let (t, _) = array.scrub(true);
@@ -129,9 +99,9 @@ fn raid5_check_scrub_rewrites_only_the_unreadable_sector_not_the_readable_rest()
     let g = array.geometry();
     let chunk = u64::from(g.chunk_bytes());
     let stripe = 6u64;
-    let at = chunk_at(&array, stripe);
+    let at = array.chunk_offset(stripe);
     let parity = g.parity_member(StripeIndex(stripe), 0).get();
-    let member = data_member(&array, stripe, 0);
+    let member = array.data_role(stripe, 0);
     flip(&array, parity, at + chunk - 2000, 16);
     array.role_device(member).unwrap().state().bad_ranges.push((at, 4096));
     let off = g
@@ -173,7 +143,7 @@ fn snapshot(array: &SimArray) -> Vec<Vec<u8>> {
 fn stripe_members(array: &SimArray, stripe: u64) -> Vec<usize> {
     let g = array.geometry();
     let k = g.data_chunks();
-    let mut v: Vec<usize> = (0..k).map(|i| data_member(array, stripe, i)).collect();
+    let mut v: Vec<usize> = (0..k).map(|i| array.data_role(stripe, i)).collect();
     for r in 0..g.parity_chunks() {
         v.push(g.parity_member(StripeIndex(stripe), r).get());
     }
@@ -194,12 +164,12 @@ fn raid73_two_corrupted_chunks_are_not_located_and_data_is_never_rewritten() {
             let (mut array, model, _) = setup_with(opts(seed, Level::Raid7_3, 7, chunk), seed);
             let stripe = 1u64;
             let members = stripe_members(&array, stripe);
-            let at = chunk_at(&array, stripe);
+            let at = array.chunk_offset(stripe);
             flip(&array, members[pair.0], at + 7, 5);
             flip(&array, members[pair.1], at + chunk / 2, 9);
             // A single corrupted chunk in another stripe, for contrast.
             let single = stripe_members(&array, 2)[(seed as usize) % 7];
-            flip(&array, single, chunk_at(&array, 2) + 33, 3);
+            flip(&array, single, array.chunk_offset(2) + 33, 3);
             let before = snapshot(&array);
             let (t, _) = array.scrub(true);
             eprintln!("{what}: {t:?}");
@@ -253,7 +223,7 @@ fn degraded_scrub_with_corruption_writes_nothing() {
                     }
                 }
                 array.run_until_idle();
-                flip(&array, target, chunk_at(&array, stripe) + 100, 4);
+                flip(&array, target, array.chunk_offset(stripe) + 100, 4);
                 let before = snapshot(&array);
                 for repair in [false, true] {
                     let (t, stopped) = array.scrub(repair);
@@ -273,7 +243,7 @@ fn degraded_scrub_with_corruption_writes_nothing() {
                                 .unwrap();
                             panic!(
                                 "{what} repair {repair}: member {m} data written at {first} (stripe chunk at {})",
-                                chunk_at(&array, stripe)
+                                array.chunk_offset(stripe)
                             );
                         }
                     }
@@ -364,7 +334,7 @@ fn reads_with_bad_sectors_on_several_members_of_a_stripe() {
                 let d = array.metadata().superblock().data_offset_bytes as usize;
                 for round in 0..30 {
                     let stripe = rng.random_range(0..stripes);
-                    let at = chunk_at(&array, stripe);
+                    let at = array.chunk_offset(stripe);
                     let bad_count = rng.random_range(1..=g.tolerance() + 1);
                     let mut bad_members: Vec<usize> = (0..n).collect();
                     for i in 0..n {
@@ -409,7 +379,7 @@ fn reads_with_bad_sectors_on_several_members_of_a_stripe() {
                         array.role_device(m).unwrap().state().bad_ranges.clear();
                     }
                 }
-                let evs = member_failed_events(&array);
+                let evs = array.member_failures();
                 assert!(evs.is_empty(), "{what}: {evs:?}");
             }
         }
@@ -436,7 +406,7 @@ fn scrub_with_bad_sectors_on_several_members_of_a_stripe() {
                 let (mut array, model, _) = setup_with(o, 9);
                 let g = array.geometry();
                 let stripe = 2u64;
-                let at = chunk_at(&array, stripe);
+                let at = array.chunk_offset(stripe);
                 let before = snapshot(&array);
                 for m in 0..bad_count.min(n) {
                     array
@@ -491,7 +461,7 @@ fn mirror_scrub_does_not_count_unrepaired_read_errors_as_repaired() {
     o.member_bytes = 2 << 20;
     o.shards = 1;
     let (mut array, _model, _) = setup_with(o, 6);
-    let at = chunk_at(&array, 4);
+    let at = array.chunk_offset(4);
     for m in 0..2 {
         array.role_device(m).unwrap().state().bad_ranges.push((at, 4096));
     }
@@ -531,7 +501,7 @@ fn writes_over_bad_sectors_on_several_members_keep_parity_right() {
                 let stripes = array.array_bytes() / sb;
                 for round in 0..25 {
                     let stripe = rng.random_range(0..stripes);
-                    let at = chunk_at(&array, stripe);
+                    let at = array.chunk_offset(stripe);
                     let bad_count = rng.random_range(1..=g.tolerance());
                     let mut ms: Vec<usize> = (0..n).collect();
                     for i in 0..n {
@@ -571,7 +541,7 @@ fn writes_over_bad_sectors_on_several_members_keep_parity_right() {
                     t.mismatches, 0,
                     "{what}: parity inconsistent after writes over bad sectors: {t:?}"
                 );
-                let evs = member_failed_events(&array);
+                let evs = array.member_failures();
                 assert!(evs.is_empty(), "{what}: {evs:?}");
             }
         }

@@ -460,7 +460,6 @@ impl Shard {
             u = end;
         }
         self.encode_parity_in_scratch(op_slot);
-        let read_only = self.is_read_only();
         let op = self.ops[op_slot].as_mut().expect("live");
         let (head, extra) = op.scratch.split_at_mut(MEMBERS_MAX);
         let mut decided = [Units::default(); MEMBERS_MAX];
@@ -488,14 +487,38 @@ impl Shard {
                 decided[c].insert(u);
             }
         }
-        // Counted by chunk: repaired when every unit of it that failed is written.
+        let rewrite = self.settle_units(op_slot, read_errors, units, bad, &decided);
+        self.tally(|t| {
+            t.mismatches += u64::from(mismatch);
+            t.unreadable += u64::from(unreadable);
+        });
+        rewrite
+    }
+
+    /// The chunks `candidates` (members in service) with their units decided: each chunk
+    /// with units decided is to be rewritten, those units only (`op.units`; never on a
+    /// read-only array); read errors are counted by chunk, repaired when every unit of it
+    /// that failed is decided, else left.
+    fn settle_units(
+        &mut self,
+        op_slot: usize,
+        candidates: ChunkSet,
+        units: usize,
+        bad: &[Units; MEMBERS_MAX],
+        decided: &[Units; MEMBERS_MAX],
+    ) -> ChunkSet {
+        let read_only = self.is_read_only();
         let (mut repaired, mut left) = (0u64, 0u64);
         let mut rewrite: ChunkSet = 0;
-        for c in (0..k + m).filter(|&c| has(read_errors, c)) {
-            if !read_only && decided[c] == bad[c] {
-                repaired += 1;
-            } else {
-                left += 1;
+        let op = self.ops[op_slot].as_mut().expect("live");
+        for c in (0..MEMBERS_MAX).filter(|&c| has(candidates, c)) {
+            if !bad[c].is_empty() {
+                let all = (0..units).all(|u| !bad[c].contains(u) || decided[c].contains(u));
+                if all && !read_only {
+                    repaired += 1;
+                } else {
+                    left += 1;
+                }
             }
             if !read_only && !decided[c].is_empty() {
                 rewrite |= bit(c);
@@ -505,8 +528,6 @@ impl Shard {
         self.tally(|t| {
             t.read_errors_repaired += repaired;
             t.read_errors_left += left;
-            t.mismatches += u64::from(mismatch);
-            t.unreadable += u64::from(unreadable);
         });
         self.counters.errors_corrected += repaired;
         rewrite
@@ -652,32 +673,13 @@ impl Shard {
                 op.scratch[winner] = Some(source);
             }
         }
-        // Read errors counted by copy: repaired when every unit of it that failed is written.
-        let (mut repaired, mut left) = (0u64, 0u64);
-        let mut rewrite: ChunkSet = 0;
-        let op = self.ops[op_slot].as_mut().expect("live");
-        for o in (0..n).filter(|&o| !has(absent, o)) {
-            if !bad[o].is_empty() {
-                let all_written = (0..units).all(|u| !bad[o].contains(u) || decided[o].contains(u));
-                if all_written {
-                    repaired += 1;
-                } else {
-                    left += 1;
-                }
-            }
-            if !decided[o].is_empty() {
-                rewrite |= bit(o);
-                op.units[o] = decided[o];
-            }
-        }
+        let in_service = (0..n).filter(|&o| !has(absent, o)).fold(0, |s, o| s | bit(o));
+        let rewrite = self.settle_units(op_slot, in_service, units, bad, &decided);
         self.tally(|t| {
-            t.read_errors_repaired += repaired;
-            t.read_errors_left += left;
             t.mismatches += u64::from(mismatch);
             t.unreadable += u64::from(unreadable);
             t.repaired += u64::from(mismatch && repairs);
         });
-        self.counters.errors_corrected += repaired;
         rewrite
     }
 
