@@ -69,6 +69,9 @@ pub enum WriteKind {
     ReconstructWrite,
     /// Reconstruct missing old data first (an unavailable member holds data we need).
     Degraded,
+    /// Every parity row is on a member out of service: nothing to keep consistent, so the
+    /// new data is written as it is, with no reads and no parity.
+    DataOnly,
 }
 
 /// Bitmask of chunk indices.
@@ -178,6 +181,17 @@ pub fn plan_write(
     assert!((1..=PARITY_CHUNKS_MAX).contains(&parity) && k + parity <= 64);
     let range =
         touched.iter().flatten().copied().reduce(ChunkRange::union).expect("something is written");
+    let parity_set: ChunkSet = (k..k + parity).fold(0, |s, c| s | bit(c));
+    let touched_set: ChunkSet = (0..k).filter(|&i| touched[i].is_some()).fold(0, |s, i| s | bit(i));
+    if parity_set & !gone == 0 {
+        // No parity row can be written. Reads for parity would be wasted, and worse, a read
+        // error on an untouched chunk would fail the write (found by review: md writes the
+        // data straight through here too). A touched chunk that cannot be written is lost.
+        if touched_set & gone != 0 {
+            return Err(Unwritable);
+        }
+        return Ok(WritePlan { kind: WriteKind::DataOnly, range, reads: 0, reconstruct: 0 });
+    }
     if unavailable.count_ones() as usize > parity {
         return Err(Unwritable);
     }
@@ -197,8 +211,6 @@ pub fn plan_write(
     if rcw_reads == 0 {
         return Ok(WritePlan { kind: WriteKind::FullStripe, range, reads: 0, reconstruct: 0 });
     }
-    let touched_set: ChunkSet = (0..k).filter(|&i| touched[i].is_some()).fold(0, |s, i| s | bit(i));
-    let parity_set: ChunkSet = (k..k + parity).fold(0, |s, c| s | bit(c));
     let rmw_reads = touched_set | (parity_set & !unavailable);
     let unreadable_parity_to_write = parity_set & unavailable & !gone;
     let rmw_feasible =
@@ -231,6 +243,23 @@ mod tests {
         // Also when every chunk is written over the same sub-range.
         let touched = vec![r(4, 8); 6];
         assert_eq!(plan_write(&touched, 2, 0, 0, false).unwrap().kind, WriteKind::FullStripe);
+    }
+
+    #[test]
+    fn every_parity_row_gone_writes_data_only_with_no_reads() {
+        // 2+1 with the parity member gone and the other data chunk unreadable: data only.
+        let touched = vec![r(0, 4), None];
+        let plan = plan_write(&touched, 1, bit(1) | bit(2), bit(2), false).unwrap();
+        assert_eq!((plan.kind, plan.reads), (WriteKind::DataOnly, 0));
+        // 4+2 with P and Q gone: data only; a touched chunk gone too: unwritable.
+        let touched = vec![r(0, 16), r(0, 16), r(0, 16), None];
+        let gone = bit(4) | bit(5);
+        let plan = plan_write(&touched, 2, gone | bit(3), gone, false).unwrap();
+        assert_eq!((plan.kind, plan.reads), (WriteKind::DataOnly, 0));
+        assert_eq!(plan_write(&touched, 2, gone | bit(0), gone | bit(0), false), Err(Unwritable));
+        // One row left: planned as before.
+        let plan = plan_write(&touched, 2, bit(4), bit(4), false).unwrap();
+        assert_eq!(plan.kind, WriteKind::ReconstructWrite);
     }
 
     #[test]
@@ -297,9 +326,9 @@ mod tests {
         let plan = plan_write(&touched, 1, bit(4), 0, false).unwrap();
         assert_eq!(plan.kind, WriteKind::ReconstructWrite);
         assert_eq!(plan.reads, bit(1) | bit(2) | bit(3));
-        // When its member is gone instead, RMW without that row is fine.
+        // When its member is gone instead, there is no parity to keep: data only, no reads.
         let plan = plan_write(&touched, 1, bit(4), bit(4), false).unwrap();
-        assert_eq!(plan.kind, WriteKind::ReadModifyWrite);
+        assert_eq!((plan.kind, plan.reads), (WriteKind::DataOnly, 0));
     }
 
     #[test]

@@ -121,7 +121,8 @@ impl Shard {
         // Scratch: every chunk read or rebuilt, and every parity row (computed even when its
         // member is gone, because the parity code updates all rows together).
         let parity_set: ChunkSet = (k..k + m).fold(0, |s, c| s | bit(c));
-        let wanted = plan.reads | plan.reconstruct | parity_set;
+        let computed = if plan.kind == WriteKind::DataOnly { 0 } else { parity_set };
+        let wanted = plan.reads | plan.reconstruct | computed;
         let len = plan.range.len();
         let mut needs = [(0usize, 0u32); MEMBERS_MAX + PARITY_CHUNKS_MAX];
         let mut count = 0;
@@ -136,7 +137,7 @@ impl Shard {
             WriteKind::FullStripe => self.counters.full_stripe_writes += 1,
             WriteKind::ReadModifyWrite => self.counters.rmw_writes += 1,
             WriteKind::ReconstructWrite => self.counters.rcw_writes += 1,
-            WriteKind::Degraded => self.counters.degraded_writes += 1,
+            WriteKind::Degraded | WriteKind::DataOnly => self.counters.degraded_writes += 1,
         }
         let op = self.ops[op_slot].as_mut().expect("live");
         op.plan = Some(plan);
@@ -241,6 +242,9 @@ impl Shard {
         let op = ops[op_slot].as_mut().expect("live");
         assert_eq!(op.pending, 0, "buffers touched with IO in flight");
         let plan = op.plan.expect("planned");
+        if plan.kind == WriteKind::DataOnly {
+            return; // no parity row to write, none computed (no scratch was taken for one)
+        }
         let range = plan.range;
         let len = usize::try_from(range.len()).expect("fits");
         let (data_scratch, parity_scratch) = op.scratch.split_at_mut(k);
