@@ -732,6 +732,16 @@ impl SimArray {
                 self.metadata_lost = true;
             }
         }
+        // Roles a metadata write failed (a superblock write refused by a device): the shards
+        // are told like of any failure before a spare may take one (as the runtime's
+        // `tell_shards_of_failures`; found by review: the simulator never told them).
+        loop {
+            let unapplied = self.metadata.take_unapplied_failures();
+            if unapplied.is_empty() {
+                break;
+            }
+            self.record_failed(&unapplied);
+        }
         self.take_spare_if_wanted();
     }
 
