@@ -100,6 +100,14 @@ impl Shard {
         let gone = self.gone_chunks(op);
         let recompute = self.stripe_needs_resync(op.stripe);
         let plan = match plan_write(&touched[..k], m, unavailable, gone, recompute) {
+            Ok(plan) if plan.kind == WriteKind::DataOnly && self.array_failed() => {
+                // Every parity row out because the array failed past its tolerance (a write
+                // queued before and planned after): nothing is written, as before data-only
+                // plans, so the member whose failure failed the array missed no write (a
+                // forced start may bring it back).
+                self.fail_write(op_slot, RequestError::ArrayFailed);
+                return true;
+            }
             Ok(plan) if recompute && plan.kind == WriteKind::Degraded => {
                 // Old data would come from parity not trusted since an unclean shutdown.
                 self.fail_write(op_slot, RequestError::Unreadable);
