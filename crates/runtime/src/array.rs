@@ -1725,12 +1725,13 @@ impl Controller {
                 Some(ToController::Event(_, ShardEvent::ErrorCorrected { member })) => {
                     self.metadata.note_errors_corrected(member, 1);
                 }
-                Some(ToController::Event(_, ShardEvent::ResyncDone)) => {
+                Some(ToController::Event(_, ShardEvent::ResyncDone))
+                    if self.replace_deferred && shutdown.is_none() =>
+                {
                     // One shard's resync is done; a replace waiting for all of them goes on.
-                    if self.replace_deferred && shutdown.is_none() {
-                        self.resume_replace();
-                    }
+                    self.resume_replace();
                 }
+                Some(ToController::Event(_, ShardEvent::ResyncDone)) => {}
                 Some(ToController::FailMember(role, guard, reply)) => {
                     let _ = reply.send(self.fail_by_operator(role, guard));
                 }
@@ -2580,8 +2581,7 @@ impl Controller {
             self.abandon_copy("cancelled by the operator");
             return Ok(());
         }
-        if let Some((role, device)) = self.metadata.replacing().filter(|_| self.replace_deferred)
-        {
+        if let Some((role, device)) = self.metadata.replacing().filter(|_| self.replace_deferred) {
             // Waiting for resync (which may have stopped for good at a stripe it cannot
             // vouch for): given up like a running one (found by review: it could not be).
             self.replace_deferred = false;

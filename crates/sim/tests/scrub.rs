@@ -209,9 +209,8 @@ fn run_degraded(level: Level, members: usize, out: usize, seed: u64) {
     // detectable). With no row left (as many erasures as parity chunks) the rewrite cannot
     // be checked: reads of it would reconstruct the same.
     if out + 1 < g.parity_chunks() {
-        let stripe = stripes[4];
         let other = *in_service.iter().find(|&&r| r != corrupted[0]).unwrap();
-        let bad = corrupted_at[0];
+        let bad = corrupted_at[0]; // in stripes[4], the first corrupted
         array.role_device(other).unwrap().state().bad_ranges.push((bad, 4096));
         let (found, _) = array.scrub(true);
         assert_eq!(found.mismatches, 3, "{level} seed {seed}: {found:?}");

@@ -12,6 +12,9 @@ use rand::{Rng, SeedableRng};
 
 const B: u64 = 4096;
 
+/// A request in flight: its ticket, its range (offset, length) and, for a write, its data.
+type InFlight = (Ticket, (u64, u64), Option<Vec<u8>>);
+
 fn run(level: Level, n: usize, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut o = SimOptions::new(seed, level, n);
@@ -32,7 +35,7 @@ fn run(level: Level, n: usize, seed: u64) {
     let (size, sb, tol) =
         (a.array_bytes(), a.geometry().stripe_data_bytes(), a.geometry().tolerance());
     let mut model = vec![0u8; size as usize];
-    let mut fl: Vec<(Ticket, (u64, u64), Option<Vec<u8>>)> = vec![];
+    let mut fl: Vec<InFlight> = vec![];
     let mut issued = 0;
     while issued < 500 || !fl.is_empty() {
         fl.retain(|(t, r, want)| {
