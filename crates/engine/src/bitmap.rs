@@ -218,13 +218,13 @@ impl WriteIntent {
 
     /// The write into `region` has completed (successfully or not).
     pub fn release(&mut self, region: u32, now_us: u64) {
+        self.releases += 1;
+        let releases = self.releases;
         let r = self.region(region);
         assert!(r.writes_active > 0, "bitmap release without acquire");
         r.writes_active -= 1;
         r.last_release_us = now_us;
-        self.releases += 1;
-        let releases = self.releases;
-        self.region(region).last_release = releases;
+        r.last_release = releases;
     }
 
     pub fn is_durable(&self, target: u64) -> bool {

@@ -185,8 +185,8 @@ pub fn plan_write(
     let touched_set: ChunkSet = (0..k).filter(|&i| touched[i].is_some()).fold(0, |s, i| s | bit(i));
     if parity_set & !gone == 0 {
         // No parity row can be written. Reads for parity would be wasted, and worse, a read
-        // error on an untouched chunk would fail the write (found by review: md writes the
-        // data straight through here too). A touched chunk that cannot be written is lost.
+        // error on an untouched chunk would fail the write (found by review). A touched
+        // chunk that cannot be written is lost.
         if touched_set & gone != 0 {
             return Err(Unwritable);
         }

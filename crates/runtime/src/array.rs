@@ -3055,12 +3055,13 @@ impl Controller {
         let name = self.devices[device].name();
         if self.resync_pending() && self.metadata.role_device(role.get()).is_some() {
             // Found by review: the copy resumed at once, and its swap took the old member
-            // out while resync still needed it (below); it waits for resync instead, and
+            // out while resync still needed it; it waits for resync instead, and
             // `ResyncDone` brings it back here.
             if !self.replace_deferred {
                 self.replace_deferred = true;
                 let message = format!(
-                    "the replace of member {} by {name} was interrupted by a stop; it starts                      over once resync after the unclean shutdown is done",
+                    "the replace of member {} by {name} was interrupted by a stop; it starts over \
+                     once resync after the unclean shutdown is done",
                     role.get()
                 );
                 self.events.record(&self.metadata, "replace-deferred", &message);

@@ -515,13 +515,13 @@ impl Shard {
                 self.rebuild_lost(op_slot);
                 return true;
             }
-            // Verified where a parity row is left over once every missing chunk is rebuilt
-            // (RAID 6 with the target alone missing, 7.3 with one more: found by review, 7.3
-            // stalled there), and where only the target is missing (a parity target is
-            // recomputed from the data; RAID 5 cannot check a data target, and says so).
+            // Verified (`rebuild_verify`) where a parity row is left over once every missing
+            // chunk is rebuilt (RAID 6 with the target alone missing, 7.3 with one more:
+            // found by review, 7.3 stalled there), where every data chunk is readable (a
+            // parity target is what resync would write), and where only the target is
+            // missing (RAID 5 cannot check a data target, and says so there).
             let m = self.geometry.parity_chunks();
             let data_whole = erased & ((1 << self.geometry.data_chunks()) - 1) == 0;
-            // (Every data chunk readable: a parity target is what resync would write.)
             if untrusted
                 && (erased == bit(target) || data_whole || (erased.count_ones() as usize) < m)
             {
