@@ -118,6 +118,22 @@ impl Units {
         self.0.iter().all(|&w| w == 0)
     }
 
+    /// The bytes of `range` that lie in units of the set, as ranges, lowest first (runs of
+    /// units clipped to `range`).
+    pub fn pieces(&self, range: ChunkRange) -> impl Iterator<Item = ChunkRange> + '_ {
+        self.runs().filter_map(move |(first, count)| {
+            let at = |unit: usize| u32::try_from(unit).expect("fits") * UNIT_BYTES;
+            let lo = at(first).max(range.lo);
+            let hi = at(first + count).min(range.hi);
+            (lo < hi).then(|| ChunkRange::new(lo, hi))
+        })
+    }
+
+    /// Whether any unit of the set holds bytes of `range`.
+    pub fn touches(&self, range: ChunkRange) -> bool {
+        self.pieces(range).next().is_some()
+    }
+
     /// Runs of neighbouring units, as (first unit, count), lowest first.
     pub fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         let units = UNIT_WORDS * 64;
@@ -381,7 +397,7 @@ mod tests {
 
 #[cfg(test)]
 mod unit_tests {
-    use super::Units;
+    use super::{ChunkRange, Units};
 
     #[test]
     fn units_are_sets_with_runs() {
@@ -394,5 +410,20 @@ mod unit_tests {
         assert_eq!(u.runs().collect::<Vec<_>>(), vec![(0, 3), (63, 2), (200, 1), (255, 1)]);
         assert_eq!(Units::first(256).runs().collect::<Vec<_>>(), vec![(0, 256)]);
         assert_eq!(Units::first(4).runs().collect::<Vec<_>>(), vec![(0, 4)]);
+    }
+
+    #[test]
+    fn pieces_are_the_runs_clipped_to_a_range() {
+        let mut u = Units::default();
+        for x in [1, 2, 5] {
+            u.insert(x);
+        }
+        let k = |lo: u32, hi: u32| ChunkRange::new(lo * 4096, hi * 4096);
+        assert_eq!(u.pieces(k(0, 8)).collect::<Vec<_>>(), vec![k(1, 3), k(5, 6)]);
+        assert_eq!(u.pieces(k(2, 5)).collect::<Vec<_>>(), vec![k(2, 3)]);
+        let inside = ChunkRange::new(4096 + 512, 8192 - 512);
+        assert_eq!(u.pieces(inside).collect::<Vec<_>>(), vec![inside]);
+        assert!(u.touches(k(0, 2)) && !u.touches(k(3, 5)) && !u.touches(k(6, 64)));
+        assert!(!Units::default().touches(k(0, 64)));
     }
 }

@@ -27,6 +27,9 @@ pub struct MemberState {
     pub unflushed: Vec<(u64, u64)>,
     /// Reads overlapping these ranges fail; a write over a range clears the overlap.
     pub bad_ranges: Vec<(u64, u64)>,
+    /// The next this many reads fail with a media error whatever they read, then reads
+    /// work again (a transient fault: a cable, a controller reset).
+    pub transient_read_errors: u32,
     pub writes_fail: bool,
     pub gone: bool,
     pub lies_about_flush: bool,
@@ -51,6 +54,7 @@ impl SimMember {
             durable: vec![0; size],
             unflushed: vec![],
             bad_ranges: vec![],
+            transient_read_errors: 0,
             writes_fail: false,
             gone: false,
             lies_about_flush: false,
@@ -106,6 +110,10 @@ impl MemberState {
             return Err(SimError::OutOfRange);
         }
         if self.bad_ranges.iter().any(|&(o, l)| o < offset + len && offset < o + l) {
+            return Err(SimError::Media);
+        }
+        if self.transient_read_errors > 0 {
+            self.transient_read_errors -= 1;
             return Err(SimError::Media);
         }
         self.reads += 1;

@@ -119,7 +119,9 @@ fn degraded_reads_of_every_shape_return_what_was_written() {
 }
 
 /// A read error on a member in service makes its chunk one more target; rebuilt in the
-/// request's buffer, the bad range is rewritten from there, with the right bytes.
+/// request's buffer, the bad range is rewritten from there, with the right bytes. (Every
+/// 4 KiB unit of the chunk is bad: a chunk with readable units is rebuilt in scratch, so
+/// that the units read stay as read; `read_repair_units.rs`.)
 #[test]
 fn a_read_error_is_rewritten_from_a_chunk_rebuilt_in_place() {
     for (level, n, failed) in [(Level::Raid6, 6, vec![0]), (Level::Raid7_3, 7, vec![0, 4])] {
@@ -146,7 +148,7 @@ fn a_read_error_is_rewritten_from_a_chunk_rebuilt_in_place() {
             .unwrap();
         let chunk_at_member = DATA_OFFSET_BYTES + g.member_offset(stripe, 0).0;
         let device = array.role_device(member).unwrap();
-        device.state().bad_ranges.push((chunk_at_member + BLOCK, BLOCK));
+        device.state().bad_ranges.push((chunk_at_member, chunk));
         let at = g.array_offset(Location { stripe, data_index: c, offset_in_chunk_bytes: 0 }).0;
         let before = array.counters();
         read_batch(&mut array, &model, &[(at - BLOCK, BLOCK + chunk)], &what);

@@ -343,6 +343,8 @@ struct Part {
     lost: ChunkSet,
     /// Chunks re-read from another mirror copy after an error (to repair the bad copy).
     recovered: ChunkSet,
+    /// Mirrors: chunks a piece of this round's re-read from another copy failed for.
+    reread_failed: ChunkSet,
 }
 
 #[derive(Debug)]
@@ -401,10 +403,11 @@ struct Op {
     /// Rebuild: this stripe's reconstruction cannot be checked (or failed its check) and is
     /// written because the operator allowed it; counted when it is.
     rebuild_unverified: bool,
-    /// Resync: the chunks whose read failed and were read again unit by unit.
+    /// Resync, scrub and reads: the chunks whose read failed and were read again unit by
+    /// unit.
     probed: ChunkSet,
-    /// Resync: per chunk index, the 4 KiB units that failed to read while probing; once
-    /// resync has decided, the units to rewrite.
+    /// Resync, scrub and reads: per chunk index, the 4 KiB units that failed to read while
+    /// probing; once resync or scrub has decided, the units to rewrite.
     units: [Units; MEMBERS_MAX],
 }
 
@@ -1289,7 +1292,8 @@ impl Shard {
                 op.durability = Durability::Fua;
             }
             self.mark_touched(&mut op, slot);
-            op.parts[taken] = Some(Part { request: slot, rebuild: 0, lost: 0, recovered: 0 });
+            op.parts[taken] =
+                Some(Part { request: slot, rebuild: 0, lost: 0, recovered: 0, reread_failed: 0 });
             taken += 1;
         }
         let entry = self.stripes.get_mut(stripe).expect("present");
@@ -1854,7 +1858,9 @@ impl Shard {
             return;
         }
         match (op.kind, op.phase) {
-            (OpKind::Read, Phase::Reading | Phase::Rebuilding) => self.read_after_io(op_slot),
+            (OpKind::Read, Phase::Reading | Phase::Rebuilding | Phase::Probing) => {
+                self.read_after_io(op_slot)
+            }
             (OpKind::Read, Phase::Repairing) => self.finish_op(op_slot),
             (OpKind::Write, Phase::Reading | Phase::Rebuilding) => self.write_after_reads(op_slot),
             (OpKind::Write, Phase::WaitBitmap) => self.write_issue(op_slot),

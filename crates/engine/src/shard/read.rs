@@ -2,6 +2,14 @@
 //! redundancy (another mirror copy, or reconstruction from the stripe's other chunks), after
 //! which the bad range is rewritten from the recovered data.
 //!
+//! A member read that fails is first read again in 4 KiB units (`UNIT_BYTES`), each into the
+//! request's own buffer (`read_probe`). Only the units that fail again are recovered from
+//! redundancy, returned recovered and rewritten: the units that read are returned as read and
+//! never written. (Recovering the whole range instead would return, and write back, a
+//! reconstruction of readable blocks, which differs from them when another chunk of the stripe
+//! is silently wrong; found in review, and it was a documented limit before.) A chunk whose
+//! member is out of service has no units to read: all of it is recovered, unwritten.
+//!
 //! Reconstruction covers only the bytes the operation's reads want (the union of their
 //! segments of the missing chunks). Its sources come from the requests' own buffers where a
 //! read already holds them, else from scratch; a missing chunk one request wants over the
@@ -12,7 +20,7 @@
 
 use super::{Op, Phase, REPLANS_MAX, Shard, usize_of};
 use crate::io::{Durability, MemberIoKind};
-use crate::plan::{ChunkRange, ChunkSet, bit, has};
+use crate::plan::{ChunkRange, ChunkSet, UNIT_BYTES, Units, bit, has};
 use crate::request::{RequestError, ShardOp};
 use flashraid_iobuf::IoBuf;
 use flashraid_layout::{ArrayOffset, Level, MEMBERS_MAX, PARITY_CHUNKS_MAX, Role, StripeIndex};
@@ -122,13 +130,21 @@ impl Shard {
     /// A read IO failed (the error is already counted and `errored` updated).
     pub(super) fn read_io_failed(&mut self, op_slot: usize, part: usize, chunk: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
-        if op.phase != Phase::Reading {
-            // Rebuild sources and mirror re-reads: handled when the round completes.
+        let mirror_reread = op.phase == Phase::Rebuilding && self.is_mirror();
+        if op.phase != Phase::Reading && !mirror_reread {
+            // Rebuild sources: handled when the round completes.
             return;
         }
         if let Some(i) = self.data_position(op, chunk) {
             let op = self.ops[op_slot].as_mut().expect("live");
-            op.parts[part].as_mut().expect("part").rebuild |= bit(i);
+            let p = op.parts[part].as_mut().expect("part");
+            p.rebuild |= bit(i);
+            if mirror_reread {
+                // A mirror re-read comes in pieces (the units that failed): one failed
+                // piece keeps the position wanted, whatever order the others complete in.
+                p.reread_failed |= bit(i);
+                p.recovered &= !bit(i);
+            }
         }
     }
 
@@ -141,11 +157,136 @@ impl Shard {
         let i = self.data_position(op, chunk).expect("mirror chunks hold data");
         let op = self.ops[op_slot].as_mut().expect("live");
         let p = op.parts[part].as_mut().expect("part");
+        if has(p.reread_failed, i) {
+            return;
+        }
         p.rebuild &= !bit(i);
         p.recovered |= bit(i);
     }
 
-    /// Data positions still to be rebuilt, with the union of their ranges.
+    /// The chunk index that was read for data position `i` and then read again in units,
+    /// if one was (`read_probe`).
+    fn probed_chunk(&self, op: &Op, i: usize) -> Option<usize> {
+        if self.is_mirror() {
+            (0..self.geometry.copies())
+                .map(|copy| self.geometry.data_member(op.stripe, i, copy).get())
+                .find(|&member| has(op.probed, member))
+        } else {
+            has(op.probed, i).then_some(i)
+        }
+    }
+
+    /// The units of data position `i` to recover: those that failed when read again in
+    /// units, or every unit where its chunk was not read again (out of service).
+    fn units_to_recover(&self, op: &Op, i: usize) -> Units {
+        match self.probed_chunk(op, i) {
+            Some(c) => op.units[c],
+            None => Units::first(self.units_per_chunk()),
+        }
+    }
+
+    fn units_per_chunk(&self) -> usize {
+        usize::try_from(self.geometry.chunk_bytes() / UNIT_BYTES).expect("fits")
+    }
+
+    /// After a first read round with errors: read every failed segment again, 4 KiB unit by
+    /// unit, into the requests' buffers (the completion tokens carry the unit as their part;
+    /// a unit that fails again goes into `op.units`, and is not counted as a second error).
+    /// False if no chunk that failed is still in service (nothing to read again).
+    fn read_probe(&mut self, op_slot: usize) -> bool {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let stripe = op.stripe;
+        let failed = (0..MEMBERS_MAX)
+            .filter(|&c| has(op.errored, c) && self.usable(stripe, op.chunk_member[c]))
+            .fold(0, |set, c| set | bit(c));
+        if failed == 0 {
+            return false;
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.probed = failed;
+        op.errored &= !failed;
+        op.phase = Phase::Probing;
+        op.serial = op.serial.wrapping_add(1);
+        for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
+            op.units[c] = Units::default();
+        }
+        for part_index in 0..op.parts.len() {
+            let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
+                continue;
+            };
+            let (offset, len_bytes) = self.read_range(part.request);
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let Some(c) = self.probed_chunk(op, i).filter(|_| has(part.rebuild, i)) else {
+                    continue;
+                };
+                let lo = s.location.offset_in_chunk_bytes;
+                let mut at = lo;
+                while at < lo + s.len_bytes {
+                    // Requests are 4 KiB aligned (the router refuses others), so every
+                    // piece is one whole unit.
+                    let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
+                    let kind = MemberIoKind::Read {
+                        offset_bytes: self.member_offset(stripe, at),
+                        ptr: self
+                            .request_ptr(part.request, s.range_offset_bytes + u64::from(at - lo)),
+                        len_bytes: UNIT_BYTES,
+                    };
+                    self.issue(op_slot, c, unit, kind);
+                    at += UNIT_BYTES;
+                }
+            }
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+        true
+    }
+
+    /// The units are read again: a chunk with units that failed (or whose member left
+    /// service meanwhile: all of it) is erased for the rebuild; a part whose segment of it
+    /// read in full has its data and wants nothing more.
+    fn read_after_probe(&mut self, op_slot: usize) {
+        let all_units = Units::first(self.units_per_chunk());
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let stripe = op.stripe;
+        let probed = op.probed;
+        for c in (0..MEMBERS_MAX).filter(|&c| has(probed, c)) {
+            let gone =
+                !self.usable(stripe, self.ops[op_slot].as_ref().expect("live").chunk_member[c]);
+            let op = self.ops[op_slot].as_mut().expect("live");
+            if gone {
+                op.units[c] = all_units;
+            }
+            if !op.units[c].is_empty() {
+                op.errored |= bit(c);
+            }
+        }
+        for part_index in 0..super::OP_REQUESTS_MAX {
+            let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
+                continue;
+            };
+            let (offset, len_bytes) = self.read_range(part.request);
+            let mut read_in_full: ChunkSet = 0;
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let lo = s.location.offset_in_chunk_bytes;
+                let segment = ChunkRange::new(lo, lo + s.len_bytes);
+                if let Some(c) = self.probed_chunk(op, i).filter(|_| has(part.rebuild, i))
+                    && !op.units[c].touches(segment)
+                {
+                    read_in_full |= bit(i);
+                }
+            }
+            let op = self.ops[op_slot].as_mut().expect("live");
+            op.parts[part_index].as_mut().expect("part").rebuild &= !read_in_full;
+        }
+    }
+
+    /// Data positions still to be rebuilt, with the union of their ranges (of a chunk read
+    /// again in units, the units that failed).
     fn read_rebuild_needs(&self, op: &Op) -> (ChunkSet, Option<ChunkRange>) {
         let mut targets = 0;
         let mut range: Option<ChunkRange> = None;
@@ -160,8 +301,11 @@ impl Shard {
                 if has(wanted, i) {
                     targets |= bit(i);
                     let lo = s.location.offset_in_chunk_bytes;
-                    let r = ChunkRange::new(lo, lo + s.len_bytes);
-                    range = Some(range.map_or(r, |x| x.union(r)));
+                    let segment = ChunkRange::new(lo, lo + s.len_bytes);
+                    let units = self.units_to_recover(op, i);
+                    for r in units.pieces(segment) {
+                        range = Some(range.map_or(r, |x| x.union(r)));
+                    }
                 }
             }
         }
@@ -170,6 +314,13 @@ impl Shard {
 
     /// Every IO of a read round completed.
     pub(super) fn read_after_io(&mut self, op_slot: usize) {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        if op.phase == Phase::Reading && op.errored != 0 && self.read_probe(op_slot) {
+            return;
+        }
+        if self.ops[op_slot].as_ref().expect("live").phase == Phase::Probing {
+            self.read_after_probe(op_slot);
+        }
         let op = self.ops[op_slot].as_ref().expect("live");
         if op.phase == Phase::Rebuilding && !self.is_mirror() {
             if op.errored & !op.rebuild_erased == 0 {
@@ -204,12 +355,17 @@ impl Shard {
         self.read_repair(op_slot);
     }
 
+    /// Mirrors: read what a part still wants (of a copy read again in units, only the units
+    /// that failed) from another copy, straight into the request's buffer.
     fn read_other_copies(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = Phase::Rebuilding;
         op.serial = op.serial.wrapping_add(1);
         let stripe = op.stripe;
         let errored = op.errored;
+        for part in op.parts.iter_mut().flatten() {
+            part.reread_failed = 0;
+        }
         for part_index in 0..op.parts.len() {
             let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
                 continue;
@@ -226,13 +382,18 @@ impl Shard {
                 }
                 match self.pick_copy(stripe, i, errored) {
                     Some(member) => {
-                        let kind = MemberIoKind::Read {
-                            offset_bytes: self
-                                .member_offset(stripe, s.location.offset_in_chunk_bytes),
-                            ptr: self.request_ptr(part.request, s.range_offset_bytes),
-                            len_bytes: s.len_bytes,
-                        };
-                        self.issue(op_slot, member, part_index, kind);
+                        let op = self.ops[op_slot].as_ref().expect("live");
+                        let lo = s.location.offset_in_chunk_bytes;
+                        let units = self.units_to_recover(op, i);
+                        for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
+                            let at = s.range_offset_bytes + u64::from(piece.lo - lo);
+                            let kind = MemberIoKind::Read {
+                                offset_bytes: self.member_offset(stripe, piece.lo),
+                                ptr: self.request_ptr(part.request, at),
+                                len_bytes: piece.len(),
+                            };
+                            self.issue(op_slot, member, part_index, kind);
+                        }
                     }
                     None => {
                         let op = self.ops[op_slot].as_mut().expect("live");
@@ -327,8 +488,9 @@ impl Shard {
     /// read op's `touched` slots are free for this; sources and targets are distinct
     /// chunks): each data source whose `range` a part already read with no error, and each
     /// target that exactly one part wants, over the whole of `range` (that part's segment of
-    /// it then is `range`, since `range` is the union of the wanted segments). Every other
-    /// chunk is `None`: it goes to scratch.
+    /// it then is `range`, since `range` is the union of the wanted segments), unless that
+    /// target was read again in units and some unit of `range` read (the readable units in
+    /// the buffer must stay as read). Every other chunk is `None`: it goes to scratch.
     fn place_in_requests(
         &mut self,
         op_slot: usize,
@@ -357,7 +519,9 @@ impl Shard {
                 let covers = lo <= range.lo && range.hi <= lo + s.len_bytes;
                 let clean = !has(part.rebuild | part.lost | op.errored, c);
                 let source = clean && sources.contains(&c);
-                if c < k && covers && (source || has(part_wants, c)) && op.touched[c].is_none() {
+                let all_bad = !has(op.probed, c) || op.units[c].pieces(range).next() == Some(range);
+                let target = has(part_wants, c) && all_bad;
+                if c < k && covers && (source || target) && op.touched[c].is_none() {
                     let at = usize::try_from(s.range_offset_bytes).expect("fits")
                         + usize_of(range.lo - lo);
                     op.touched[c] =
@@ -408,6 +572,7 @@ impl Shard {
                 .expect("plan, counts and lengths are consistent");
         }
         // Copy the ranges rebuilt in scratch into the requests that asked for them.
+        let all_units = Units::first(self.units_per_chunk());
         let Shard { ops, requests, geometry, .. } = self;
         let op = ops[op_slot].as_mut().expect("live");
         for part in op.parts.iter_mut().flatten() {
@@ -428,11 +593,17 @@ impl Shard {
                     assert_eq!(home.request, part.request, "an in-place target has one reader");
                     continue;
                 }
+                // Of a chunk read again in units, only the units that failed: the others
+                // are in the buffer as read.
                 let lo = s.location.offset_in_chunk_bytes;
-                let from = range.relative(ChunkRange::new(lo, lo + s.len_bytes));
-                let at = usize::try_from(s.range_offset_bytes).expect("fits");
-                let src = &op.scratch[i].as_ref().expect("rebuilt target").as_slice()[from.clone()];
-                dst[at..at + from.len()].copy_from_slice(src);
+                let units = if has(op.probed, i) { op.units[i] } else { all_units };
+                for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
+                    let from = range.relative(piece);
+                    let at = usize::try_from(s.range_offset_bytes).expect("fits")
+                        + usize_of(piece.lo - lo);
+                    let rebuilt = op.scratch[i].as_ref().expect("rebuilt target").as_slice();
+                    dst[at..at + from.len()].copy_from_slice(&rebuilt[from]);
+                }
             }
             part.rebuild &= !wanted;
             part.recovered |= wanted;
@@ -458,24 +629,41 @@ impl Shard {
             for c in 0..self.geometry.data_chunks() {
                 let op = self.ops[op_slot].as_ref().expect("live");
                 let member = op.chunk_member[c];
-                if has(targets & recovered & errored, c) && self.usable(stripe, member) {
-                    // The recovered range is where it was rebuilt: a request's buffer or
-                    // scratch (`read_reconstruct`).
-                    let ptr = match op.touched[c] {
-                        Some(home) => {
-                            let at = u64::try_from(home.buf_offset).expect("fits");
-                            self.request_ptr(home.request, at)
-                        }
-                        None => Self::scratch_ptr(op, c, 0),
-                    };
-                    let kind = MemberIoKind::Write {
-                        offset_bytes: self.member_offset(stripe, range.lo),
-                        ptr,
-                        len_bytes: range.len(),
-                        durability: Durability::Cached,
-                    };
-                    self.issue(op_slot, c, 0, kind);
+                if !has(targets & recovered & errored, c) || !self.usable(stripe, member) {
+                    continue;
                 }
+                if has(op.probed, c) && op.touched[c].is_none() {
+                    // Only the units that failed when read again (rebuilt in scratch; in
+                    // place, every unit of the range failed).
+                    let units = op.units[c];
+                    for piece in units.pieces(range) {
+                        let op = self.ops[op_slot].as_ref().expect("live");
+                        let kind = MemberIoKind::Write {
+                            offset_bytes: self.member_offset(stripe, piece.lo),
+                            ptr: Self::scratch_ptr(op, c, usize_of(piece.lo - range.lo)),
+                            len_bytes: piece.len(),
+                            durability: Durability::Cached,
+                        };
+                        self.issue(op_slot, c, 0, kind);
+                    }
+                    continue;
+                }
+                // The recovered range is where it was rebuilt: a request's buffer or
+                // scratch (`read_reconstruct`).
+                let ptr = match op.touched[c] {
+                    Some(home) => {
+                        let at = u64::try_from(home.buf_offset).expect("fits");
+                        self.request_ptr(home.request, at)
+                    }
+                    None => Self::scratch_ptr(op, c, 0),
+                };
+                let kind = MemberIoKind::Write {
+                    offset_bytes: self.member_offset(stripe, range.lo),
+                    ptr,
+                    len_bytes: range.len(),
+                    durability: Durability::Cached,
+                };
+                self.issue(op_slot, c, 0, kind);
             }
         }
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
@@ -497,15 +685,23 @@ impl Shard {
                 if !has(part.recovered, i) {
                     continue;
                 }
+                // What was read from another copy: the units that failed (see
+                // `read_other_copies`), written to every copy that failed a read of them.
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let lo = s.location.offset_in_chunk_bytes;
+                let units = self.units_to_recover(op, i);
                 for copy in 0..self.geometry.copies() {
                     let member = self.geometry.data_member(stripe, i, copy).get();
                     let usable = self.usable(stripe, u16::try_from(member).expect("fits"));
-                    if has(errored, member) && usable {
+                    if !has(errored, member) || !usable {
+                        continue;
+                    }
+                    for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
+                        let at = s.range_offset_bytes + u64::from(piece.lo - lo);
                         let kind = MemberIoKind::Write {
-                            offset_bytes: self
-                                .member_offset(stripe, s.location.offset_in_chunk_bytes),
-                            ptr: self.request_ptr(part.request, s.range_offset_bytes),
-                            len_bytes: s.len_bytes,
+                            offset_bytes: self.member_offset(stripe, piece.lo),
+                            ptr: self.request_ptr(part.request, at),
+                            len_bytes: piece.len(),
                             durability: Durability::Cached,
                         };
                         self.issue(op_slot, member, part_index, kind);

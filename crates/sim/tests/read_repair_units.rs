@@ -1,0 +1,172 @@
+//! A client read over a bad sector, with another chunk of the stripe silently wrong (a lost
+//! write): the member read that failed is read again in 4 KiB units, so only the unit that
+//! cannot be read comes from redundancy and is rewritten; the readable blocks beside it are
+//! returned as read and never written. (Before, the whole range the failed IO covered was
+//! rebuilt from the first parity rows, or read from another mirror copy, returned, and
+//! written back: with a wrong parity row or a stale copy, readable, correct blocks came back
+//! wrong and were rewritten wrong. Each test here failed against that.)
+
+use flashraid_control::Init;
+use flashraid_layout::{Level, Location, StripeIndex};
+use flashraid_sim::{SimArray, SimOptions};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+const UNIT: u64 = 4096;
+
+fn setup(seed: u64, level: Level, n: usize, chunk: u64) -> (SimArray, Vec<u8>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut o = SimOptions::new(seed, level, n);
+    o.member_bytes = 4 << 20;
+    o.chunk_bytes = chunk;
+    o.shards = 1;
+    o.init = Init::Zero;
+    o.config.member_read_errors_max = 1_000_000;
+    let mut array = SimArray::create(o).unwrap();
+    let model = array.fill_random(&mut rng);
+    array.run_until_idle();
+    (array, model)
+}
+
+fn flip(array: &SimArray, member: usize, at: u64, len: usize) {
+    let device = array.role_device(member).unwrap();
+    let mut s = device.state();
+    for b in 0..len {
+        s.current[at as usize + b] ^= 0x5a;
+        s.durable[at as usize + b] ^= 0x5a;
+    }
+}
+
+fn member_bytes(array: &SimArray, member: usize, at: u64, len: u64) -> Vec<u8> {
+    array.role_device(member).unwrap().state().current[at as usize..(at + len) as usize].to_vec()
+}
+
+fn bad_ranges(array: &SimArray, member: usize) -> Vec<(u64, u64)> {
+    array.role_device(member).unwrap().state().bad_ranges.clone()
+}
+
+/// Parity levels, 16 KiB and 256 KiB chunks: the first parity row (the one a single missing
+/// chunk is rebuilt from) silently wrong in unit 1 of a stripe, a bad sector in unit 0 of
+/// data chunk 0. A read of that whole data chunk returns the model; the data member keeps
+/// its readable units byte for byte; its bad unit is rewritten with the right data.
+#[test]
+fn parity_read_over_a_bad_sector_keeps_the_readable_blocks_beside_it() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid7_3, 7)] {
+        for chunk in [16u64 << 10, 256 << 10] {
+            let what = format!("{level} chunk {chunk}");
+            let (mut array, model) = setup(7, level, n, chunk);
+            let g = array.geometry();
+            let stripe = 5u64;
+            let at = array.chunk_offset(stripe);
+            let parity = g.parity_member(StripeIndex(stripe), 0).get();
+            let member = array.data_role(stripe, 0);
+            flip(&array, parity, at + UNIT + 100, 16);
+            let readable_before = member_bytes(&array, member, at + UNIT, chunk - UNIT);
+            array.role_device(member).unwrap().state().bad_ranges.push((at, UNIT));
+            let off = g
+                .array_offset(Location {
+                    stripe: StripeIndex(stripe),
+                    data_index: 0,
+                    offset_in_chunk_bytes: 0,
+                })
+                .0;
+            let got = array.read(off, chunk).unwrap();
+            let want = &model[off as usize..(off + chunk) as usize];
+            let wrong = (0..chunk as usize).filter(|&b| got[b] != want[b]).count();
+            assert_eq!(wrong, 0, "{what}: the read returned {wrong} wrong bytes");
+            array.run_until_idle();
+            assert!(
+                member_bytes(&array, member, at + UNIT, chunk - UNIT) == readable_before,
+                "{what}: the readable blocks beside the bad sector were rewritten"
+            );
+            assert!(
+                member_bytes(&array, member, at, UNIT) == want[..UNIT as usize],
+                "{what}: the bad unit was not rewritten with its data"
+            );
+            assert!(bad_ranges(&array, member).is_empty(), "{what}: the bad sector stays");
+            assert!(array.counters().errors_corrected >= 1, "{what}: no correction counted");
+        }
+    }
+}
+
+/// Mirrors (RAID 1 x2, RAID 10): the copy a read goes to has a bad sector in unit 0 of a
+/// chunk; the other copy is stale (silently wrong) in unit 2. The read returns the model (the
+/// readable units come from the copy read), and the copy read keeps its readable units; only
+/// its bad unit takes the other copy's bytes, which are right there.
+#[test]
+fn mirror_read_over_a_bad_sector_keeps_the_readable_blocks_of_the_copy_read() {
+    for (level, n) in [(Level::Raid1, 2), (Level::Raid10, 4)] {
+        let chunk = 16u64 << 10;
+        let what = format!("{level}");
+        let (mut array, model) = setup(8, level, n, chunk);
+        let g = array.geometry();
+        let stripe = 6u64;
+        let at = array.chunk_offset(stripe);
+        let copies = g.copies();
+        // The copy a healthy read of this stripe goes to first (reads rotate by stripe).
+        let first = g.data_member(StripeIndex(stripe), 0, (stripe % copies as u64) as usize).get();
+        let other = (0..copies)
+            .map(|c| g.data_member(StripeIndex(stripe), 0, c).get())
+            .find(|&m| m != first)
+            .unwrap();
+        flip(&array, other, at + 2 * UNIT + 50, 16);
+        let first_before = member_bytes(&array, first, at + UNIT, chunk - UNIT);
+        array.role_device(first).unwrap().state().bad_ranges.push((at, UNIT));
+        let off = g
+            .array_offset(Location {
+                stripe: StripeIndex(stripe),
+                data_index: 0,
+                offset_in_chunk_bytes: 0,
+            })
+            .0;
+        let got = array.read(off, chunk).unwrap();
+        let want = &model[off as usize..(off + chunk) as usize];
+        let wrong = (0..chunk as usize).filter(|&b| got[b] != want[b]).count();
+        assert_eq!(wrong, 0, "{what}: the read returned {wrong} wrong bytes");
+        array.run_until_idle();
+        assert!(
+            member_bytes(&array, first, at + UNIT, chunk - UNIT) == first_before,
+            "{what}: the readable blocks of the copy read were overwritten by the other copy"
+        );
+        assert!(
+            member_bytes(&array, first, at, UNIT) == want[..UNIT as usize],
+            "{what}: not healed"
+        );
+        assert!(bad_ranges(&array, first).is_empty(), "{what}: the bad sector stays");
+    }
+}
+
+/// A read error that does not happen again (a transient fault): the units read again all
+/// read, the read returns the model, and nothing is rebuilt or written.
+#[test]
+fn a_transient_read_error_is_read_again_and_nothing_is_rewritten() {
+    for (level, n) in [(Level::Raid6, 6), (Level::Raid1, 2)] {
+        let chunk = 64u64 << 10;
+        let what = format!("{level}");
+        let (mut array, model) = setup(9, level, n, chunk);
+        let g = array.geometry();
+        let stripe = 3u64;
+        let off = g
+            .array_offset(Location {
+                stripe: StripeIndex(stripe),
+                data_index: 0,
+                offset_in_chunk_bytes: 0,
+            })
+            .0;
+        let writes_before: Vec<u64> =
+            (0..n).map(|m| array.role_device(m).unwrap().state().writes).collect();
+        let member = if level == Level::Raid1 {
+            g.data_member(StripeIndex(stripe), 0, (stripe % 2) as usize).get()
+        } else {
+            array.data_role(stripe, 0)
+        };
+        array.role_device(member).unwrap().state().transient_read_errors = 1;
+        let got = array.read(off, chunk).unwrap();
+        assert!(got == model[off as usize..(off + chunk) as usize], "{what}: wrong data");
+        array.run_until_idle();
+        let writes_after: Vec<u64> =
+            (0..n).map(|m| array.role_device(m).unwrap().state().writes).collect();
+        assert_eq!(writes_before, writes_after, "{what}: a transient error rewrote something");
+        assert_eq!(array.counters().degraded_reads, 0, "{what}: rebuilt from redundancy");
+    }
+}
