@@ -1090,8 +1090,11 @@ impl Transmission {
     fn step(&mut self, stop: &AtomicBool, ending: &mut Ending) -> Step {
         if stop.load(Ordering::Relaxed) && ending.stopping_since.is_none() {
             ending.stopping_since = Some(Instant::now());
-            // Requests already received are answered, not dropped.
-            self.refuse_received(proto::ESHUTDOWN);
+            // Requests already received are answered, not dropped; after a client's
+            // NBD_CMD_DISC there are none (nothing it sent after is a request).
+            if !self.closing {
+                self.refuse_received(proto::ESHUTDOWN);
+            }
             self.closing = true;
         }
         if let Some(since) = ending.stopping_since
@@ -1250,9 +1253,11 @@ impl Transmission {
             let payload = request.payload_bytes();
             if request.kind == proto::CMD_WRITE && request.len > REQUEST_BYTES_MAX {
                 // Too large to buffer: throw its payload away as it arrives, then refuse it
-                // (EINVAL: the spec keeps EOVERFLOW for reads with DF).
+                // (EINVAL: the spec keeps EOVERFLOW for reads with DF; EPERM on a read-only
+                // export, as every other write there).
                 self.rstart += proto::REQUEST_BYTES;
-                self.refuse_after_payload(request.cookie, proto::EINVAL, request.len.into());
+                let error = if self.read_only { proto::EPERM } else { proto::EINVAL };
+                self.refuse_after_payload(request.cookie, error, request.len.into());
                 progress = true;
                 continue;
             }
@@ -1277,7 +1282,9 @@ impl Transmission {
                 return Ok(progress);
             }
             if request.kind == proto::CMD_DISC {
-                self.rstart += need;
+                // The client sends nothing after a disconnect (the spec's MUST NOT): what
+                // follows it is no request, and is dropped unread.
+                self.rstart = self.rend;
                 self.closing = true;
                 return Ok(true);
             }
