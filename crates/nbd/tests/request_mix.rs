@@ -244,7 +244,7 @@ fn model_check(threads: bool, seed: u64) {
                 let chunk = rng.pick(&[usize::MAX, 1000, 30000, 5000]);
                 for part in wire.chunks(chunk.min(wire.len())) {
                     s.write_all(part).unwrap();
-                    if chunk != usize::MAX && rng.next() % 4 == 0 {
+                    if chunk != usize::MAX && rng.next().is_multiple_of(4) {
                         std::thread::sleep(Duration::from_micros(300));
                     }
                 }
