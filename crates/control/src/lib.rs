@@ -164,6 +164,23 @@ fn check_devices(devices: &[&dyn MetaDevice], overwrite: Overwrite) -> Result<()
     Ok(())
 }
 
+/// Why a device that names this array as its own (a former member) may have been reused
+/// since it left: its first superblock copy no longer decodes (a filesystem, a partition
+/// table or a volume written over its head), or another tool's signature is on it. Such a
+/// device is neither taken back with a partial rebuild nor made a spare without `--force`
+/// (found by review: a failed member's device formatted with ext4 elsewhere, its copy 1 at
+/// the end still intact, was taken back, and its filesystem's blocks served as the array's).
+fn reused_since_it_left(device: &dyn MetaDevice) -> Option<String> {
+    if read_candidate(device).copies[0].is_err() {
+        return Some(match detect_signature(device) {
+            Some(Signature::Flashraid { .. }) | None => "its first superblock copy is damaged                  or overwritten (the device may have been reused since it left the array)"
+                .to_string(),
+            Some(other) => format!("it holds {other} now"),
+        });
+    }
+    None
+}
+
 fn io_error(device: &dyn MetaDevice) -> impl Fn(String) -> ControlError + '_ {
     move |error| ControlError::Io { device: device.name(), error }
 }
@@ -328,9 +345,14 @@ fn union_of_maps(
                 .read_at(buf.as_mut_slice(), offset)
                 .ok()
                 .and_then(|_| BitmapBlock::decode(buf.as_slice(), sb.array_uuid).ok());
+            // A block that names another region count than the array has (it passed its checksum,
+            // so written by a broken or foreign writer) is not trusted either (found by
+            // review: it indexed past the map).
             match block {
                 Some(block)
-                    if block.region_bytes == sb.bitmap_region_bytes && block.kind == kind =>
+                    if block.region_bytes == sb.bitmap_region_bytes
+                        && block.kind == kind
+                        && block.region_count == region_count =>
                 {
                     for r in block.set_regions() {
                         dirty[usize::try_from(r).expect("fits")] = true;
@@ -371,6 +393,20 @@ pub fn prepare(
     // bitmap means no stripe can have parity that disagrees with its data).
     let lenient = AssemblyRequest { dirty_degraded: DirtyDegraded::Force, ..request.clone() };
     let assembled = assemble(&candidates, &lenient)?;
+    // A device smaller than the data area its superblock records (a truncated member file, a
+    // member copied onto a smaller disk) is refused before anything is written (found by
+    // review: start panicked encoding its superblock, after writing parts of the array's
+    // metadata).
+    let needed = assembled.superblock.member_data_bytes;
+    for &d in assembled.roles.iter().flatten().chain(&assembled.spares) {
+        let size = devices[d].size_bytes();
+        if flashraid_format::layout::member_data_capacity(size).is_none_or(|c| c < needed) {
+            return Err(ControlError::Invalid(format!(
+                "{} is {size} bytes, too small for this array's data area ({needed} bytes                  after the metadata): it shrank, or is a copy on a smaller device. Nothing was                  written; start without it (degraded, where the level allows) or give the                  device it was",
+                devices[d].name()
+            )));
+        }
+    }
     let dirty_regions = if !assembled.stale_used.is_empty() {
         // Stale copies used by force: their chunks disagree with parity wherever the array
         // was written since they were taken, and nothing says where.
@@ -622,6 +658,7 @@ impl Metadata {
             entry.partial_rebuild = false;
             entry.state = MemberState::Failed;
             entry.failed_at_event = self.template.event;
+            entry.failed_session_update_count = self.template.session_update_count;
         }
         self.roles[role] = None;
         // A replace of this role keeps its record: whoever gives the copy up (the controller,
@@ -781,6 +818,14 @@ impl Metadata {
                     )));
                 }
                 self.check_forced_start_copy(d, sb, overwrite)?;
+                if let Some(why) = reused_since_it_left(d)
+                    && overwrite == Overwrite::Refuse
+                {
+                    return Err(ControlError::HoldsData {
+                        device: d.name(),
+                        what: format!("what may no longer be this array's ({why})"),
+                    });
+                }
                 true
             }
             _ => false,
@@ -1179,6 +1224,9 @@ impl Metadata {
         let sb = &self.template;
         if own.array_uuid != sb.array_uuid {
             return Err(NotAMember);
+        }
+        if let Some(why) = reused_since_it_left(d) {
+            return Err(Refused(why));
         }
         let Some(role) = sb.members.iter().position(|m| m.uuid == own.this_uuid) else {
             return Err(Refused(

@@ -1,8 +1,8 @@
 //! Recognising devices that hold someone's data, so `create` refuses them without `--force`.
 //!
 //! Checked: flashraid superblocks (either copy), MBR and GPT partition tables, ext2/3/4, XFS,
-//! btrfs, Linux md superblocks (0.90, 1.0, 1.1, 1.2), LVM2 physical volumes, LUKS, swap, and
-//! ZFS vdev labels. A device with none of these is not proven empty, only unrecognised; the
+//! btrfs, F2FS, Linux md superblocks (0.90, 1.0, 1.1, 1.2), LVM2 physical volumes, LUKS,
+//! bcache cache and backing devices, swap, and ZFS vdev labels. A device with none of these is not proven empty, only unrecognised; the
 //! list covers what an operator is most likely to point `create` at by mistake.
 
 use crate::MetaDevice;
@@ -19,6 +19,7 @@ pub enum Signature {
     Md,
     Lvm,
     Luks,
+    Bcache,
     Swap,
     Zfs,
 }
@@ -32,6 +33,7 @@ impl fmt::Display for Signature {
             Signature::Md => f.write_str("a Linux md RAID superblock"),
             Signature::Lvm => f.write_str("an LVM2 physical volume"),
             Signature::Luks => f.write_str("a LUKS encrypted volume"),
+            Signature::Bcache => f.write_str("a bcache cache or backing device"),
             Signature::Swap => f.write_str("Linux swap space"),
             Signature::Zfs => f.write_str("a ZFS vdev label"),
         }
@@ -39,6 +41,11 @@ impl fmt::Display for Signature {
 }
 
 const HEAD_BYTES: usize = 128 << 10;
+
+/// bcache's superblock magic (`BCACHE_MAGIC` in the kernel's bcache.h).
+const BCACHE_MAGIC: [u8; 16] = [
+    0xc6, 0x85, 0x73, 0xf6, 0x4e, 0x1a, 0x45, 0xca, 0x82, 0x65, 0xf5, 0x7f, 0x48, 0xba, 0x6d, 0x81,
+];
 
 /// Look at the head and the tail of a device for known signatures.
 pub fn detect_signature(device: &dyn MetaDevice) -> Option<Signature> {
@@ -70,6 +77,14 @@ pub fn detect_signature(device: &dyn MetaDevice) -> Option<Signature> {
     }
     if at(65600, b"_BHRfS_M") {
         return Some(Signature::Filesystem("btrfs"));
+    }
+    // F2FS, the flash file system: its superblock magic 0xF2F52010 at 1 KiB.
+    if at(1024, &0xf2f5_2010_u32.to_le_bytes()) {
+        return Some(Signature::Filesystem("F2FS"));
+    }
+    // bcache: the superblock at 4 KiB carries its 16-byte magic at offset 24.
+    if at(4096 + 24, &BCACHE_MAGIC) {
+        return Some(Signature::Bcache);
     }
     let md_magic = 0xa92b_4efc_u32.to_le_bytes();
     if at(0, &md_magic) || at(4096, &md_magic) {

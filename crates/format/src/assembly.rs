@@ -402,11 +402,22 @@ fn place_members(
             let map_covers = newest.missed_map_since_event != 0
                 && newest.missed_map_since_event <= entry.failed_at_event
                 && sb.event >= newest.missed_map_since_event;
+            // The member whose failure failed the array is brought back trusted as of its
+            // failure, with only the write-intent bitmap distrusted: its device must have
+            // seen the start of the session it failed in, as rule 5 asks of every member
+            // (found by review: an image taken at the clean stop before that session was
+            // brought back as current). Unknown (0) for a failure recorded by an older
+            // version.
+            let failed_the_array =
+                slot < role_count && !newest.geometry().survives(&out_at_failure(newest, slot));
+            let of_last_session =
+                sb.update_count.saturating_add(1) >= entry.failed_session_update_count;
             if slot < role_count
                 && entry.in_sync_when_failed
                 && own_view_active
                 && map_covers
                 && sb.event < entry.failed_at_event
+                && (of_last_session || !failed_the_array)
             {
                 revivable.push((slot, i, entry.failed_at_event));
             }
@@ -513,6 +524,7 @@ fn place_members(
         let entry = &mut superblock.members[role];
         entry.state = MemberState::Active;
         entry.failed_at_event = 0;
+        entry.failed_session_update_count = 0;
         entry.in_sync_when_failed = false;
     }
     if usize::from(superblock.this_role) >= role_count {
@@ -618,7 +630,15 @@ fn revive_failed(
     if revivable.is_empty() || survives_with(newest, roles) {
         return (vec![], String::new());
     }
-    revivable.sort_by_key(|&(slot, _, failed_at)| (std::cmp::Reverse(failed_at), slot));
+    // The most recently failed first; of two devices claiming one failed role (a device and
+    // an image of it), the one with the newer superblock (found by review: the one named
+    // first was taken, an old image over the device itself).
+    let freshness = |i: usize| {
+        candidates[i].copies.iter().flatten().map(|sb| (sb.event, sb.update_count)).max()
+    };
+    revivable.sort_by_key(|&(slot, i, failed_at)| {
+        (std::cmp::Reverse(failed_at), slot, std::cmp::Reverse(freshness(i)))
+    });
     let options: Vec<(usize, usize)> = revivable.iter().map(|&(slot, i, _)| (slot, i)).collect();
     let Some(chosen) = fewest_needed(newest, roles, &options) else {
         return (vec![], String::new());

@@ -93,6 +93,11 @@ pub struct MemberEntry {
     pub errors_corrected: u32,
     /// The event at which the member failed (0 when it has not).
     pub failed_at_event: u64,
+    /// The array's `session_update_count` when the member failed (0 when it has not, or
+    /// failed under a version before this field): its device saw that session's start, so
+    /// a device of it whose superblock is older (an image taken before) is not it as of its
+    /// failure. Bytes 32-39 of the entry.
+    pub failed_session_update_count: u64,
     /// Failed while it was fully in sync (active, not being rebuilt): its chunks are the
     /// array's as of its failure, so a re-add needs only what the missed-write map names.
     /// Only on a failed entry.
@@ -112,6 +117,7 @@ impl MemberEntry {
         state: MemberState::Empty,
         errors_corrected: 0,
         failed_at_event: 0,
+        failed_session_update_count: 0,
         in_sync_when_failed: false,
         partial_rebuild: false,
         replacing: None,
@@ -472,6 +478,7 @@ impl Superblock {
             b[at + 16] = entry.state.code();
             put_u32(&mut b, at + 20, entry.errors_corrected);
             put_u64(&mut b, at + 24, entry.failed_at_event);
+            put_u64(&mut b, at + 32, entry.failed_session_update_count);
             b[at + 17] = (u8::from(entry.in_sync_when_failed) * ENTRY_IN_SYNC_WHEN_FAILED)
                 | (u8::from(entry.partial_rebuild) * ENTRY_PARTIAL_REBUILD)
                 | (u8::from(entry.replacing.is_some()) * ENTRY_REPLACING);
@@ -551,6 +558,7 @@ impl Superblock {
                 state,
                 errors_corrected: get_u32(b, at + 20),
                 failed_at_event: get_u64(b, at + 24),
+                failed_session_update_count: get_u64(b, at + 32),
                 in_sync_when_failed: flags & ENTRY_IN_SYNC_WHEN_FAILED != 0,
                 partial_rebuild: flags & ENTRY_PARTIAL_REBUILD != 0,
                 replacing: (flags & ENTRY_REPLACING != 0).then_some(replaced_role),
