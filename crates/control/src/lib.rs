@@ -35,7 +35,8 @@ use flashraid_format::bitmap::{
 };
 use flashraid_format::layout::{SUPERBLOCK_COPY0_OFFSET_BYTES, superblock_copy1_offset};
 use flashraid_format::superblock::{
-    ArrayState, CURSOR_NONE, MemberState, ROLE_NONE, SUPERBLOCK_BYTES, Superblock,
+    ArrayState, CURSOR_NONE, INIT_PENDING_NO_CRASH, INIT_UNKNOWN, MemberState, ROLE_NONE,
+    SUPERBLOCK_BYTES, Superblock,
 };
 use flashraid_format::{NewArray, NewArrayError, Uuid, new_array};
 use flashraid_iobuf::IoBuf;
@@ -246,6 +247,10 @@ pub fn create(
     let state = if init == Init::Background { ArrayState::Dirty } else { ArrayState::Clean };
     for sb in &mut superblocks {
         sb.state = state;
+        if init == Init::Background {
+            // Every region is marked, and nothing was ever written: no write in flight.
+            sb.init_state = INIT_PENDING_NO_CRASH;
+        }
     }
     for (device, sb) in all.iter().zip(&superblocks) {
         write_superblock(*device, sb)?;
@@ -374,6 +379,11 @@ pub struct Prepared {
     /// Regions some role out of service may have missed (empty when every role is in
     /// service): the missed-write map, and the dirty regions (writes in flight at a crash).
     pub missed_regions: Vec<u32>,
+    /// The dirty regions are only those background init has not reached, with no crash
+    /// since the array was created or last stopped clean (`init_state`), and nothing was
+    /// forced in: what was written there is consistent over what was written (writes there
+    /// recompute parity over their range), so reconstruction there is trusted.
+    pub dirty_init_only: bool,
 }
 
 /// Read every device, decide the assembly, and collect the dirty regions if it was not shut
@@ -393,6 +403,9 @@ pub fn prepare(
     // bitmap means no stripe can have parity that disagrees with its data).
     let lenient = AssemblyRequest { dirty_degraded: DirtyDegraded::Force, ..request.clone() };
     let assembled = assemble(&candidates, &lenient)?;
+    let dirty_init_only = assembled.superblock.init_state == INIT_PENDING_NO_CRASH
+        && assembled.stale_used.is_empty()
+        && assembled.failed_used.is_empty();
     // A device smaller than the data area its superblock records (a truncated member file, a
     // member copied onto a smaller disk) is refused before anything is written (found by
     // review: start panicked encoding its superblock, after writing parts of the array's
@@ -434,7 +447,9 @@ pub fn prepare(
     let unavailable: Vec<usize> = (0..assembled.roles.len())
         .filter(|&r| assembled.roles[r].is_none() || sb.members[r].state == MemberState::Rebuilding)
         .collect();
+    // Background init with no crash since: nothing was in flight, so nothing disagrees.
     if request.dirty_degraded == DirtyDegraded::Refuse
+        && !dirty_init_only
         && !dirty_regions.is_empty()
         && !unavailable.is_empty()
         && assembled.geometry.tolerance() > 0
@@ -464,7 +479,7 @@ pub fn prepare(
         missed.dedup();
         missed
     };
-    Ok(Prepared { assembled, dirty_regions, missed_regions })
+    Ok(Prepared { assembled, dirty_regions, missed_regions, dirty_init_only })
 }
 
 /// Why a device cannot take its role back with a partial rebuild (`Metadata::re_add_check`).
@@ -512,6 +527,9 @@ pub struct Metadata {
     /// Read-only: every update is refused with `ControlError::ReadOnly` before it writes,
     /// and the superblock stays as the start found it (failures are kept in memory only).
     access: ArrayAccess,
+    /// This session began with `Prepared::dirty_init_only`: its clean stop records that the
+    /// regions left are still init's only (`INIT_PENDING_NO_CRASH`).
+    init_only_session: bool,
 }
 
 impl Metadata {
@@ -1312,8 +1330,39 @@ impl Metadata {
     /// (before this stop: a `cp` or snapshot of a member file, put back later) is two or more
     /// short, and assembly leaves it out rather than read its old chunks.
     pub fn mark_clean(&mut self, devices: &[&dyn MetaDevice]) -> Result<(), ControlError> {
+        self.mark_stopped(devices, ArrayState::Clean)
+    }
+
+    /// A clean stop of a session that began with only background init's regions dirty
+    /// (`Prepared::dirty_init_only`) whose shards all stopped with every write durable and
+    /// only init's regions left (`Shard::stopped_with_only_init_left`): the array stays
+    /// dirty (init goes on at the next start) and records that those regions are init's
+    /// only (`INIT_PENDING_NO_CRASH`), in the two passes of `mark_clean`. Refused for any
+    /// other session: what it left dirty may hold writes in flight at a crash.
+    pub fn mark_stopped_in_init(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+    ) -> Result<(), ControlError> {
+        if !self.init_only_session {
+            return Err(ControlError::Invalid(
+                "this session did not begin with only background init's regions dirty".into(),
+            ));
+        }
+        self.mark_stopped(devices, ArrayState::Dirty)
+    }
+
+    fn mark_stopped(
+        &mut self,
+        devices: &[&dyn MetaDevice],
+        state: ArrayState,
+    ) -> Result<(), ControlError> {
         self.check_writable()?;
-        self.template.state = ArrayState::Clean;
+        self.template.state = state;
+        if self.init_only_session {
+            // The regions still marked (none when clean) are init's: no write was in
+            // flight there, every write's bit was cleared once durable.
+            self.template.init_state = INIT_PENDING_NO_CRASH;
+        }
         self.template.event += 1;
         self.write_all(devices)?;
         self.template.event += 1;
@@ -1349,7 +1398,9 @@ pub fn start(
     }
     template.state = ArrayState::Dirty;
     template.bitmap_shards = shards;
-    template.init_cursor_stripes = CURSOR_NONE;
+    // Until a clean stop says otherwise: a crash in this session may leave writes in
+    // flight in any dirty region.
+    template.init_state = INIT_UNKNOWN;
     let sizes: Vec<u64> = devices.iter().map(|d| d.size_bytes()).collect();
     let mut metadata = Metadata {
         template,
@@ -1367,6 +1418,7 @@ pub fn start(
             })
             .collect(),
         access,
+        init_only_session: prepared.dirty_init_only && access == ArrayAccess::ReadWrite,
     };
     // A role the table calls in service but no device holds is failed now, durably, before
     // the first write skips it: if its device came back later it would hold stale chunks
@@ -1427,6 +1479,7 @@ pub fn start(
                 area_offset_bytes: metadata.template.bitmap_offset_bytes,
                 region_bytes: metadata.template.bitmap_region_bytes,
                 dirty_regions: prepared.dirty_regions.clone(),
+                dirty_init_only: prepared.dirty_init_only,
                 missed_area_offset_bytes: MISSED_MAP_OFFSET_BYTES,
                 missed_regions: missed.clone(),
             },

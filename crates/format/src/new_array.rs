@@ -6,7 +6,8 @@ use crate::Uuid;
 use crate::bitmap::{SHARDS_MAX, default_region_bytes};
 use crate::layout::{BITMAP_OFFSET_BYTES, DATA_OFFSET_BYTES, member_data_capacity};
 use crate::superblock::{
-    ArrayState, CURSOR_NONE, MemberEntry, MemberState, NAME_BYTES_MAX, ROLE_NONE, Superblock,
+    ArrayState, CURSOR_NONE, INIT_UNKNOWN, MemberEntry, MemberState, NAME_BYTES_MAX, ROLE_NONE,
+    Superblock,
 };
 use flashraid_layout::{Geometry, LayoutError, Level, MEMBERS_MAX};
 
@@ -138,7 +139,7 @@ pub fn new_array(new: &NewArray) -> Result<(Geometry, Vec<Superblock>), NewArray
             bitmap_offset_bytes: BITMAP_OFFSET_BYTES,
             bitmap_region_bytes: region_bytes,
             bitmap_shards: new.shards,
-            init_cursor_stripes: CURSOR_NONE,
+            init_state: INIT_UNKNOWN,
             rebuild_cursor_stripes: CURSOR_NONE,
             rebuild_role: ROLE_NONE,
             members: members.clone(),

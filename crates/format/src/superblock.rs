@@ -34,6 +34,12 @@ const _: () = assert!(MEMBER_TABLE_OFFSET + MEMBERS_MAX * MEMBER_ENTRY_BYTES <= 
 
 /// Marks "no cursor": the process is finished or was never started.
 pub const CURSOR_NONE: u64 = u64::MAX;
+/// `init_state`: nothing known of the dirty regions (they may hold writes in flight at a
+/// crash).
+pub const INIT_UNKNOWN: u64 = u64::MAX;
+/// `init_state`: the dirty regions are only those background init has not reached, with no
+/// crash since the array was created or last stopped clean.
+pub const INIT_PENDING_NO_CRASH: u64 = 0;
 /// Marks "no member".
 pub const ROLE_NONE: u16 = u16::MAX;
 
@@ -267,8 +273,12 @@ pub struct Superblock {
     pub bitmap_region_bytes: u64,
     /// Shard sections the bitmap was last written with.
     pub bitmap_shards: u32,
-    /// Background initialisation progress in stripes ([`CURSOR_NONE`] when done; issue 5).
-    pub init_cursor_stripes: u64,
+    /// [`INIT_PENDING_NO_CRASH`]: every region the write-intent bitmap names is one
+    /// background init has not reached, and no write was in flight there at an unclean stop
+    /// (written by `create --init background` and by the clean stop of a session that began
+    /// so); else [`INIT_UNKNOWN`] (written by every start, so a crash in the session leaves
+    /// it so). Bytes 200-207 (once reserved for an init cursor, always written u64::MAX).
+    pub init_state: u64,
     /// Rebuild progress in stripes ([`CURSOR_NONE`] when none runs; issue 5).
     pub rebuild_cursor_stripes: u64,
     /// Slot being rebuilt ([`ROLE_NONE`] when none).
@@ -335,6 +345,9 @@ impl Superblock {
         .map_err(|_| FormatError::Invalid { what: "geometry (level, members, chunk, size)" })?;
         if geometry.member_data_bytes() != self.member_data_bytes {
             return bad("member data size is not a whole number of chunks");
+        }
+        if self.init_state != INIT_UNKNOWN && self.init_state != INIT_PENDING_NO_CRASH {
+            return bad("init state");
         }
         if self.members.len() != usize::from(self.member_count) {
             return bad("member table length differs from member count");
@@ -467,7 +480,7 @@ impl Superblock {
         put_u64(&mut b, 176, self.bitmap_offset_bytes);
         put_u64(&mut b, 184, self.bitmap_region_bytes);
         put_u32(&mut b, 192, self.bitmap_shards);
-        put_u64(&mut b, 200, self.init_cursor_stripes);
+        put_u64(&mut b, 200, self.init_state);
         put_u64(&mut b, 208, self.rebuild_cursor_stripes);
         put_u16(&mut b, 216, self.rebuild_role);
         put_u64(&mut b, 224, self.member_size_bytes);
@@ -590,7 +603,7 @@ impl Superblock {
             bitmap_offset_bytes: get_u64(b, 176),
             bitmap_region_bytes: get_u64(b, 184),
             bitmap_shards: get_u32(b, 192),
-            init_cursor_stripes: get_u64(b, 200),
+            init_state: get_u64(b, 200),
             rebuild_cursor_stripes: get_u64(b, 208),
             rebuild_role: get_u16(b, 216),
             tunables: Tunables::decode(b),

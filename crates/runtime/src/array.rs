@@ -1434,8 +1434,10 @@ const STALL_NOTE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 /// A clean shutdown in progress: the shards' acknowledgements still awaited.
 struct PendingShutdown {
     reply: Sender<Result<Stopped, ArrayError>>,
-    acks: Vec<Option<Receiver<bool>>>,
+    acks: Vec<Option<Receiver<(bool, bool)>>>,
     clean: bool,
+    /// Every shard stopped clean or with only background init's regions left.
+    in_init: bool,
 }
 
 /// How often the controller looks at the shards' shutdown acknowledgements.
@@ -1751,7 +1753,7 @@ impl Controller {
                         link.bell.ring();
                         acks.push(Some(rx));
                     }
-                    shutdown = Some(PendingShutdown { reply, acks, clean: true });
+                    shutdown = Some(PendingShutdown { reply, acks, clean: true, in_init: true });
                 }
                 Some(ToController::Stop) => {
                     self.stop_reactors();
@@ -1768,8 +1770,9 @@ impl Controller {
                 for slot in &mut pending.acks {
                     let Some(rx) = slot else { continue };
                     match rx.try_recv() {
-                        Ok(clean) => {
+                        Ok((clean, init_left)) => {
                             pending.clean &= clean;
+                            pending.in_init &= clean || init_left;
                             *slot = None;
                         }
                         Err(mpsc::TryRecvError::Empty) => {}
@@ -1786,6 +1789,16 @@ impl Controller {
                         let refs: Vec<&dyn MetaDevice> =
                             self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
                         self.metadata.mark_clean(&refs).map(|()| Stopped::Clean).map_err(Into::into)
+                    } else if pending.in_init {
+                        // Background init stopped halfway and nothing else is left: record
+                        // that the regions left are init's, so the next start trusts
+                        // reconstruction there as this session did.
+                        let refs: Vec<&dyn MetaDevice> =
+                            self.devices.iter().map(|d| d as &dyn MetaDevice).collect();
+                        self.metadata
+                            .mark_stopped_in_init(&refs)
+                            .map(|()| Stopped::Dirty)
+                            .map_err(Into::into)
                     } else {
                         Ok(Stopped::Dirty)
                     };

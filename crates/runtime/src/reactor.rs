@@ -122,8 +122,8 @@ pub(crate) enum Control {
     ApplyFailed(Vec<MemberIndex>),
     Status(Sender<ShardStatus>),
     /// Stop taking requests; once idle flush, clear the bitmap and acknowledge with whether
-    /// the shard ended clean.
-    CleanShutdown(Sender<bool>),
+    /// the shard ended clean, and whether only background init's regions were left.
+    CleanShutdown(Sender<(bool, bool)>),
     /// Run a job each turn until it finishes; the sender hears when (or why not).
     RunJob(ShardJob, Sender<Result<(), String>>),
     /// Exit the thread now (after a clean shutdown, or to simulate a crash).
@@ -385,7 +385,8 @@ struct TurnState {
     sessions: Vec<Option<SessionLink>>,
     held_requests: VecDeque<ShardRequest>,
     held_io: Option<MemberIo>,
-    shutdown_ack: Option<Sender<bool>>,
+    /// Answered with (clean, stopped with only background init's regions left).
+    shutdown_ack: Option<Sender<(bool, bool)>>,
     woke_with: Option<ToReactor>,
     jobs: Vec<(ShardJob, Sender<Result<(), String>>)>,
     /// Per job (same index): where it is parked (`JobStatus::Parked`), if it is; `revents`
@@ -662,7 +663,7 @@ impl Reactor {
         if let ShutdownState::Done { clean } = self.shard.shutdown_state()
             && let Some(ack) = state.shutdown_ack.take()
         {
-            let _ = ack.send(clean);
+            let _ = ack.send((clean, self.shard.stopped_with_only_init_left()));
         }
         // Jobs run last, so what they submit reaches the shard at the top of the next turn
         // (their own replies were routed just above).

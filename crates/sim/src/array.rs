@@ -972,16 +972,41 @@ impl SimArray {
         mark: impl FnOnce(&mut Metadata, &[SimMember]) -> Result<(), ControlError>,
     ) -> Result<(Vec<SimMember>, bool), ControlError> {
         self.run_until_idle();
+        self.stop_marking_with(mark)
+    }
+
+    /// A clean stop while background work (resync, init) still runs, as the runtime's stop
+    /// does: requests finish, resync stops where it is and keeps its regions dirty.
+    pub fn shutdown_during_background_work(mut self) -> Result<Vec<SimMember>, ControlError> {
+        let mut steps = 0;
+        while !(self.tickets.is_empty()
+            && self.retry.is_empty()
+            && self.drivers.iter().all(|d| d.in_flight() == 0))
+        {
+            self.step();
+            steps += 1;
+            assert!(steps < STEPS_MAX, "requests never finished: {}", self.describe());
+        }
+        self.stop_marking_with(|metadata, devices| metadata.mark_clean(&dyn_devices(devices)))
+            .map(|(devices, _)| devices)
+    }
+
+    fn stop_marking_with(
+        mut self,
+        mark: impl FnOnce(&mut Metadata, &[SimMember]) -> Result<(), ControlError>,
+    ) -> Result<(Vec<SimMember>, bool), ControlError> {
         for shard in &mut self.shards {
             shard.begin_shutdown();
         }
         let mut steps = 0;
         let mut clean = true;
+        let mut in_init = true;
         for s in 0..self.shards.len() {
             loop {
                 match self.shards[s].shutdown_state() {
                     ShutdownState::Done { clean: c } => {
                         clean &= c;
+                        in_init &= c || self.shards[s].stopped_with_only_init_left();
                         break;
                     }
                     _ => self.step(),
@@ -992,6 +1017,9 @@ impl SimArray {
         }
         if clean && !self.metadata_lost {
             mark(&mut self.metadata, &self.devices)?;
+        } else if in_init && !self.metadata_lost {
+            // As the runtime does: background init stopped halfway, nothing else left.
+            self.metadata.mark_stopped_in_init(&dyn_devices(&self.devices))?;
         }
         Ok((self.devices, clean && !self.metadata_lost))
     }

@@ -278,6 +278,14 @@ impl Shard {
         self.shutdown
     }
 
+    /// Ended `Done { clean: false }` only because background init has regions left (with
+    /// no crash since, `resync_init_only`): every write is durable and its bit cleared, the
+    /// bits left are init's. The runtime records that (`Metadata::mark_stopped_in_init`), so
+    /// the next start trusts reconstruction there as this session did.
+    pub fn stopped_with_only_init_left(&self) -> bool {
+        self.stopped_in_init
+    }
+
     fn advance_shutdown(&mut self) {
         loop {
             match self.shutdown {
@@ -327,7 +335,13 @@ impl Shard {
                         self.shutdown = ShutdownState::Done { clean: false };
                         return;
                     }
-                    let clean = self.bitmap.is_clear() && self.failing_mask() == 0;
+                    let failing = self.failing_mask() != 0;
+                    let clean = self.bitmap.is_clear() && !failing;
+                    // Flushed, and every bit left is a region resync has not vouched for
+                    // (`clear_flushed` above kept only those): with init's only, that is
+                    // still all they are.
+                    self.stopped_in_init =
+                        !clean && !failing && self.resync_init_only && !self.array_failed();
                     self.shutdown = ShutdownState::Done { clean };
                 }
             }
@@ -539,6 +553,17 @@ impl Shard {
             Ok(p) if p == self.resync_region_index => stripe.0 >= self.resync_next_stripe,
             Ok(_) => true,
         }
+    }
+
+    /// Whether a parity stripe's reconstruction cannot be trusted: resync has not vouched
+    /// for it, and it may hold a write that was in flight at a crash (never where every
+    /// region left is one background init has not reached, with no crash since:
+    /// `resync_init_only`; found by review: a member failing during background init made
+    /// every acknowledged write in the stripes init had not reached unreadable, refused
+    /// writes there, and stalled the spare's rebuild for good). Writes there still
+    /// recompute parity (`stripe_needs_resync`), which is what keeps this true.
+    pub(super) fn stripe_untrusted(&self, stripe: StripeIndex) -> bool {
+        !self.resync_init_only && self.stripe_needs_resync(stripe)
     }
 
     pub(super) fn region_of(&self, stripe: StripeIndex) -> u32 {

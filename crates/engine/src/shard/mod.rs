@@ -119,6 +119,9 @@ pub struct BitmapSetup {
     /// Regions an unclean shutdown left dirty: marked on disk already, resynced in the
     /// background.
     pub dirty_regions: Vec<u32>,
+    /// `dirty_regions` are only those background init has not reached, with no crash
+    /// since (the superblock's `init_state`): reconstruction there is trusted.
+    pub dirty_init_only: bool,
     /// Absolute offset of the missed-write map area on every member.
     pub missed_area_offset_bytes: u64,
     /// Regions the missed-write map names (written by the runtime before the shard starts).
@@ -604,6 +607,14 @@ pub struct Shard {
     /// those whose flush of the group failed (bit = member).
     fua_group_failed: u64,
     resync_regions: Vec<u32>,
+    /// Every region in `resync_regions` is one background init has not reached, with no
+    /// crash since (`BitmapSetup::dirty_init_only`): a parity stripe there holds no write
+    /// that was in flight at a crash, and every write there recomputed parity over its range
+    /// (`recompute`), so reconstruction is trusted there (`stripe_untrusted`); only resync
+    /// (init) itself still has to run.
+    resync_init_only: bool,
+    /// The shutdown ended with only init's regions left (`stopped_with_only_init_left`).
+    stopped_in_init: bool,
     resync_region_index: usize,
     resync_next_stripe: u64,
     resync_in_flight: usize,
@@ -793,6 +804,8 @@ impl Shard {
             fua_group_active: false,
             fua_group_members: 0,
             fua_group_failed: 0,
+            resync_init_only: setup.bitmap.dirty_init_only,
+            stopped_in_init: false,
             resync_regions,
             resync_region_index: 0,
             resync_next_stripe: 0,

@@ -420,7 +420,7 @@ impl Shard {
         let op = self.ops[op_slot].as_ref().expect("live");
         let erased = self.unreadable_chunks(op);
         let m = self.geometry.parity_chunks();
-        let untrusted = self.stripe_needs_resync(op.stripe);
+        let untrusted = self.stripe_untrusted(op.stripe);
         if erased.count_ones() as usize > m || op.replans > REPLANS_MAX || untrusted {
             // Beyond redundancy, or parity not trusted after an unclean shutdown: refuse
             // rather than reconstruct something that may be wrong.

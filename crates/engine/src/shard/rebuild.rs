@@ -503,7 +503,14 @@ impl Shard {
         op.rebuild_unverified = false;
         let op = self.ops[op_slot].as_ref().expect("live");
         let stripe = op.stripe;
-        let untrusted = self.stripe_needs_resync(stripe);
+        // Mirrors read the reference copy wherever resync has not made the copies equal
+        // (background init included); parity levels check or refuse only where a write may
+        // have been in flight at a crash (`stripe_untrusted`).
+        let untrusted = if self.is_parity_level() {
+            self.stripe_untrusted(stripe)
+        } else {
+            self.stripe_needs_resync(stripe)
+        };
         let mut sources = [0usize; MEMBERS_MAX];
         let source_count;
         let erased;

@@ -108,7 +108,7 @@ impl Shard {
                 self.fail_write(op_slot, RequestError::ArrayFailed);
                 return true;
             }
-            Ok(plan) if recompute && plan.kind == WriteKind::Degraded => {
+            Ok(plan) if self.stripe_untrusted(op.stripe) && plan.kind == WriteKind::Degraded => {
                 // Old data would come from parity not trusted since an unclean shutdown.
                 self.fail_write(op_slot, RequestError::Unreadable);
                 return true;

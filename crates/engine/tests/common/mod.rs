@@ -58,6 +58,7 @@ pub fn setup_with(
             area_offset_bytes: BITMAP_OFFSET,
             region_bytes: 4 * CHUNK,
             dirty_regions: dirty.to_vec(),
+            dirty_init_only: false,
             missed_area_offset_bytes: BITMAP_OFFSET + (256 << 10),
             missed_regions: vec![],
         },
