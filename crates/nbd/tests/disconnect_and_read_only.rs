@@ -12,25 +12,9 @@ use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Request};
 use flashraid_nbd::{ExportConfig, Listener, Server};
 use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn open(socket: &std::path::Path) -> UnixStream {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes()).unwrap();
-    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
-    b.extend_from_slice(&proto::OPT_EXPORT_NAME.to_be_bytes());
-    b.extend_from_slice(&1u32.to_be_bytes());
-    b.extend_from_slice(b"t");
-    s.write_all(&b).unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
-    s
-}
 
 fn no_reply_after_disconnect(threads: bool) {
     let (array, members) = common::memory_array_and_members(Level::Raid6, 6, 24 << 20, 2);
@@ -40,7 +24,7 @@ fn no_reply_after_disconnect(threads: bool) {
     let mut export = ExportConfig::single("t", array.clone(), false);
     export.connection_threads = threads;
     let server = Server::start(export, vec![listener]).unwrap();
-    let mut s = open(&socket);
+    let mut s = common::open_export_t(&socket).0;
     // Every member IO takes 300 ms: the read below is still in flight when the stop comes.
     for m in &members {
         m.faults().set_latency_us(300_000);
@@ -103,7 +87,7 @@ fn an_oversized_write_on_a_read_only_export_is_refused_as_eperm() {
     let listener = Listener::Unix(UnixListener::bind(&socket).unwrap());
     let server =
         Server::start(ExportConfig::single("t", array.clone(), true), vec![listener]).unwrap();
-    let mut s = open(&socket);
+    let mut s = common::open_export_t(&socket).0;
     let len = (8u32 << 20) + 4096;
     let mut wire = vec![];
     proto::encode_request(

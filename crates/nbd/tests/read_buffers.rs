@@ -11,7 +11,7 @@ use flashraid_nbd::proto::{self, Request};
 use flashraid_nbd::server::{READ_BUFFERS_BYTES_MAX, REQUEST_BYTES_MAX};
 use flashraid_nbd::{ExportConfig, Listener, Server};
 use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,23 +25,6 @@ fn resident_bytes() -> usize {
     kib << 10
 }
 
-/// Through the handshake with NBD_OPT_EXPORT_NAME; the export's size.
-fn open(socket: &std::path::Path) -> (UnixStream, u64) {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes()).unwrap();
-    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
-    b.extend_from_slice(&proto::OPT_EXPORT_NAME.to_be_bytes());
-    b.extend_from_slice(&1u32.to_be_bytes());
-    b.extend_from_slice(b"t");
-    s.write_all(&b).unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
-    (s, u64::from_be_bytes(reply[..8].try_into().unwrap()))
-}
-
 fn pipelined_reads_without_reading_replies(threads: bool) {
     let array = common::memory_array(Level::Raid6, 6, 64 << 20, 2);
     let dir = tempfile::tempdir().unwrap();
@@ -51,7 +34,7 @@ fn pipelined_reads_without_reading_replies(threads: bool) {
     export.connection_threads = threads;
     let server = Server::start(export, vec![listener]).unwrap();
 
-    let (mut s, size) = open(&socket);
+    let (mut s, size) = common::open_export_t(&socket);
     let len = REQUEST_BYTES_MAX;
     let blocks = size / u64::from(len);
     let mut b = vec![];

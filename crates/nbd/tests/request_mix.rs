@@ -12,24 +12,8 @@ use flashraid_layout::Level;
 use flashraid_nbd::proto::{self, Request};
 use flashraid_nbd::{ExportConfig, Listener, Server};
 use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::time::Duration;
-
-fn open(socket: &std::path::Path) -> (UnixStream, u64) {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes()).unwrap();
-    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
-    b.extend_from_slice(&proto::OPT_EXPORT_NAME.to_be_bytes());
-    b.extend_from_slice(&1u32.to_be_bytes());
-    b.extend_from_slice(b"t");
-    s.write_all(&b).unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
-    (s, u64::from_be_bytes(reply[..8].try_into().unwrap()))
-}
 
 struct Rng(u64);
 impl Rng {
@@ -54,7 +38,7 @@ fn soup(threads: bool, seed: u64) {
     let server = Server::start(export, vec![listener]).unwrap();
     let mut rng = Rng(seed);
     for round in 0..30 {
-        let (mut s, size) = open(&socket);
+        let (mut s, size) = common::open_export_t(&socket);
         let mut wire = vec![];
         let mut expect = vec![];
         for cookie in 0..40u64 {
@@ -159,7 +143,7 @@ fn hammer_and_stop(threads: bool, seed: u64) {
     for c in 0..6u64 {
         let socket = socket.clone();
         clients.push(std::thread::spawn(move || {
-            let (s, size) = open(&socket);
+            let (s, size) = common::open_export_t(&socket);
             let mut w = s.try_clone().unwrap();
             let mut r = s;
             let reader = std::thread::spawn(move || {
@@ -223,7 +207,7 @@ fn model_check(threads: bool, seed: u64) {
     let mut export = ExportConfig::single("t", array.clone(), false);
     export.connection_threads = threads;
     let server = Server::start(export, vec![listener]).unwrap();
-    let (mut s, size) = open(&socket);
+    let (mut s, size) = common::open_export_t(&socket);
     let size = size.min(64 << 20);
     let mut model = vec![0u8; size as usize];
     let mut rng = Rng(seed);

@@ -440,6 +440,26 @@ impl SimArray {
         data
     }
 
+    /// Silent corruption: flip `len` bytes of role `role`'s device at byte `at` (XOR 0x5a),
+    /// in its cache and durably, as a lost or misdirected write leaves them.
+    pub fn flip_member_bytes(&self, role: usize, at: u64, len: usize) {
+        let device = self.role_device(role).expect("a device in that role");
+        let mut s = device.state();
+        let at = usize::try_from(at).expect("fits");
+        for b in at..at + len {
+            s.current[b] ^= 0x5a;
+            s.durable[b] ^= 0x5a;
+        }
+    }
+
+    /// `len` bytes of role `role`'s device at byte `at`, as it holds them now.
+    pub fn member_bytes(&self, role: usize, at: u64, len: u64) -> Vec<u8> {
+        let device = self.role_device(role).expect("a device in that role");
+        let at = usize::try_from(at).expect("fits");
+        let len = usize::try_from(len).expect("fits");
+        device.state().current[at..at + len].to_vec()
+    }
+
     /// The member byte offset of `stripe`'s chunks (the data area's start included).
     pub fn chunk_offset(&self, stripe: u64) -> u64 {
         self.metadata.superblock().data_offset_bytes

@@ -28,19 +28,6 @@ fn setup(seed: u64, level: Level, n: usize, chunk: u64) -> (SimArray, Vec<u8>) {
     (array, model)
 }
 
-fn flip(array: &SimArray, member: usize, at: u64, len: usize) {
-    let device = array.role_device(member).unwrap();
-    let mut s = device.state();
-    for b in 0..len {
-        s.current[at as usize + b] ^= 0x5a;
-        s.durable[at as usize + b] ^= 0x5a;
-    }
-}
-
-fn member_bytes(array: &SimArray, member: usize, at: u64, len: u64) -> Vec<u8> {
-    array.role_device(member).unwrap().state().current[at as usize..(at + len) as usize].to_vec()
-}
-
 fn bad_ranges(array: &SimArray, member: usize) -> Vec<(u64, u64)> {
     array.role_device(member).unwrap().state().bad_ranges.clone()
 }
@@ -60,8 +47,8 @@ fn parity_read_over_a_bad_sector_keeps_the_readable_blocks_beside_it() {
             let at = array.chunk_offset(stripe);
             let parity = g.parity_member(StripeIndex(stripe), 0).get();
             let member = array.data_role(stripe, 0);
-            flip(&array, parity, at + UNIT + 100, 16);
-            let readable_before = member_bytes(&array, member, at + UNIT, chunk - UNIT);
+            array.flip_member_bytes(parity, at + UNIT + 100, 16);
+            let readable_before = array.member_bytes(member, at + UNIT, chunk - UNIT);
             array.role_device(member).unwrap().state().bad_ranges.push((at, UNIT));
             let off = g
                 .array_offset(Location {
@@ -76,11 +63,11 @@ fn parity_read_over_a_bad_sector_keeps_the_readable_blocks_beside_it() {
             assert_eq!(wrong, 0, "{what}: the read returned {wrong} wrong bytes");
             array.run_until_idle();
             assert!(
-                member_bytes(&array, member, at + UNIT, chunk - UNIT) == readable_before,
+                array.member_bytes(member, at + UNIT, chunk - UNIT) == readable_before,
                 "{what}: the readable blocks beside the bad sector were rewritten"
             );
             assert!(
-                member_bytes(&array, member, at, UNIT) == want[..UNIT as usize],
+                array.member_bytes(member, at, UNIT) == want[..UNIT as usize],
                 "{what}: the bad unit was not rewritten with its data"
             );
             assert!(bad_ranges(&array, member).is_empty(), "{what}: the bad sector stays");
@@ -109,8 +96,8 @@ fn mirror_read_over_a_bad_sector_keeps_the_readable_blocks_of_the_copy_read() {
             .map(|c| g.data_member(StripeIndex(stripe), 0, c).get())
             .find(|&m| m != first)
             .unwrap();
-        flip(&array, other, at + 2 * UNIT + 50, 16);
-        let first_before = member_bytes(&array, first, at + UNIT, chunk - UNIT);
+        array.flip_member_bytes(other, at + 2 * UNIT + 50, 16);
+        let first_before = array.member_bytes(first, at + UNIT, chunk - UNIT);
         array.role_device(first).unwrap().state().bad_ranges.push((at, UNIT));
         let off = g
             .array_offset(Location {
@@ -125,13 +112,10 @@ fn mirror_read_over_a_bad_sector_keeps_the_readable_blocks_of_the_copy_read() {
         assert_eq!(wrong, 0, "{what}: the read returned {wrong} wrong bytes");
         array.run_until_idle();
         assert!(
-            member_bytes(&array, first, at + UNIT, chunk - UNIT) == first_before,
+            array.member_bytes(first, at + UNIT, chunk - UNIT) == first_before,
             "{what}: the readable blocks of the copy read were overwritten by the other copy"
         );
-        assert!(
-            member_bytes(&array, first, at, UNIT) == want[..UNIT as usize],
-            "{what}: not healed"
-        );
+        assert!(array.member_bytes(first, at, UNIT) == want[..UNIT as usize], "{what}: not healed");
         assert!(bad_ranges(&array, first).is_empty(), "{what}: the bad sector stays");
     }
 }

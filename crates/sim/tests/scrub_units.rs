@@ -39,14 +39,14 @@ fn raid1_x3_check_scrub_does_not_spread_one_corrupted_copy_over_a_bad_sector_cop
     let stripe = 7u64;
     let at = array.chunk_offset(stripe);
     let tail = at + chunk - 4096;
-    let good_tail = member_bytes(&array, 1, tail, 4096);
-    assert!(good_tail == member_bytes(&array, 2, tail, 4096));
-    flip(&array, 0, tail + 100, 8);
+    let good_tail = array.member_bytes(1, tail, 4096);
+    assert!(good_tail == array.member_bytes(2, tail, 4096));
+    array.flip_member_bytes(0, tail + 100, 8);
     array.role_device(2).unwrap().state().bad_ranges.push((at, 4096));
     let (t, _) = array.scrub(false);
     eprintln!("check: {t:?}");
     assert!(
-        member_bytes(&array, 2, tail, 4096) == good_tail,
+        array.member_bytes(2, tail, 4096) == good_tail,
         "a check scrub overwrote member 2's readable, correct bytes with member 0's corruption"
     );
     let (t, _) = array.scrub(true);
@@ -72,8 +72,8 @@ fn raid1_x3_repair_does_not_overwrite_a_per_byte_majority() {
     let chunk = u64::from(g.chunk_bytes());
     let stripe = 9u64;
     let at = array.chunk_offset(stripe);
-    flip(&array, 0, at + 10, 8);
-    flip(&array, 1, at + chunk - 100, 8);
+    array.flip_member_bytes(0, at + 10, 8);
+    array.flip_member_bytes(1, at + chunk - 100, 8);
     let (t, _) = array.scrub(true);
     eprintln!("repair: {t:?}");
     let off = stripe * chunk;
@@ -102,7 +102,7 @@ fn raid5_check_scrub_rewrites_only_the_unreadable_sector_not_the_readable_rest()
     let at = array.chunk_offset(stripe);
     let parity = g.parity_member(StripeIndex(stripe), 0).get();
     let member = array.data_role(stripe, 0);
-    flip(&array, parity, at + chunk - 2000, 16);
+    array.flip_member_bytes(parity, at + chunk - 2000, 16);
     array.role_device(member).unwrap().state().bad_ranges.push((at, 4096));
     let off = g
         .array_offset(Location {
@@ -165,11 +165,11 @@ fn raid73_two_corrupted_chunks_are_not_located_and_data_is_never_rewritten() {
             let stripe = 1u64;
             let members = stripe_members(&array, stripe);
             let at = array.chunk_offset(stripe);
-            flip(&array, members[pair.0], at + 7, 5);
-            flip(&array, members[pair.1], at + chunk / 2, 9);
+            array.flip_member_bytes(members[pair.0], at + 7, 5);
+            array.flip_member_bytes(members[pair.1], at + chunk / 2, 9);
             // A single corrupted chunk in another stripe, for contrast.
             let single = stripe_members(&array, 2)[(seed as usize) % 7];
-            flip(&array, single, array.chunk_offset(2) + 33, 3);
+            array.flip_member_bytes(single, array.chunk_offset(2) + 33, 3);
             let before = snapshot(&array);
             let (t, _) = array.scrub(true);
             eprintln!("{what}: {t:?}");
@@ -223,7 +223,7 @@ fn degraded_scrub_with_corruption_writes_nothing() {
                     }
                 }
                 array.run_until_idle();
-                flip(&array, target, array.chunk_offset(stripe) + 100, 4);
+                array.flip_member_bytes(target, array.chunk_offset(stripe) + 100, 4);
                 let before = snapshot(&array);
                 for repair in [false, true] {
                     let (t, stopped) = array.scrub(repair);
@@ -546,17 +546,4 @@ fn writes_over_bad_sectors_on_several_members_keep_parity_right() {
             }
         }
     }
-}
-
-fn flip(array: &SimArray, member: usize, at: u64, len: usize) {
-    let device = array.role_device(member).unwrap();
-    let mut s = device.state();
-    for b in 0..len {
-        s.current[at as usize + b] ^= 0x5a;
-        s.durable[at as usize + b] ^= 0x5a;
-    }
-}
-
-fn member_bytes(array: &SimArray, member: usize, at: u64, len: u64) -> Vec<u8> {
-    array.role_device(member).unwrap().state().current[at as usize..(at + len) as usize].to_vec()
 }

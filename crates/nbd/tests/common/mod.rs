@@ -1,8 +1,31 @@
-//! What the NBD test binaries share: an in-memory array to serve.
+//! What the NBD test binaries share: an in-memory array to serve, and a client's handshake.
 
 use flashraid_layout::Level;
+use flashraid_nbd::proto;
 use flashraid_runtime::{Array, CreateSpec, MemMember, OpenOptions, create_in_memory};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Through the fixed newstyle handshake with NBD_OPT_EXPORT_NAME "t" on a Unix socket (30 s
+/// read timeout); the stream and the export's size.
+#[allow(dead_code)] // each test binary compiles this module; not every one calls it
+pub fn open_export_t(socket: &std::path::Path) -> (UnixStream, u64) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes()).unwrap();
+    let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&proto::OPT_EXPORT_NAME.to_be_bytes());
+    b.extend_from_slice(&1u32.to_be_bytes());
+    b.extend_from_slice(b"t");
+    s.write_all(&b).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    (s, u64::from_be_bytes(reply[..8].try_into().unwrap()))
+}
 
 /// A fresh array "t" at `level` over `count` in-memory members of `member_bytes`, 16 KiB
 /// chunks, started with `shards` shards and 16 MiB of session buffers.
