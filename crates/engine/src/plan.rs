@@ -129,6 +129,11 @@ impl Units {
         })
     }
 
+    /// The units in both sets.
+    pub fn intersection(&self, other: &Units) -> Units {
+        Units(std::array::from_fn(|w| self.0[w] & other.0[w]))
+    }
+
     /// Whether any unit of the set holds bytes of `range`.
     pub fn touches(&self, range: ChunkRange) -> bool {
         self.pieces(range).next().is_some()

@@ -154,3 +154,153 @@ fn a_transient_read_error_is_read_again_and_nothing_is_rewritten() {
         assert_eq!(array.counters().degraded_reads, 0, "{what}: rebuilt from redundancy");
     }
 }
+
+/// RAID 1 with three copies. Copy A (read first) has bad units 1 and 3 of a chunk, copy B
+/// (the next one tried) a bad unit 1, copy C a bad unit 3. Every unit is readable on some
+/// copy (unit 1 on C, unit 3 on B), so the read succeeds with the model. (Found by review:
+/// B was read in runs of units, so its failed run sent unit 3 on to C too, which failed it.)
+#[test]
+fn raid1_x3_units_bad_on_two_other_copies_in_different_units_are_still_read() {
+    let chunk = 16u64 << 10;
+    let (mut array, model) = setup(11, Level::Raid1, 3, chunk);
+    let g = array.geometry();
+    let stripe = 6u64;
+    let at = array.chunk_offset(stripe);
+    let copies = g.copies();
+    let start = (stripe % copies as u64) as usize;
+    let order: Vec<usize> = (0..copies)
+        .map(|c| g.data_member(StripeIndex(stripe), 0, (start + c) % copies).get())
+        .collect();
+    let (a, b, c) = (order[0], order[1], order[2]);
+    array
+        .role_device(a)
+        .unwrap()
+        .state()
+        .bad_ranges
+        .extend([(at + UNIT, UNIT), (at + 3 * UNIT, UNIT)]);
+    array.role_device(b).unwrap().state().bad_ranges.push((at + UNIT, UNIT));
+    array.role_device(c).unwrap().state().bad_ranges.push((at + 3 * UNIT, UNIT));
+    let off = g
+        .array_offset(Location {
+            stripe: StripeIndex(stripe),
+            data_index: 0,
+            offset_in_chunk_bytes: 0,
+        })
+        .0;
+    let got = array.read(off, chunk);
+    let want = &model[off as usize..(off + chunk) as usize];
+    match got {
+        Ok(got) => assert!(got == want, "wrong data"),
+        Err(e) => {
+            panic!("read failed ({e:?}) though every unit reads on some copy (A={a} B={b} C={c})")
+        }
+    }
+}
+
+/// RAID 1 with three copies: copy A bad in units 1 and 2 (one run), copy B bad in unit 1
+/// only, copy C stale (silently wrong) in unit 2. Unit 2 reads on B: B's readable unit is
+/// replaced by C's neither in the reply nor on B. (Found by review: both were.)
+#[test]
+fn raid1_x3_a_readable_unit_of_the_second_copy_is_kept() {
+    let chunk = 16u64 << 10;
+    let (mut array, model) = setup(12, Level::Raid1, 3, chunk);
+    let g = array.geometry();
+    let stripe = 6u64;
+    let at = array.chunk_offset(stripe);
+    let copies = g.copies();
+    let start = (stripe % copies as u64) as usize;
+    let order: Vec<usize> = (0..copies)
+        .map(|c| g.data_member(StripeIndex(stripe), 0, (start + c) % copies).get())
+        .collect();
+    let (a, b, c) = (order[0], order[1], order[2]);
+    {
+        let d = array.role_device(c).unwrap();
+        let mut s = d.state();
+        for x in 0..16 {
+            s.current[(at + 2 * UNIT + 50) as usize + x] ^= 0x5a;
+            s.durable[(at + 2 * UNIT + 50) as usize + x] ^= 0x5a;
+        }
+    }
+    let b_unit2 = array.role_device(b).unwrap().state().current
+        [(at + 2 * UNIT) as usize..(at + 3 * UNIT) as usize]
+        .to_vec();
+    array.role_device(a).unwrap().state().bad_ranges.push((at + UNIT, 2 * UNIT));
+    array.role_device(b).unwrap().state().bad_ranges.push((at + UNIT, UNIT));
+    let off = g
+        .array_offset(Location {
+            stripe: StripeIndex(stripe),
+            data_index: 0,
+            offset_in_chunk_bytes: 0,
+        })
+        .0;
+    let got = array.read(off, chunk).unwrap();
+    array.run_until_idle();
+    let want = &model[off as usize..(off + chunk) as usize];
+    let wrong = (0..chunk as usize).filter(|&x| got[x] != want[x]).count();
+    let b_after = array.role_device(b).unwrap().state().current
+        [(at + 2 * UNIT) as usize..(at + 3 * UNIT) as usize]
+        .to_vec();
+    assert!(
+        b_after == b_unit2,
+        "copy B's readable unit 2 was rewritten with copy C's (stale) bytes"
+    );
+    assert_eq!(wrong, 0, "the read returned {wrong} wrong bytes (C's stale unit instead of B's)");
+}
+
+/// A write that reads a chunk it does not touch (reconstruct-write) meets a bad sector in
+/// one unit of it; the first parity row is silently wrong in another unit. The chunk's
+/// readable units hold client data that survive the write unchanged: the failed read is
+/// read again in units, and of the chunk rebuilt for the write only the unit that failed is
+/// written back. (Found by review: the whole range was, from the wrong parity row.)
+#[test]
+fn a_write_over_a_bad_sector_of_an_untouched_chunk_keeps_its_readable_blocks() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6)] {
+        let chunk = 16u64 << 10;
+        let what = format!("{level}");
+        let (mut array, mut model) = setup(13, level, n, chunk);
+        let g = array.geometry();
+        let k = g.data_chunks();
+        let stripe = 5u64;
+        let at = array.chunk_offset(stripe);
+        let parity = g.parity_member(StripeIndex(stripe), 0).get();
+        let c = array.data_role(stripe, k - 1);
+        {
+            let d = array.role_device(parity).unwrap();
+            let mut s = d.state();
+            for x in 0..16 {
+                s.current[(at + 2 * UNIT + 50) as usize + x] ^= 0x5a;
+                s.durable[(at + 2 * UNIT + 50) as usize + x] ^= 0x5a;
+            }
+        }
+        let c_readable = array.role_device(c).unwrap().state().current
+            [(at + UNIT) as usize..(at + chunk) as usize]
+            .to_vec();
+        array.role_device(c).unwrap().state().bad_ranges.push((at, UNIT));
+        let off = g
+            .array_offset(Location {
+                stripe: StripeIndex(stripe),
+                data_index: 0,
+                offset_in_chunk_bytes: 0,
+            })
+            .0;
+        // Every data chunk but the last, whole: reconstruct-write reads the last one.
+        let len = (k as u64 - 1) * chunk;
+        let data = vec![0xabu8; len as usize];
+        array.write(off, &data).unwrap();
+        model[off as usize..(off + len) as usize].copy_from_slice(&data);
+        array.run_until_idle();
+        let c_after = array.role_device(c).unwrap().state().current
+            [(at + UNIT) as usize..(at + chunk) as usize]
+            .to_vec();
+        let changed = (0..c_after.len()).filter(|&x| c_after[x] != c_readable[x]).count();
+        let coff = off + len;
+        let got = array.read(coff, chunk).unwrap();
+        let want = &model[coff as usize..(coff + chunk) as usize];
+        let wrong = (0..chunk as usize).filter(|&x| got[x] != want[x]).count();
+        assert!(
+            changed == 0 && wrong == 0,
+            "{what}: the write rewrote {changed} readable bytes of the untouched chunk beside \
+             its bad sector; a read of it now returns {wrong} wrong bytes"
+        );
+    }
+}

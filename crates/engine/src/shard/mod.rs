@@ -346,8 +346,6 @@ struct Part {
     lost: ChunkSet,
     /// Chunks re-read from another mirror copy after an error (to repair the bad copy).
     recovered: ChunkSet,
-    /// Mirrors: chunks a piece of this round's re-read from another copy failed for.
-    reread_failed: ChunkSet,
 }
 
 #[derive(Debug)]
@@ -1305,8 +1303,7 @@ impl Shard {
                 op.durability = Durability::Fua;
             }
             self.mark_touched(&mut op, slot);
-            op.parts[taken] =
-                Some(Part { request: slot, rebuild: 0, lost: 0, recovered: 0, reread_failed: 0 });
+            op.parts[taken] = Some(Part { request: slot, rebuild: 0, lost: 0, recovered: 0 });
             taken += 1;
         }
         let entry = self.stripes.get_mut(stripe).expect("present");
@@ -1784,16 +1781,24 @@ impl Shard {
         let kind = op.kind;
         match result {
             Err(error) => {
-                if phase == Phase::Probing {
+                // A mirror copy read unit by unit after another failed (`read_other_copies`):
+                // the token's part is the unit, and the error is counted once per copy.
+                let unit_reread =
+                    self.is_unit_reread(self.ops[op_slot].as_ref().expect("live"), chunk);
+                let op = self.ops[op_slot].as_mut().expect("live");
+                let repeated = unit_reread && has(op.errored, chunk);
+                if phase == Phase::Probing || unit_reread {
                     // The unit, not the chunk: the rest of the chunk may still be read.
                     op.units[chunk].insert(part);
-                } else {
+                }
+                if phase != Phase::Probing {
                     op.errored |= bit(chunk);
                 }
                 match phase {
                     // The chunk's failed read was counted; its units failing again are that
                     // same error, found more precisely (a member gone is still news).
                     Phase::Probing if error != IoError::Gone => {}
+                    Phase::Rebuilding if repeated && error != IoError::Gone => {}
                     Phase::Reading | Phase::Rebuilding | Phase::Probing => {
                         let stripe = op.stripe;
                         self.note_read_error(member, stripe, error);
@@ -1875,7 +1880,9 @@ impl Shard {
                 self.read_after_io(op_slot)
             }
             (OpKind::Read, Phase::Repairing) => self.finish_op(op_slot),
-            (OpKind::Write, Phase::Reading | Phase::Rebuilding) => self.write_after_reads(op_slot),
+            (OpKind::Write, Phase::Reading | Phase::Rebuilding | Phase::Probing) => {
+                self.write_after_reads(op_slot)
+            }
             (OpKind::Write, Phase::WaitBitmap) => self.write_issue(op_slot),
             (
                 OpKind::Write

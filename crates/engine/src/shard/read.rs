@@ -130,38 +130,62 @@ impl Shard {
     /// A read IO failed (the error is already counted and `errored` updated).
     pub(super) fn read_io_failed(&mut self, op_slot: usize, part: usize, chunk: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
-        let mirror_reread = op.phase == Phase::Rebuilding && self.is_mirror();
-        if op.phase != Phase::Reading && !mirror_reread {
-            // Rebuild sources: handled when the round completes.
+        if op.phase != Phase::Reading {
+            // Rebuild sources and mirror re-reads: handled when the round completes.
             return;
         }
         if let Some(i) = self.data_position(op, chunk) {
             let op = self.ops[op_slot].as_mut().expect("live");
-            let p = op.parts[part].as_mut().expect("part");
-            p.rebuild |= bit(i);
-            if mirror_reread {
-                // A mirror re-read comes in pieces (the units that failed): one failed
-                // piece keeps the position wanted, whatever order the others complete in.
-                p.reread_failed |= bit(i);
-                p.recovered &= !bit(i);
-            }
+            op.parts[part].as_mut().expect("part").rebuild |= bit(i);
         }
     }
 
-    /// A mirror re-read succeeded.
+    /// A mirror re-read of a whole segment succeeded (re-reads in units are settled when
+    /// their round completes: `read_after_unit_rereads`).
     pub(super) fn read_io_recovered(&mut self, op_slot: usize, part: usize, chunk: usize) {
-        if !self.is_mirror() {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        if !self.is_mirror() || self.is_unit_reread(op, chunk) {
             return;
         }
-        let op = self.ops[op_slot].as_ref().expect("live");
         let i = self.data_position(op, chunk).expect("mirror chunks hold data");
         let op = self.ops[op_slot].as_mut().expect("live");
         let p = op.parts[part].as_mut().expect("part");
-        if has(p.reread_failed, i) {
-            return;
-        }
         p.rebuild &= !bit(i);
         p.recovered |= bit(i);
+    }
+
+    /// Whether a mirror re-read of `chunk` in this op goes unit by unit (its completion
+    /// tokens carry the unit, a failed unit goes into `op.units[chunk]`): once a copy of its
+    /// data position was read again in units, every other copy tried is read so too.
+    pub(super) fn is_unit_reread(&self, op: &Op, chunk: usize) -> bool {
+        op.phase == Phase::Rebuilding && self.is_mirror() && has(op.probed, chunk)
+    }
+
+    /// Mirrors, a round of re-reads in units done: a part has a data position once every
+    /// unit it wants that failed on the copies tried so far came from one of them.
+    fn read_after_unit_rereads(&mut self, op_slot: usize) {
+        for part_index in 0..super::OP_REQUESTS_MAX {
+            let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
+                continue;
+            };
+            let (offset, len_bytes) = self.read_range(part.request);
+            let mut done: ChunkSet = 0;
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                let op = self.ops[op_slot].as_ref().expect("live");
+                if !has(part.rebuild & !part.lost, i) || self.probed_chunk(op, i).is_none() {
+                    continue;
+                }
+                let lo = s.location.offset_in_chunk_bytes;
+                if !self.units_to_recover(op, i).touches(ChunkRange::new(lo, lo + s.len_bytes)) {
+                    done |= bit(i);
+                }
+            }
+            let p =
+                self.ops[op_slot].as_mut().expect("live").parts[part_index].as_mut().expect("part");
+            p.rebuild &= !done;
+            p.recovered |= done;
+        }
     }
 
     /// The chunk index that was read for data position `i` and then read again in units,
@@ -177,8 +201,17 @@ impl Shard {
     }
 
     /// The units of data position `i` to recover: those that failed when read again in
-    /// units, or every unit where its chunk was not read again (out of service).
+    /// units (on mirrors, on every copy read so so far), or every unit where its chunk was
+    /// not read again (out of service).
     fn units_to_recover(&self, op: &Op, i: usize) -> Units {
+        if self.is_mirror() {
+            let copies = (0..self.geometry.copies())
+                .map(|copy| self.geometry.data_member(op.stripe, i, copy).get())
+                .filter(|&member| has(op.probed, member));
+            return copies.fold(Units::first(self.units_per_chunk()), |left, c| {
+                left.intersection(&op.units[c])
+            });
+        }
         match self.probed_chunk(op, i) {
             Some(c) => op.units[c],
             None => Units::first(self.units_per_chunk()),
@@ -322,6 +355,10 @@ impl Shard {
             self.read_after_probe(op_slot);
         }
         let op = self.ops[op_slot].as_ref().expect("live");
+        if op.phase == Phase::Rebuilding && self.is_mirror() {
+            self.read_after_unit_rereads(op_slot);
+        }
+        let op = self.ops[op_slot].as_ref().expect("live");
         if op.phase == Phase::Rebuilding && !self.is_mirror() {
             if op.errored & !op.rebuild_erased == 0 {
                 self.read_reconstruct(op_slot);
@@ -355,16 +392,30 @@ impl Shard {
         self.read_repair(op_slot);
     }
 
-    /// Mirrors: read what a part still wants (of a copy read again in units, only the units
-    /// that failed) from another copy, straight into the request's buffer.
+    /// Mirrors: read what a part still wants from another copy, straight into the request's
+    /// buffer: the whole segment, or where a copy was read again in units, one read per unit
+    /// that failed on every copy tried so far (the copy now tried is then read in units too,
+    /// so that a unit it fails goes on to the next copy alone, and its units that read are
+    /// kept: found by review, whole runs of units lost a unit another copy held, and took a
+    /// third copy's bytes over the second's readable ones).
     fn read_other_copies(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = Phase::Rebuilding;
         op.serial = op.serial.wrapping_add(1);
         let stripe = op.stripe;
         let errored = op.errored;
-        for part in op.parts.iter_mut().flatten() {
-            part.reread_failed = 0;
+        // Per data position, the units still to read, taken before this round's copies
+        // join `probed` (their sets start empty).
+        let mut left = [None::<Units>; MEMBERS_MAX];
+        let op = self.ops[op_slot].as_ref().expect("live");
+        for part in op.parts.iter().flatten() {
+            let (offset, len_bytes) = self.read_range(part.request);
+            for s in self.geometry.segments(offset, u64::from(len_bytes)) {
+                let i = s.location.data_index;
+                if has(part.rebuild & !part.lost, i) && self.probed_chunk(op, i).is_some() {
+                    left[i] = Some(self.units_to_recover(op, i));
+                }
+            }
         }
         for part_index in 0..op.parts.len() {
             let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
@@ -380,22 +431,39 @@ impl Shard {
                 if !has(wanted, i) {
                     continue;
                 }
-                match self.pick_copy(stripe, i, errored) {
-                    Some(member) => {
-                        let op = self.ops[op_slot].as_ref().expect("live");
+                match (self.pick_copy(stripe, i, errored), left[i]) {
+                    (Some(member), None) => {
+                        let kind = MemberIoKind::Read {
+                            offset_bytes: self
+                                .member_offset(stripe, s.location.offset_in_chunk_bytes),
+                            ptr: self.request_ptr(part.request, s.range_offset_bytes),
+                            len_bytes: s.len_bytes,
+                        };
+                        self.issue(op_slot, member, part_index, kind);
+                    }
+                    (Some(member), Some(units)) => {
+                        let op = self.ops[op_slot].as_mut().expect("live");
+                        if !has(op.probed, member) {
+                            op.probed |= bit(member);
+                            op.units[member] = Units::default();
+                        }
                         let lo = s.location.offset_in_chunk_bytes;
-                        let units = self.units_to_recover(op, i);
                         for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
-                            let at = s.range_offset_bytes + u64::from(piece.lo - lo);
-                            let kind = MemberIoKind::Read {
-                                offset_bytes: self.member_offset(stripe, piece.lo),
-                                ptr: self.request_ptr(part.request, at),
-                                len_bytes: piece.len(),
-                            };
-                            self.issue(op_slot, member, part_index, kind);
+                            let mut at = piece.lo;
+                            while at < piece.hi {
+                                let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
+                                let offset_in_request = s.range_offset_bytes + u64::from(at - lo);
+                                let kind = MemberIoKind::Read {
+                                    offset_bytes: self.member_offset(stripe, at),
+                                    ptr: self.request_ptr(part.request, offset_in_request),
+                                    len_bytes: UNIT_BYTES,
+                                };
+                                self.issue(op_slot, member, unit, kind);
+                                at += UNIT_BYTES;
+                            }
                         }
                     }
-                    None => {
+                    (None, _) => {
                         let op = self.ops[op_slot].as_mut().expect("live");
                         op.lost_error = RequestError::Unreadable;
                         op.parts[part_index].as_mut().expect("part").lost |= bit(i);
@@ -685,17 +753,22 @@ impl Shard {
                 if !has(part.recovered, i) {
                     continue;
                 }
-                // What was read from another copy: the units that failed (see
-                // `read_other_copies`), written to every copy that failed a read of them.
-                let op = self.ops[op_slot].as_ref().expect("live");
+                // Each copy that failed takes what it failed: the units it failed when read
+                // in units, all of which another copy gave (the part is recovered), or the
+                // whole segment.
                 let lo = s.location.offset_in_chunk_bytes;
-                let units = self.units_to_recover(op, i);
                 for copy in 0..self.geometry.copies() {
                     let member = self.geometry.data_member(stripe, i, copy).get();
                     let usable = self.usable(stripe, u16::try_from(member).expect("fits"));
                     if !has(errored, member) || !usable {
                         continue;
                     }
+                    let op = self.ops[op_slot].as_ref().expect("live");
+                    let units = if has(op.probed, member) {
+                        op.units[member]
+                    } else {
+                        Units::first(self.units_per_chunk())
+                    };
                     for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
                         let at = s.range_offset_bytes + u64::from(piece.lo - lo);
                         let kind = MemberIoKind::Write {

@@ -5,7 +5,7 @@
 
 use super::{Op, Phase, REPLANS_MAX, Shard};
 use crate::io::MemberIoKind;
-use crate::plan::{ChunkRange, ChunkSet, WriteKind, bit, has, plan_write};
+use crate::plan::{ChunkRange, ChunkSet, UNIT_BYTES, Units, WriteKind, bit, has, plan_write};
 use crate::request::RequestError;
 use flashraid_layout::{Level, MEMBERS_MAX, PARITY_CHUNKS_MAX};
 use flashraid_parity::Stores;
@@ -187,9 +187,26 @@ impl Shard {
     }
 
     /// The plan's reads completed: re-plan around failed reads, or compute parity.
+    ///
+    /// A read that failed is first read again in 4 KiB units into its scratch
+    /// (`write_probe`): if every unit reads, the write goes on as planned; else the write is
+    /// planned again with that chunk unavailable, and of an untouched data chunk rebuilt so,
+    /// only the units that failed are written back (found by review: the whole range was,
+    /// so a wrong parity row elsewhere in it overwrote readable, correct blocks).
     pub(super) fn write_after_reads(&mut self, op_slot: usize) {
-        let op = self.ops[op_slot].as_mut().expect("live");
+        let op = self.ops[op_slot].as_ref().expect("live");
         let plan = op.plan.expect("planned");
+        if op.phase == Phase::Reading
+            && op.errored & plan.reads != 0
+            && op.probed == 0
+            && self.write_probe(op_slot)
+        {
+            return;
+        }
+        if self.ops[op_slot].as_ref().expect("live").phase == Phase::Probing {
+            self.write_after_probe(op_slot);
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
         if op.errored & plan.reads != 0 {
             op.replans += 1;
             if op.replans > REPLANS_MAX {
@@ -206,6 +223,74 @@ impl Shard {
         self.write_compute_parity(op_slot);
         if self.bitmap_ready(op_slot) {
             self.write_issue(op_slot);
+        }
+    }
+
+    /// Read every failed read of the plan again, unit by unit, into the same place in its
+    /// scratch (the completion tokens carry the unit). False if no chunk that failed is
+    /// still in service.
+    fn write_probe(&mut self, op_slot: usize) -> bool {
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let plan = op.plan.expect("planned");
+        let stripe = op.stripe;
+        let failed = (0..MEMBERS_MAX)
+            .filter(|&c| has(op.errored & plan.reads, c) && self.usable(stripe, op.chunk_member[c]))
+            .fold(0, |set, c| set | bit(c));
+        if failed == 0 {
+            return false;
+        }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.probed = failed;
+        op.errored &= !failed;
+        op.phase = Phase::Probing;
+        op.serial = op.serial.wrapping_add(1);
+        for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
+            op.units[c] = Units::default();
+        }
+        for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
+            let op = self.ops[op_slot].as_ref().expect("live");
+            // As the plan read it (`parity_write_plan`).
+            let read_range = match (plan.kind, op.touched.get(c).copied().flatten()) {
+                (WriteKind::ReadModifyWrite, Some(t)) if c < self.geometry.data_chunks() => t.range,
+                _ => plan.range,
+            };
+            let mut at = read_range.lo;
+            while at < read_range.hi {
+                let op = self.ops[op_slot].as_ref().expect("live");
+                let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
+                let in_scratch = usize::try_from(at - plan.range.lo).expect("fits");
+                let kind = MemberIoKind::Read {
+                    offset_bytes: self.member_offset(stripe, at),
+                    ptr: Self::scratch_ptr(op, c, in_scratch),
+                    len_bytes: UNIT_BYTES,
+                };
+                self.issue(op_slot, c, unit, kind);
+                at += UNIT_BYTES;
+            }
+        }
+        if self.ops[op_slot].as_ref().expect("live").pending == 0 {
+            self.advance(op_slot);
+        }
+        true
+    }
+
+    /// The failed reads are read again: a chunk with a unit that failed again (or whose
+    /// member left service meanwhile) is unavailable for the write's plan.
+    fn write_after_probe(&mut self, op_slot: usize) {
+        let all_units =
+            Units::first(usize::try_from(self.geometry.chunk_bytes() / UNIT_BYTES).expect("fits"));
+        let op = self.ops[op_slot].as_ref().expect("live");
+        let (stripe, probed) = (op.stripe, op.probed);
+        for c in (0..MEMBERS_MAX).filter(|&c| has(probed, c)) {
+            let member = self.ops[op_slot].as_ref().expect("live").chunk_member[c];
+            let gone = !self.usable(stripe, member);
+            let op = self.ops[op_slot].as_mut().expect("live");
+            if gone {
+                op.units[c] = all_units;
+            }
+            if !op.units[c].is_empty() {
+                op.errored |= bit(c);
+            }
         }
     }
 
@@ -332,6 +417,22 @@ impl Shard {
             if !self.usable(stripe, member) {
                 let op = self.ops[op_slot].as_mut().expect("live");
                 op.needs_failed |= failing & (1u64 << member);
+                continue;
+            }
+            if repair && has(op.probed, c) {
+                // Only the units that failed again: the others read, and keep their bytes.
+                let units = op.units[c];
+                for piece in units.pieces(plan.range) {
+                    let op = self.ops[op_slot].as_ref().expect("live");
+                    let in_scratch = usize::try_from(piece.lo - plan.range.lo).expect("fits");
+                    let kind = MemberIoKind::Write {
+                        offset_bytes: self.member_offset(stripe, piece.lo),
+                        ptr: Self::scratch_ptr(op, c, in_scratch).cast_const(),
+                        len_bytes: piece.len(),
+                        durability,
+                    };
+                    self.issue(op_slot, c, 0, kind);
+                }
                 continue;
             }
             // RMW derives parity from the old parity it read: a row it did not read must not
