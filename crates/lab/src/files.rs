@@ -435,16 +435,29 @@ pub fn frames_run(
             (rate, latencies.iter().filter(|&&l| l > deadline_ns).count() as u64)
         })
         .collect();
+    // A frame's bytes count in the bin its completion ends, as a sample of fio's averaged
+    // logs covers the interval ending at its time: bin `b` is `(b * bin, (b + 1) * bin]`, the
+    // last one ends at the last completion and its rate is over the part the phase covered
+    // (found by review: a completion on a boundary opened a bin of its own after the phase,
+    // and the first and last bins read half the steady rate).
     let mut bin_ms = u64::from(shape.timeline_bin_ms.max(1));
-    while end_ms / bin_ms >= TIMELINE_BINS_MAX {
+    while end_ms.div_ceil(bin_ms) > TIMELINE_BINS_MAX {
         bin_ms *= 2;
     }
-    let mut bins = vec![0u64; (end_ms / bin_ms + 1) as usize];
+    let bin_count = end_ms.div_ceil(bin_ms).max(1);
+    let mut bins = vec![0u64; bin_count as usize];
     for s in &all {
-        bins[(s.completion_ms / bin_ms) as usize] += s.bytes;
+        bins[(s.completion_ms.saturating_sub(1) / bin_ms) as usize] += s.bytes;
     }
-    let timeline_mb_per_s =
-        bins.iter().map(|&b| b as f64 / 1e6 / (bin_ms as f64 / 1000.0)).collect();
+    let last_ms = (end_ms - (bin_count - 1) * bin_ms).max(1);
+    let timeline_mb_per_s = bins
+        .iter()
+        .enumerate()
+        .map(|(b, &bytes)| {
+            let width_ms = if b as u64 == bin_count - 1 { last_ms } else { bin_ms };
+            bytes as f64 / 1e6 / (width_ms as f64 / 1000.0)
+        })
+        .collect();
     Some(FramesRun {
         format: format.clone(),
         streams,

@@ -143,9 +143,29 @@ fn frame_figures_from_two_streams() {
     assert_eq!((run.frame_ms_p50, run.frame_ms_p99, run.frame_ms_max), (20.0, 100.0, 100.0));
     // Deadlines 41.7, 33.3 and 16.7 ms.
     assert_eq!(run.late_frames, [(24, 2), (30, 2), (60, 6)]);
+    // Bins (0, 100], (100, 200], ...: a completion at 100 ms ends the first.
     assert_eq!(run.timeline_bin_ms, 100);
-    assert_eq!(run.timeline_mb_per_s, [0.0, 20.0, 20.0, 20.0, 20.0]);
+    assert_eq!(run.timeline_mb_per_s, [20.0, 20.0, 20.0, 20.0]);
     assert_eq!(frames_run(&shape, &dci(), 1, FramePhase::Read, &[vec![]]), None);
+}
+
+/// A constant 20 MB/s stream of 1 MB frames for 500 ms in 100 ms bins is flat: five bins,
+/// none after the last completion, the first and last at the steady rate; a last bin the
+/// phase covers half of is rated over that half. (Found by review: six bins, the first and
+/// last at 10 MB/s.)
+#[test]
+fn a_constant_stream_has_a_flat_timeline() {
+    let shape = frames_shape(Mode::Quick);
+    let frames = |count: u64| -> Vec<IoSample> {
+        (1..=count)
+            .map(|i| IoSample { completion_ms: 50 * i, latency_ns: 50_000_000, bytes: 1_000_000 })
+            .collect()
+    };
+    let run = frames_run(&shape, &dci(), 1, FramePhase::Write, &[frames(10)]).unwrap();
+    assert_eq!(run.timeline_bin_ms, 100);
+    assert_eq!(run.timeline_mb_per_s, vec![20.0; 5]);
+    let run = frames_run(&shape, &dci(), 1, FramePhase::Write, &[frames(9)]).unwrap();
+    assert_eq!(run.timeline_mb_per_s, vec![20.0; 5]);
 }
 
 #[test]
