@@ -34,8 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Longest command line accepted.
-const COMMAND_BYTES_MAX: usize = 4096;
+/// Longest command line accepted (its newline included): room for two paths of PATH_MAX
+/// (4096 bytes) and their JSON escapes. A longer line is refused whole, never cut (found
+/// by review: a line cut at 4096 bytes was carried out, on a device whose path was the cut
+/// one).
+const COMMAND_BYTES_MAX: usize = 32 << 10;
 /// Control connections served at once, each on its own thread; one more is told the socket
 /// is busy. Enough for an admin's commands beside a few forgotten idle clients, few enough
 /// that a client opening connections in a loop cannot make the server start many threads.
@@ -288,6 +291,10 @@ fn refuse_busy(mut stream: &UnixStream) {
 /// What a connection sent before its newline, its end or `COMMAND_BYTES_MAX`.
 enum CommandLine {
     Read(String),
+    /// `COMMAND_BYTES_MAX` bytes and no newline.
+    TooLong,
+    /// Not UTF-8.
+    NotText,
     /// Nothing whole within `COMMAND_WAIT_MS_MAX`.
     TimedOut,
     /// The server stops.
@@ -326,12 +333,12 @@ fn read_command(mut stream: &UnixStream, stop: &AtomicBool) -> std::io::Result<C
             Err(e) => return Err(e),
         }
     }
-    if let Some(newline) = bytes.iter().position(|&b| b == b'\n') {
-        bytes.truncate(newline + 1);
+    match bytes.iter().position(|&b| b == b'\n') {
+        Some(newline) => bytes.truncate(newline + 1),
+        None if bytes.len() >= COMMAND_BYTES_MAX => return Ok(CommandLine::TooLong),
+        None => {}
     }
-    String::from_utf8(bytes)
-        .map(CommandLine::Read)
-        .map_err(|_| std::io::Error::new(ErrorKind::InvalidData, "a command line is text"))
+    Ok(String::from_utf8(bytes).map_or(CommandLine::NotText, CommandLine::Read))
 }
 
 fn handle(stream: UnixStream, context: &ControlContext, stop: &AtomicBool) -> std::io::Result<()> {
@@ -342,6 +349,15 @@ fn handle(stream: UnixStream, context: &ControlContext, stop: &AtomicBool) -> st
                 "no command line within {} s: send one line, e.g. `status`",
                 COMMAND_WAIT_MS_MAX / 1000
             )
+        }),
+        CommandLine::TooLong => json!({
+            "error": format!(
+                "a command line longer than {COMMAND_BYTES_MAX} bytes: refused, nothing done"
+            )
+        }),
+        CommandLine::NotText => json!({
+            "error": "a command line that is not UTF-8 text: refused, nothing done (paths \
+                      are named in UTF-8)"
         }),
         CommandLine::Stopped => return Ok(()),
     };
@@ -746,6 +762,9 @@ pub(crate) fn ask(path: &Path, command: &str) -> Result<Value> {
 
 /// `ask`, waiting up to `reply_wait` for the reply.
 fn ask_waiting(path: &Path, command: &str, reply_wait: Duration) -> Result<Value> {
+    if command.len() + 1 > COMMAND_BYTES_MAX {
+        bail!("a command of {} bytes: longer than the control socket takes", command.len());
+    }
     let mut stream = UnixStream::connect(path)
         .with_context(|| format!("cannot reach the server at {}", path.display()))?;
     stream.set_read_timeout(Some(reply_wait))?;
@@ -1037,7 +1056,7 @@ pub fn run_spare(args: SpareArgs) -> Result<()> {
         // symlink when it was added).
         let device = std::path::absolute(&args.device)
             .with_context(|| format!("{}: not a path", args.device.display()))?;
-        ask(&path, &format!("spare-remove {}", device.display()))?;
+        ask(&path, &format!("spare-remove {}", utf8_path(&device)?))?;
         let v = ask(&path, "status")?;
         let removed = v["events"]
             .as_array()
@@ -1061,10 +1080,22 @@ pub fn run_spare(args: SpareArgs) -> Result<()> {
         .with_context(|| format!("{}: cannot find it", args.device.display()))?;
     let how = if args.force { "force" } else { "keep" };
     let rebuild = if args.full_rebuild { "full" } else { "readd" };
-    ask(&path, &format!("spare-add {how} {rebuild} {}", device.display()))?;
+    ask(&path, &format!("spare-add {how} {rebuild} {}", utf8_path(&device)?))?;
     let v = ask(&path, "status")?;
     println!("{}", spare_add_report(&device.display().to_string(), &v));
     Ok(())
+}
+
+/// A path as the control socket names it: UTF-8 text, or refused (found by review: a lossy
+/// conversion named another file, which the server then took as a spare).
+fn utf8_path(path: &Path) -> Result<&str> {
+    path.to_str().with_context(|| {
+        format!(
+            "{}: a path that is not UTF-8 cannot be named to the server (it names devices \
+             in UTF-8): rename it",
+            path.display()
+        )
+    })
 }
 
 /// What `spare add` did with `device`, from the status that followed: where the device is
@@ -1787,6 +1818,49 @@ mod tests {
         }
         child.wait().unwrap();
         assert!(!process_running(pid));
+    }
+
+    /// One raw command line sent, the reply read.
+    fn raw_command(path: &Path, line: &[u8]) -> Value {
+        let mut stream = UnixStream::connect(path).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        // The server may answer and close before it read everything (a line too long).
+        let _ = stream.write_all(line);
+        let mut reply = String::new();
+        BufReader::new(stream).read_line(&mut reply).unwrap();
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?}: {e}"))
+    }
+
+    /// A command line longer than the socket takes is refused whole, never cut and carried
+    /// out (found by review: cut at 4096 bytes, `spare add --force` of a 4090-byte path
+    /// added and overwrote the file named by its first 4074 bytes); one that is not UTF-8
+    /// gets an error reply (it got none); and `spare add` names no path that is not UTF-8
+    /// (a lossy conversion named another file, which became the spare).
+    #[test]
+    fn overlong_and_non_utf8_command_lines_are_refused_whole() {
+        let served = serve_memory(Level::Raid5, 3, 0, 0);
+        let before = ask(&served.path, "status").unwrap();
+        let mut long = b"spare-remove /".to_vec();
+        long.resize(COMMAND_BYTES_MAX + 100, b'n');
+        long.push(b'\n');
+        let v = raw_command(&served.path, &long);
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(e.contains("longer than") && e.contains("nothing done"), "{v}");
+        let v = raw_command(&served.path, b"status\xff\n");
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(e.contains("not UTF-8"), "{v}");
+        let after = ask(&served.path, "status").unwrap();
+        assert!(before["members"].is_array(), "{before}");
+        assert_eq!(before["spares"], after["spares"]);
+        assert_eq!(before["members"], after["members"]);
+        // The CLI's side: too long to send, or not UTF-8, refused before it connects.
+        let command = format!("spare-remove /{}", "n".repeat(COMMAND_BYTES_MAX));
+        let e = ask(&served.path, &command).unwrap_err().to_string();
+        assert!(e.contains("longer than the control socket takes"), "{e}");
+        use std::os::unix::ffi::OsStrExt;
+        let odd = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/s\xff"));
+        let e = utf8_path(odd).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8"), "{e}");
     }
 
     /// `stop` is refused while NBD clients are connected (like `mdadm --stop` of an array in
