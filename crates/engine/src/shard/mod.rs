@@ -404,9 +404,11 @@ struct Op {
     /// Rebuild: this stripe's reconstruction cannot be checked (or failed its check) and is
     /// written because the operator allowed it; counted when it is.
     rebuild_unverified: bool,
-    /// Resync, scrub and reads: the chunks whose read failed and were read again unit by
-    /// unit.
+    /// Resync, scrub, reads and writes: the chunks whose read failed and were read again
+    /// unit by unit.
     probed: ChunkSet,
+    /// Reads: the phase a probe (`read_probe`) returns to.
+    probe_from: Phase,
     /// Resync, scrub and reads: per chunk index, the 4 KiB units that failed to read while
     /// probing; once resync or scrub has decided, the units to rewrite.
     units: [Units; MEMBERS_MAX],
@@ -459,6 +461,7 @@ impl Op {
             rebuild_verify: false,
             rebuild_unverified: false,
             probed: 0,
+            probe_from: Phase::Reading,
             units: [Units::default(); MEMBERS_MAX],
         }
     }
@@ -1385,7 +1388,8 @@ impl Shard {
             rebuild_verify,
             rebuild_unverified,
             probed,
-            units: _, // set for each chunk before it is read (probing, deciding)
+            probe_from: _, // set by each probe before it is read
+            units: _,      // set for each chunk before it is read (probing, deciding)
         } = &mut *boxed;
         assert_eq!(*scratch_held, 0, "a spare op still holds scratch");
         let g = &self.geometry;

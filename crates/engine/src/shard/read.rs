@@ -226,17 +226,32 @@ impl Shard {
     /// unit, into the requests' buffers (the completion tokens carry the unit as their part;
     /// a unit that fails again goes into `op.units`, and is not counted as a second error).
     /// False if no chunk that failed is still in service (nothing to read again).
+    ///
+    /// In any round (found by review: only the first round's failures were, so a mirror copy
+    /// tried after the first had left service, or a reconstruction source, failing once
+    /// failed or rewrote whole ranges): the first round's reads, a mirror copy read whole in
+    /// a later round (into the requests' buffers too), and a parity source of a rebuild
+    /// round (into its scratch, over the rebuilt range). The op comes back in
+    /// `Phase::Probing` and returns to the phase it left (`probe_from`).
     fn read_probe(&mut self, op_slot: usize) -> bool {
         let op = self.ops[op_slot].as_ref().expect("live");
         let stripe = op.stripe;
         let failed = (0..MEMBERS_MAX)
-            .filter(|&c| has(op.errored, c) && self.usable(stripe, op.chunk_member[c]))
+            .filter(|&c| has(op.errored & !op.probed, c))
+            .filter(|&c| self.usable(stripe, op.chunk_member[c]))
             .fold(0, |set, c| set | bit(c));
         if failed == 0 {
             return false;
         }
+        let mirror = self.is_mirror();
         let op = self.ops[op_slot].as_mut().expect("live");
-        op.probed = failed;
+        let sources_range = if op.phase == Phase::Rebuilding && !mirror {
+            Some(op.rebuild_range.expect("a rebuild round has its range"))
+        } else {
+            None
+        };
+        op.probe_from = op.phase;
+        op.probed |= failed;
         op.errored &= !failed;
         op.phase = Phase::Probing;
         op.serial = op.serial.wrapping_add(1);
@@ -250,8 +265,15 @@ impl Shard {
             let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
-                let op = self.ops[op_slot].as_ref().expect("live");
-                let Some(c) = self.probed_chunk(op, i).filter(|_| has(part.rebuild, i)) else {
+                // The chunk this round read for position `i`, if it failed.
+                let c = if mirror {
+                    (0..self.geometry.copies())
+                        .map(|copy| self.geometry.data_member(stripe, i, copy).get())
+                        .find(|&member| has(failed, member))
+                } else {
+                    has(failed, i).then_some(i)
+                };
+                let Some(c) = c.filter(|_| has(part.rebuild, i)) else {
                     continue;
                 };
                 let lo = s.location.offset_in_chunk_bytes;
@@ -271,6 +293,25 @@ impl Shard {
                 }
             }
         }
+        if let Some(range) = sources_range {
+            // Sources read into scratch this round (targets are not read; a source taken
+            // from a request's buffer was not read either).
+            for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
+                let mut at = range.lo;
+                while at < range.hi {
+                    let op = self.ops[op_slot].as_ref().expect("live");
+                    assert!(op.touched[c].is_none(), "a failed source was read into scratch");
+                    let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
+                    let kind = MemberIoKind::Read {
+                        offset_bytes: self.member_offset(stripe, at),
+                        ptr: Self::scratch_ptr(op, c, usize_of(at - range.lo)),
+                        len_bytes: UNIT_BYTES,
+                    };
+                    self.issue(op_slot, c, unit, kind);
+                    at += UNIT_BYTES;
+                }
+            }
+        }
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
             self.advance(op_slot);
         }
@@ -279,7 +320,8 @@ impl Shard {
 
     /// The units are read again: a chunk with units that failed (or whose member left
     /// service meanwhile: all of it) is erased for the rebuild; a part whose segment of it
-    /// read in full has its data and wants nothing more.
+    /// read in full has its data and wants nothing more. The op returns to the phase it was
+    /// probed from.
     fn read_after_probe(&mut self, op_slot: usize) {
         let all_units = Units::first(self.units_per_chunk());
         let op = self.ops[op_slot].as_ref().expect("live");
@@ -307,8 +349,9 @@ impl Shard {
                 let op = self.ops[op_slot].as_ref().expect("live");
                 let lo = s.location.offset_in_chunk_bytes;
                 let segment = ChunkRange::new(lo, lo + s.len_bytes);
-                if let Some(c) = self.probed_chunk(op, i).filter(|_| has(part.rebuild, i))
-                    && !op.units[c].touches(segment)
+                if has(part.rebuild, i)
+                    && self.probed_chunk(op, i).is_some()
+                    && !self.units_to_recover(op, i).touches(segment)
                 {
                     read_in_full |= bit(i);
                 }
@@ -316,6 +359,8 @@ impl Shard {
             let op = self.ops[op_slot].as_mut().expect("live");
             op.parts[part_index].as_mut().expect("part").rebuild &= !read_in_full;
         }
+        let op = self.ops[op_slot].as_mut().expect("live");
+        op.phase = op.probe_from;
     }
 
     /// Data positions still to be rebuilt, with the union of their ranges (of a chunk read
@@ -348,7 +393,8 @@ impl Shard {
     /// Every IO of a read round completed.
     pub(super) fn read_after_io(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
-        if op.phase == Phase::Reading && op.errored != 0 && self.read_probe(op_slot) {
+        let read_round = matches!(op.phase, Phase::Reading | Phase::Rebuilding);
+        if read_round && op.errored & !op.probed != 0 && self.read_probe(op_slot) {
             return;
         }
         if self.ops[op_slot].as_ref().expect("live").phase == Phase::Probing {

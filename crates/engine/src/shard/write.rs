@@ -196,9 +196,11 @@ impl Shard {
     pub(super) fn write_after_reads(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
         let plan = op.plan.expect("planned");
+        // Every failed read, in every plan (found by review: only the first plan's were,
+        // so a transient error in a re-plan's read failed the write or rewrote a whole
+        // range).
         if op.phase == Phase::Reading
-            && op.errored & plan.reads != 0
-            && op.probed == 0
+            && op.errored & plan.reads & !op.probed != 0
             && self.write_probe(op_slot)
         {
             return;
@@ -234,13 +236,14 @@ impl Shard {
         let plan = op.plan.expect("planned");
         let stripe = op.stripe;
         let failed = (0..MEMBERS_MAX)
-            .filter(|&c| has(op.errored & plan.reads, c) && self.usable(stripe, op.chunk_member[c]))
+            .filter(|&c| has(op.errored & plan.reads & !op.probed, c))
+            .filter(|&c| self.usable(stripe, op.chunk_member[c]))
             .fold(0, |set, c| set | bit(c));
         if failed == 0 {
             return false;
         }
         let op = self.ops[op_slot].as_mut().expect("live");
-        op.probed = failed;
+        op.probed |= failed;
         op.errored &= !failed;
         op.phase = Phase::Probing;
         op.serial = op.serial.wrapping_add(1);
