@@ -237,7 +237,7 @@ impl Shard {
         let op = self.ops[op_slot].as_ref().expect("live");
         let stripe = op.stripe;
         let failed = (0..MEMBERS_MAX)
-            .filter(|&c| has(op.errored & !op.probed, c))
+            .filter(|&c| has(op.errored, c) && Self::probe_again(op, c))
             .filter(|&c| self.usable(stripe, op.chunk_member[c]))
             .fold(0, |set, c| set | bit(c));
         if failed == 0 {
@@ -318,6 +318,13 @@ impl Shard {
         true
     }
 
+    /// Whether chunk `c`, whose read failed, is read again in units: not yet, or only with
+    /// every unit read then (a transient error earlier; found by review: a chunk read in
+    /// full by an earlier probe that failed once more in a later round was erased whole).
+    pub(super) fn probe_again(op: &Op, c: usize) -> bool {
+        !has(op.probed, c) || op.units[c].is_empty()
+    }
+
     /// The units are read again: a chunk with units that failed (or whose member left
     /// service meanwhile: all of it) is erased for the rebuild; a part whose segment of it
     /// read in full has its data and wants nothing more. The op returns to the phase it was
@@ -344,6 +351,11 @@ impl Shard {
             };
             let (offset, len_bytes) = self.read_range(part.request);
             let mut read_in_full: ChunkSet = 0;
+            // Mirrors: positions now whole with a copy that failed some of it: recovered
+            // from the others, so that copy is repaired (found by review: a probe in a
+            // later round settled a position another copy gave, and its failed copy was
+            // never rewritten).
+            let mut recovered: ChunkSet = 0;
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 let op = self.ops[op_slot].as_ref().expect("live");
@@ -354,10 +366,19 @@ impl Shard {
                     && !self.units_to_recover(op, i).touches(segment)
                 {
                     read_in_full |= bit(i);
+                    let failed_copy = self.is_mirror()
+                        && (0..self.geometry.copies())
+                            .map(|copy| self.geometry.data_member(op.stripe, i, copy).get())
+                            .any(|member| has(op.errored, member));
+                    if failed_copy {
+                        recovered |= bit(i);
+                    }
                 }
             }
             let op = self.ops[op_slot].as_mut().expect("live");
-            op.parts[part_index].as_mut().expect("part").rebuild &= !read_in_full;
+            let p = op.parts[part_index].as_mut().expect("part");
+            p.rebuild &= !read_in_full;
+            p.recovered |= recovered;
         }
         let op = self.ops[op_slot].as_mut().expect("live");
         op.phase = op.probe_from;
@@ -394,7 +415,7 @@ impl Shard {
     pub(super) fn read_after_io(&mut self, op_slot: usize) {
         let op = self.ops[op_slot].as_ref().expect("live");
         let read_round = matches!(op.phase, Phase::Reading | Phase::Rebuilding);
-        if read_round && op.errored & !op.probed != 0 && self.read_probe(op_slot) {
+        if read_round && op.errored != 0 && self.read_probe(op_slot) {
             return;
         }
         if self.ops[op_slot].as_ref().expect("live").phase == Phase::Probing {
@@ -710,8 +731,16 @@ impl Shard {
                 // Of a chunk read again in units, only the units that failed: the others
                 // are in the buffer as read.
                 let lo = s.location.offset_in_chunk_bytes;
+                // Within the rebuilt range only (a target whose member left service during a
+                // later probe has every unit marked, past the range rebuilt: found by review,
+                // a panic).
                 let units = if has(op.probed, i) { op.units[i] } else { all_units };
-                for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
+                let seg_lo = lo.max(range.lo);
+                let seg_hi = (lo + s.len_bytes).min(range.hi);
+                if seg_lo >= seg_hi {
+                    continue;
+                }
+                for piece in units.pieces(ChunkRange::new(seg_lo, seg_hi)) {
                     let from = range.relative(piece);
                     let at = usize::try_from(s.range_offset_bytes).expect("fits")
                         + usize_of(piece.lo - lo);

@@ -199,10 +199,7 @@ impl Shard {
         // Every failed read, in every plan (found by review: only the first plan's were,
         // so a transient error in a re-plan's read failed the write or rewrote a whole
         // range).
-        if op.phase == Phase::Reading
-            && op.errored & plan.reads & !op.probed != 0
-            && self.write_probe(op_slot)
-        {
+        if op.phase == Phase::Reading && op.errored & plan.reads != 0 && self.write_probe(op_slot) {
             return;
         }
         if self.ops[op_slot].as_ref().expect("live").phase == Phase::Probing {
@@ -236,7 +233,7 @@ impl Shard {
         let plan = op.plan.expect("planned");
         let stripe = op.stripe;
         let failed = (0..MEMBERS_MAX)
-            .filter(|&c| has(op.errored & plan.reads & !op.probed, c))
+            .filter(|&c| has(op.errored & plan.reads, c) && Self::probe_again(op, c))
             .filter(|&c| self.usable(stripe, op.chunk_member[c]))
             .fold(0, |set, c| set | bit(c));
         if failed == 0 {
