@@ -9,9 +9,9 @@
 //! 1 MiB, beyond the IO queue's usual depth (a fault path: the queue grows once).
 
 use super::{FailReason, Health, ORIGIN_BITMAP, ORIGIN_FLUSH, ORIGIN_INTERNAL_FLUSH, OpKind};
-use super::{Phase, Shard, ShardEvent, ShutdownState, StripeEntry};
+use super::{Phase, Shard, ShardEvent, ShutdownState, StripeEntry, UnitDest};
 use crate::io::{Durability, IoError, MemberIo, MemberIoKind};
-use crate::plan::{ChunkSet, UNIT_BYTES, Units, bit, has};
+use crate::plan::{ChunkRange, ChunkSet, UNIT_BYTES, Units, bit, has};
 use crate::request::{RequestError, ZeroHow};
 use flashraid_layout::{MEMBERS_MAX, MemberIndex, StripeIndex};
 
@@ -794,25 +794,15 @@ impl Shard {
     /// reads per chunk of 1 MiB: a fault path, beyond the IO queue's usual depth, which
     /// then grows once.)
     pub(super) fn probe_units(&mut self, op_slot: usize, failed: ChunkSet, units: usize) {
-        let unit = usize::try_from(UNIT_BYTES).expect("fits");
         let op = self.ops[op_slot].as_mut().expect("live");
         op.probed = failed;
         op.errored &= !failed;
         op.phase = Phase::Probing;
         op.serial = op.serial.wrapping_add(1);
-        let stripe = op.stripe;
+        let whole = ChunkRange::new(0, u32::try_from(units).expect("fits") * UNIT_BYTES);
         for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
             self.ops[op_slot].as_mut().expect("live").units[c] = Units::default();
-            for u in 0..units {
-                let op = self.ops[op_slot].as_ref().expect("live");
-                let at = u * unit;
-                let kind = MemberIoKind::Read {
-                    offset_bytes: self.member_offset(stripe, u32::try_from(at).expect("fits")),
-                    ptr: Self::scratch_ptr(op, c, at),
-                    len_bytes: UNIT_BYTES,
-                };
-                self.issue(op_slot, c, u, kind);
-            }
+            self.issue_unit_reads(op_slot, c, whole, UnitDest::Scratch { at: 0 });
         }
     }
 

@@ -39,7 +39,7 @@ use crate::bitmap::{Acquired, WriteIntent};
 use crate::config::{ArrayAccess, ShardConfig};
 use crate::io::{Durability, IoError, IoToken, MemberCompletion, MemberIo, MemberIoKind};
 use crate::owner::Ownership;
-use crate::plan::{ChunkRange, ChunkSet, Units, WritePlan, bit, has};
+use crate::plan::{ChunkRange, ChunkSet, UNIT_BYTES, Units, WritePlan, bit, has};
 use crate::request::{
     Rejected, RequestError, RequestId, ShardOp, ShardReply, ShardRequest, ZeroHow,
 };
@@ -476,6 +476,14 @@ enum Resume {
     ReadRebuild,
     /// Re-plan a write after read errors.
     WriteReplan,
+}
+
+/// Where `issue_unit_reads` puts what it reads: a request's buffer, or the op's scratch
+/// slot of the chunk read, at the byte for the range's first unit.
+#[derive(Clone, Copy, Debug)]
+enum UnitDest {
+    Request { slot: usize, at: u64 },
+    Scratch { at: usize },
 }
 
 /// One data chunk's part of a write.
@@ -1662,6 +1670,62 @@ impl Shard {
 
     fn member_offset(&self, stripe: StripeIndex, lo: u32) -> u64 {
         self.data_offset_bytes + self.geometry.member_offset(stripe, lo).0
+    }
+
+    /// Read `range` of `chunk` again one 4 KiB unit per IO (each token's part carries the
+    /// unit, so a failed one lands in `op.units[chunk]`), into `dest` from the byte that
+    /// holds `range.lo` on: the probes after a failed read, and mirror re-reads in units.
+    fn issue_unit_reads(
+        &mut self,
+        op_slot: usize,
+        chunk: usize,
+        range: ChunkRange,
+        dest: UnitDest,
+    ) {
+        let stripe = self.ops[op_slot].as_ref().expect("live op").stripe;
+        let mut at = range.lo;
+        while at < range.hi {
+            let past = at - range.lo;
+            let ptr = match dest {
+                UnitDest::Request { slot, at: base } => {
+                    self.request_ptr(slot, base + u64::from(past))
+                }
+                UnitDest::Scratch { at: base } => {
+                    let op = self.ops[op_slot].as_ref().expect("live op");
+                    Self::scratch_ptr(op, chunk, base + usize_of(past))
+                }
+            };
+            let kind = MemberIoKind::Read {
+                offset_bytes: self.member_offset(stripe, at),
+                ptr,
+                len_bytes: UNIT_BYTES,
+            };
+            self.issue(op_slot, chunk, usize_of(at / UNIT_BYTES), kind);
+            at += UNIT_BYTES;
+        }
+    }
+
+    /// After a probe: a probed chunk whose member left service meanwhile has every unit
+    /// failed, and one with a failed unit counts as errored (reads, writes).
+    fn settle_probes(&mut self, op_slot: usize) {
+        let all_units = Units::first(self.units_per_chunk());
+        let op = self.ops[op_slot].as_ref().expect("live op");
+        let (stripe, probed) = (op.stripe, op.probed);
+        for c in (0..MEMBERS_MAX).filter(|&c| has(probed, c)) {
+            let member = self.ops[op_slot].as_ref().expect("live op").chunk_member[c];
+            let gone = !self.usable(stripe, member);
+            let op = self.ops[op_slot].as_mut().expect("live op");
+            if gone {
+                op.units[c] = all_units;
+            }
+            if !op.units[c].is_empty() {
+                op.errored |= bit(c);
+            }
+        }
+    }
+
+    fn units_per_chunk(&self) -> usize {
+        usize::try_from(self.geometry.chunk_bytes() / UNIT_BYTES).expect("fits")
     }
 
     /// Queue a member IO for an operation.

@@ -18,9 +18,9 @@
 //! disjoint pieces (`Ascending`), so a source and a target in one buffer never alias; like
 //! every buffer access here, only with no member IO in flight (asserted).
 
-use super::{Op, Phase, REPLANS_MAX, Shard, usize_of};
+use super::{Op, Phase, REPLANS_MAX, Shard, UnitDest, usize_of};
 use crate::io::{Durability, MemberIoKind};
-use crate::plan::{ChunkRange, ChunkSet, UNIT_BYTES, Units, bit, has};
+use crate::plan::{ChunkRange, ChunkSet, Units, bit, has};
 use crate::request::{RequestError, ShardOp};
 use flashraid_iobuf::IoBuf;
 use flashraid_layout::{ArrayOffset, Level, MEMBERS_MAX, PARITY_CHUNKS_MAX, Role, StripeIndex};
@@ -173,7 +173,7 @@ impl Shard {
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
                 let op = self.ops[op_slot].as_ref().expect("live");
-                if !has(part.rebuild & !part.lost, i) || self.probed_chunk(op, i).is_none() {
+                if !has(part.rebuild & !part.lost, i) || !self.position_probed(op, i) {
                     continue;
                 }
                 let lo = s.location.offset_in_chunk_bytes;
@@ -188,38 +188,30 @@ impl Shard {
         }
     }
 
-    /// The chunk index that was read for data position `i` and then read again in units,
-    /// if one was (`read_probe`).
-    fn probed_chunk(&self, op: &Op, i: usize) -> Option<usize> {
-        if self.is_mirror() {
-            (0..self.geometry.copies())
-                .map(|copy| self.geometry.data_member(op.stripe, i, copy).get())
-                .find(|&member| has(op.probed, member))
-        } else {
-            has(op.probed, i).then_some(i)
+    /// The chunk indices holding data position `i` of `stripe`: its copies' members on
+    /// mirrors, else `i` itself.
+    fn chunks_of(&self, stripe: StripeIndex, i: usize) -> ChunkSet {
+        if !self.is_mirror() {
+            return bit(i);
         }
+        (0..self.geometry.copies())
+            .map(|copy| self.geometry.data_member(stripe, i, copy).get())
+            .fold(0, |set, member| set | bit(member))
     }
 
-    /// The units of data position `i` to recover: those that failed when read again in
-    /// units (on mirrors, on every copy read so so far), or every unit where its chunk was
-    /// not read again (out of service).
+    /// Whether a chunk holding data position `i` was read again in units (`read_probe`).
+    fn position_probed(&self, op: &Op, i: usize) -> bool {
+        self.chunks_of(op.stripe, i) & op.probed != 0
+    }
+
+    /// The units of data position `i` to recover: those that failed on every chunk holding
+    /// it that was read again in units (one on parity levels; on mirrors, every copy read
+    /// so far), or every unit where none was (out of service).
     fn units_to_recover(&self, op: &Op, i: usize) -> Units {
-        if self.is_mirror() {
-            let copies = (0..self.geometry.copies())
-                .map(|copy| self.geometry.data_member(op.stripe, i, copy).get())
-                .filter(|&member| has(op.probed, member));
-            return copies.fold(Units::first(self.units_per_chunk()), |left, c| {
-                left.intersection(&op.units[c])
-            });
-        }
-        match self.probed_chunk(op, i) {
-            Some(c) => op.units[c],
-            None => Units::first(self.units_per_chunk()),
-        }
-    }
-
-    fn units_per_chunk(&self) -> usize {
-        usize::try_from(self.geometry.chunk_bytes() / UNIT_BYTES).expect("fits")
+        let probed = self.chunks_of(op.stripe, i) & op.probed;
+        (0..MEMBERS_MAX)
+            .filter(|&c| has(probed, c))
+            .fold(Units::first(self.units_per_chunk()), |left, c| left.intersection(&op.units[c]))
     }
 
     /// After a first read round with errors: read every failed segment again, 4 KiB unit by
@@ -265,51 +257,25 @@ impl Shard {
             let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
-                // The chunk this round read for position `i`, if it failed.
-                let c = if mirror {
-                    (0..self.geometry.copies())
-                        .map(|copy| self.geometry.data_member(stripe, i, copy).get())
-                        .find(|&member| has(failed, member))
-                } else {
-                    has(failed, i).then_some(i)
-                };
-                let Some(c) = c.filter(|_| has(part.rebuild, i)) else {
+                // The chunk this round read for position `i`, if it failed (one per round).
+                let read = self.chunks_of(stripe, i) & failed;
+                if read == 0 || !has(part.rebuild, i) {
                     continue;
-                };
-                let lo = s.location.offset_in_chunk_bytes;
-                let mut at = lo;
-                while at < lo + s.len_bytes {
-                    // Requests are 4 KiB aligned (the router refuses others), so every
-                    // piece is one whole unit.
-                    let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
-                    let kind = MemberIoKind::Read {
-                        offset_bytes: self.member_offset(stripe, at),
-                        ptr: self
-                            .request_ptr(part.request, s.range_offset_bytes + u64::from(at - lo)),
-                        len_bytes: UNIT_BYTES,
-                    };
-                    self.issue(op_slot, c, unit, kind);
-                    at += UNIT_BYTES;
                 }
+                // Requests are 4 KiB aligned (the router refuses others): whole units.
+                let lo = s.location.offset_in_chunk_bytes;
+                let dest = UnitDest::Request { slot: part.request, at: s.range_offset_bytes };
+                let c = read.trailing_zeros() as usize;
+                self.issue_unit_reads(op_slot, c, ChunkRange::new(lo, lo + s.len_bytes), dest);
             }
         }
         if let Some(range) = sources_range {
             // Sources read into scratch this round (targets are not read; a source taken
             // from a request's buffer was not read either).
             for c in (0..MEMBERS_MAX).filter(|&c| has(failed, c)) {
-                let mut at = range.lo;
-                while at < range.hi {
-                    let op = self.ops[op_slot].as_ref().expect("live");
-                    assert!(op.touched[c].is_none(), "a failed source was read into scratch");
-                    let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
-                    let kind = MemberIoKind::Read {
-                        offset_bytes: self.member_offset(stripe, at),
-                        ptr: Self::scratch_ptr(op, c, usize_of(at - range.lo)),
-                        len_bytes: UNIT_BYTES,
-                    };
-                    self.issue(op_slot, c, unit, kind);
-                    at += UNIT_BYTES;
-                }
+                let op = self.ops[op_slot].as_ref().expect("live");
+                assert!(op.touched[c].is_none(), "a failed source was read into scratch");
+                self.issue_unit_reads(op_slot, c, range, UnitDest::Scratch { at: 0 });
             }
         }
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
@@ -330,21 +296,7 @@ impl Shard {
     /// read in full has its data and wants nothing more. The op returns to the phase it was
     /// probed from.
     fn read_after_probe(&mut self, op_slot: usize) {
-        let all_units = Units::first(self.units_per_chunk());
-        let op = self.ops[op_slot].as_ref().expect("live");
-        let stripe = op.stripe;
-        let probed = op.probed;
-        for c in (0..MEMBERS_MAX).filter(|&c| has(probed, c)) {
-            let gone =
-                !self.usable(stripe, self.ops[op_slot].as_ref().expect("live").chunk_member[c]);
-            let op = self.ops[op_slot].as_mut().expect("live");
-            if gone {
-                op.units[c] = all_units;
-            }
-            if !op.units[c].is_empty() {
-                op.errored |= bit(c);
-            }
-        }
+        self.settle_probes(op_slot);
         for part_index in 0..super::OP_REQUESTS_MAX {
             let Some(part) = self.ops[op_slot].as_ref().expect("live").parts[part_index] else {
                 continue;
@@ -362,15 +314,11 @@ impl Shard {
                 let lo = s.location.offset_in_chunk_bytes;
                 let segment = ChunkRange::new(lo, lo + s.len_bytes);
                 if has(part.rebuild, i)
-                    && self.probed_chunk(op, i).is_some()
+                    && self.position_probed(op, i)
                     && !self.units_to_recover(op, i).touches(segment)
                 {
                     read_in_full |= bit(i);
-                    let failed_copy = self.is_mirror()
-                        && (0..self.geometry.copies())
-                            .map(|copy| self.geometry.data_member(op.stripe, i, copy).get())
-                            .any(|member| has(op.errored, member));
-                    if failed_copy {
+                    if self.is_mirror() && self.chunks_of(op.stripe, i) & op.errored != 0 {
                         recovered |= bit(i);
                     }
                 }
@@ -479,7 +427,7 @@ impl Shard {
             let (offset, len_bytes) = self.read_range(part.request);
             for s in self.geometry.segments(offset, u64::from(len_bytes)) {
                 let i = s.location.data_index;
-                if has(part.rebuild & !part.lost, i) && self.probed_chunk(op, i).is_some() {
+                if has(part.rebuild & !part.lost, i) && self.position_probed(op, i) {
                     left[i] = Some(self.units_to_recover(op, i));
                 }
             }
@@ -516,18 +464,9 @@ impl Shard {
                         }
                         let lo = s.location.offset_in_chunk_bytes;
                         for piece in units.pieces(ChunkRange::new(lo, lo + s.len_bytes)) {
-                            let mut at = piece.lo;
-                            while at < piece.hi {
-                                let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
-                                let offset_in_request = s.range_offset_bytes + u64::from(at - lo);
-                                let kind = MemberIoKind::Read {
-                                    offset_bytes: self.member_offset(stripe, at),
-                                    ptr: self.request_ptr(part.request, offset_in_request),
-                                    len_bytes: UNIT_BYTES,
-                                };
-                                self.issue(op_slot, member, unit, kind);
-                                at += UNIT_BYTES;
-                            }
+                            let at = s.range_offset_bytes + u64::from(piece.lo - lo);
+                            let dest = UnitDest::Request { slot: part.request, at };
+                            self.issue_unit_reads(op_slot, member, piece, dest);
                         }
                     }
                     (None, _) => {

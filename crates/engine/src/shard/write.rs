@@ -3,9 +3,9 @@
 //! the plan needs, compute parity, wait for the write-intent bitmap, then write data and
 //! parity together.
 
-use super::{Op, Phase, REPLANS_MAX, Shard};
+use super::{Op, Phase, REPLANS_MAX, Shard, UnitDest, usize_of};
 use crate::io::MemberIoKind;
-use crate::plan::{ChunkRange, ChunkSet, UNIT_BYTES, Units, WriteKind, bit, has, plan_write};
+use crate::plan::{ChunkRange, ChunkSet, Units, WriteKind, bit, has, plan_write};
 use crate::request::RequestError;
 use flashraid_layout::{Level, MEMBERS_MAX, PARITY_CHUNKS_MAX};
 use flashraid_parity::Stores;
@@ -203,7 +203,9 @@ impl Shard {
             return;
         }
         if self.ops[op_slot].as_ref().expect("live").phase == Phase::Probing {
-            self.write_after_probe(op_slot);
+            // A chunk with a unit that failed again (or whose member left service
+            // meanwhile) is unavailable for the write's plan.
+            self.settle_probes(op_slot);
         }
         let op = self.ops[op_slot].as_mut().expect("live");
         if op.errored & plan.reads != 0 {
@@ -254,44 +256,13 @@ impl Shard {
                 (WriteKind::ReadModifyWrite, Some(t)) if c < self.geometry.data_chunks() => t.range,
                 _ => plan.range,
             };
-            let mut at = read_range.lo;
-            while at < read_range.hi {
-                let op = self.ops[op_slot].as_ref().expect("live");
-                let unit = usize::try_from(at / UNIT_BYTES).expect("fits");
-                let in_scratch = usize::try_from(at - plan.range.lo).expect("fits");
-                let kind = MemberIoKind::Read {
-                    offset_bytes: self.member_offset(stripe, at),
-                    ptr: Self::scratch_ptr(op, c, in_scratch),
-                    len_bytes: UNIT_BYTES,
-                };
-                self.issue(op_slot, c, unit, kind);
-                at += UNIT_BYTES;
-            }
+            let at = usize_of(read_range.lo - plan.range.lo);
+            self.issue_unit_reads(op_slot, c, read_range, UnitDest::Scratch { at });
         }
         if self.ops[op_slot].as_ref().expect("live").pending == 0 {
             self.advance(op_slot);
         }
         true
-    }
-
-    /// The failed reads are read again: a chunk with a unit that failed again (or whose
-    /// member left service meanwhile) is unavailable for the write's plan.
-    fn write_after_probe(&mut self, op_slot: usize) {
-        let all_units =
-            Units::first(usize::try_from(self.geometry.chunk_bytes() / UNIT_BYTES).expect("fits"));
-        let op = self.ops[op_slot].as_ref().expect("live");
-        let (stripe, probed) = (op.stripe, op.probed);
-        for c in (0..MEMBERS_MAX).filter(|&c| has(probed, c)) {
-            let member = self.ops[op_slot].as_ref().expect("live").chunk_member[c];
-            let gone = !self.usable(stripe, member);
-            let op = self.ops[op_slot].as_mut().expect("live");
-            if gone {
-                op.units[c] = all_units;
-            }
-            if !op.units[c].is_empty() {
-                op.errored |= bit(c);
-            }
-        }
     }
 
     /// Degraded write: rebuild the old contents of unavailable data chunks over the range.
