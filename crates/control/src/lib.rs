@@ -165,21 +165,24 @@ fn check_devices(devices: &[&dyn MetaDevice], overwrite: Overwrite) -> Result<()
     Ok(())
 }
 
-/// Why a device that names this array as its own (a former member) may have been reused
-/// since it left: its first superblock copy no longer decodes (a filesystem, a partition
-/// table or a volume written over its head), or another tool's signature is on it. Such a
-/// device is neither taken back with a partial rebuild nor made a spare without `--force`
-/// (found by review: a failed member's device formatted with ext4 elsewhere, its copy 1 at
-/// the end still intact, was taken back, and its filesystem's blocks served as the array's).
-fn reused_since_it_left(device: &dyn MetaDevice) -> Option<String> {
-    if read_candidate(device).copies[0].is_err() {
-        return Some(match detect_signature(device) {
-            Some(Signature::Flashraid { .. }) | None => "its first superblock copy is damaged                  or overwritten (the device may have been reused since it left the array)"
-                .to_string(),
-            Some(other) => format!("it holds {other} now"),
-        });
+/// Why a device that names this array as its own (a former member; `candidate` is what
+/// `read_candidate` found on it) may have been reused since it left: its first superblock
+/// copy no longer decodes (a filesystem, a partition table or a volume written over its
+/// head; the reason names it when its signature is known). Such a device is neither taken
+/// back with a partial rebuild nor made a spare without `--force` (found by review: a
+/// failed member's device formatted with ext4 elsewhere, its copy 1 at the end still
+/// intact, was taken back, and its filesystem's blocks served as the array's).
+fn reused_since_it_left(device: &dyn MetaDevice, candidate: &Candidate) -> Option<String> {
+    if candidate.copies[0].is_ok() {
+        return None;
     }
-    None
+    Some(match detect_signature(device) {
+        Some(Signature::Flashraid { .. }) | None => "its first superblock copy is damaged or \
+                                                     overwritten (the device may have been \
+                                                     reused since it left the array)"
+            .to_string(),
+        Some(other) => format!("it holds {other} now"),
+    })
 }
 
 fn io_error(device: &dyn MetaDevice) -> impl Fn(String) -> ControlError + '_ {
@@ -415,7 +418,10 @@ pub fn prepare(
         let size = devices[d].size_bytes();
         if flashraid_format::layout::member_data_capacity(size).is_none_or(|c| c < needed) {
             return Err(ControlError::Invalid(format!(
-                "{} is {size} bytes, too small for this array's data area ({needed} bytes                  after the metadata): it shrank, or is a copy on a smaller device. Nothing was                  written; start without it (degraded, where the level allows) or give the                  device it was",
+                "{} is {size} bytes, too small for this array's data area ({needed} bytes after \
+                 the metadata): it shrank, or is a copy on a smaller device. Nothing was \
+                 written; start without it (degraded, where the level allows) or give the \
+                 device it was",
                 devices[d].name()
             )));
         }
@@ -822,7 +828,8 @@ impl Metadata {
         // A former member of this array (failed, or replaced) comes back as a spare without
         // --force: its contents are this array's own, stale. One still in service under
         // another name is refused.
-        let former = match read_candidate(d).copies.iter().flatten().max_by_key(|sb| sb.event) {
+        let candidate = read_candidate(d);
+        let former = match candidate.copies.iter().flatten().max_by_key(|sb| sb.event) {
             Some(sb) if sb.array_uuid == self.template.array_uuid => {
                 let in_service = self.holders().iter().any(|&(_, slot)| {
                     let entry = self.template.slot(slot);
@@ -836,7 +843,7 @@ impl Metadata {
                     )));
                 }
                 self.check_forced_start_copy(d, sb, overwrite)?;
-                if let Some(why) = reused_since_it_left(d)
+                if let Some(why) = reused_since_it_left(d, &candidate)
                     && overwrite == Overwrite::Refuse
                 {
                     return Err(ControlError::HoldsData {
@@ -1235,15 +1242,15 @@ impl Metadata {
     ) -> Result<MemberIndex, ReAddRefusal> {
         use ReAddRefusal::{NotAMember, Refused};
         let d = devices[device];
-        let Some(own) = read_candidate(d).copies.into_iter().flatten().max_by_key(|sb| sb.event)
-        else {
+        let candidate = read_candidate(d);
+        let Some(own) = candidate.copies.iter().flatten().max_by_key(|sb| sb.event).cloned() else {
             return Err(NotAMember);
         };
         let sb = &self.template;
         if own.array_uuid != sb.array_uuid {
             return Err(NotAMember);
         }
-        if let Some(why) = reused_since_it_left(d) {
+        if let Some(why) = reused_since_it_left(d, &candidate) {
             return Err(Refused(why));
         }
         let Some(role) = sb.members.iter().position(|m| m.uuid == own.this_uuid) else {
